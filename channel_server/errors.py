@@ -1,0 +1,147 @@
+"""The one error tree of the service; every class crosses the wire as itself.
+
+Client mistakes, capacity refusals and transport trouble are separate branches so a caller
+can tell "fix your input" from "retry later" from "the peer is gone". Each error keeps its
+details as attributes (``field``, ``accepted`` ...) and a readable one-line message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ChannelError(Exception):
+    """Root of every error the service raises on purpose."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.__dict__.update(details)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# -- client mistakes ---------------------------------------------------------------------
+class ClientError(ChannelError):
+    """The request itself is wrong; retrying it unchanged will fail again."""
+
+
+class InvalidEvent(ClientError):
+    """An event breaks a rule of DESIGN §3; the whole batch was rejected.
+
+    Attributes: ``field`` (the offending field), ``reason``, ``index`` (position in the batch,
+    or -1 for a single event).
+    """
+
+    def __init__(self, field: str, reason: str, index: int = -1) -> None:
+        where = f"event #{index}: " if index >= 0 else ""
+        super().__init__(f"{where}{field}: {reason}", field=field, reason=reason, index=index)
+
+
+class InvalidArgument(ClientError):
+    """An RPC argument other than an event is malformed (a name, a count, a URI)."""
+
+    def __init__(self, argument: str, reason: str) -> None:
+        super().__init__(f"{argument}: {reason}", argument=argument, reason=reason)
+
+
+class UnknownChannel(ClientError):
+    """No channel of that name is hosted here or registered in the name server."""
+
+    def __init__(self, channel: str) -> None:
+        super().__init__(f"unknown channel {channel!r}", channel=channel)
+
+
+class SubscriberIdInUse(ClientError):
+    """The subscriber id is active from another callback address."""
+
+    def __init__(self, subscriber_id: str, group: str) -> None:
+        super().__init__(
+            f"subscriber id {subscriber_id!r} is already active in group {group!r} "
+            "from another address",
+            subscriber_id=subscriber_id,
+            group=group,
+        )
+
+
+class NotSubscribed(ClientError):
+    """The subscriber is not a member of the group it names."""
+
+    def __init__(self, subscriber_id: str, channel: str) -> None:
+        super().__init__(
+            f"{subscriber_id!r} is not subscribed to {channel!r}",
+            subscriber_id=subscriber_id,
+            channel=channel,
+        )
+
+
+class FaultInjectionDisabled(ClientError):
+    """A fault-injection call reached a broker started without --allow-fault-injection."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(
+            f"{call} refused: the broker was not started with --allow-fault-injection",
+            call=call,
+        )
+
+
+# -- capacity ----------------------------------------------------------------------------
+class CapacityError(ChannelError):
+    """The service is healthy but cannot take more now; retry later."""
+
+
+class QueueFull(CapacityError):
+    """The channel holds ``capacity`` unacknowledged events.
+
+    ``accepted`` events at the front of the batch were stored (their ids in
+    ``accepted_ids``); ``duplicates`` were already known; the rest were refused.
+    """
+
+    def __init__(
+        self,
+        channel: str,
+        capacity: int,
+        accepted: int,
+        refused: int,
+        duplicates: list[str] | None = None,
+        retry_after_s: float = 0.5,
+    ) -> None:
+        super().__init__(
+            f"channel {channel!r} is full ({capacity} unacknowledged events): "
+            f"{accepted} accepted, {refused} refused; retry in {retry_after_s:g} s",
+            channel=channel,
+            capacity=capacity,
+            accepted=accepted,
+            refused=refused,
+            duplicates=list(duplicates or []),
+            retry_after_s=retry_after_s,
+        )
+
+
+# -- transport ---------------------------------------------------------------------------
+class TransportError(ChannelError):
+    """A peer could not be reached or did not answer in time."""
+
+
+class BrokerUnavailable(TransportError):
+    """No broker answers for the channel (or no name server at the address)."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what}: {reason}", what=what, reason=reason)
+
+
+ALL_ERRORS: tuple[type[ChannelError], ...] = (
+    ChannelError,
+    ClientError,
+    InvalidEvent,
+    InvalidArgument,
+    UnknownChannel,
+    SubscriberIdInUse,
+    NotSubscribed,
+    FaultInjectionDisabled,
+    CapacityError,
+    QueueFull,
+    TransportError,
+    BrokerUnavailable,
+)

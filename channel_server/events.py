@@ -1,0 +1,173 @@
+"""The event envelope and its validation at the RPC boundary (DESIGN §3).
+
+Events travel as plain dicts (msgpack is fast on them); inside the broker they are frozen,
+slotted :class:`Event` objects ordered by ``(timestamp, offset)``. A batch is validated whole
+before anything is stored, so a publisher that gets :class:`InvalidEvent` knows that none of
+its batch was kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from channel_server.errors import InvalidEvent
+
+MAX_ID_CHARS = 256
+MAX_PARTITION_CHARS = 256
+PUBLISHER_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+DEFAULT_PARTITION = 0
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+PUBLISHED_FIELDS = frozenset({"id", "publisher_id", "partition", "timestamp", "payload"})
+REQUIRED_FIELDS = ("id", "publisher_id", "timestamp")
+
+_PUBLISHER_ID_RE = re.compile(PUBLISHER_ID_PATTERN)
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+Partition = str | int
+PartitionKey = tuple[str, Partition]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Event:
+    """One accepted event. Ordered by ``(timestamp, offset)``; equality is identity."""
+
+    id: str
+    publisher_id: str
+    partition: Partition
+    timestamp: float
+    payload: Any
+    offset: int = -1
+
+    def __lt__(self, other: Event) -> bool:
+        if self.timestamp != other.timestamp:
+            return self.timestamp < other.timestamp
+        return self.offset < other.offset
+
+    @property
+    def key(self) -> PartitionKey:
+        """The partition sub-queue this event belongs to."""
+        return (self.publisher_id, self.partition)
+
+    def to_dict(self, attempt: int = 1) -> dict[str, Any]:
+        """The wire form pushed to subscribers."""
+        return {
+            "id": self.id,
+            "publisher_id": self.publisher_id,
+            "partition": self.partition,
+            "timestamp": self.timestamp,
+            "payload": self.payload,
+            "offset": self.offset,
+            "attempt": attempt,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Event:
+        """Rebuild a delivered event (subscriber side); trusts the broker's validation."""
+        return cls(
+            id=data["id"],
+            publisher_id=data["publisher_id"],
+            partition=data["partition"],
+            timestamp=data["timestamp"],
+            payload=data["payload"],
+            offset=data.get("offset", -1),
+        )
+
+
+def validate_batch(
+    batch: Any, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, max_batch: int | None = None
+) -> list[Event]:
+    """Validate a published batch whole; offsets are left at -1 for the channel to assign.
+
+    Raises InvalidEvent naming the first bad field and its index; nothing is partially kept.
+    """
+    if not isinstance(batch, list | tuple):
+        raise InvalidEvent("batch", f"must be a list of events, got {type(batch).__name__}")
+    if max_batch is not None and len(batch) > max_batch:
+        raise InvalidEvent("batch", f"{len(batch)} events exceed the limit of {max_batch}")
+    return [validate_event(raw, max_payload_bytes, index) for index, raw in enumerate(batch)]
+
+
+def validate_event(
+    raw: Any, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, index: int = -1
+) -> Event:
+    """Turn one published dict into an Event or raise InvalidEvent naming the field."""
+    if not isinstance(raw, dict):
+        raise InvalidEvent("event", f"must be a mapping, got {type(raw).__name__}", index)
+    if not raw.keys() <= PUBLISHED_FIELDS:
+        unknown = sorted(str(k) for k in raw.keys() - PUBLISHED_FIELDS)
+        raise InvalidEvent(unknown[0], "unknown field", index)
+    for name in REQUIRED_FIELDS:
+        if name not in raw:
+            raise InvalidEvent(name, "is required", index)
+    return Event(
+        id=_check_id(raw["id"], index),
+        publisher_id=_check_publisher_id(raw["publisher_id"], index),
+        partition=_check_partition(raw.get("partition", DEFAULT_PARTITION), index),
+        timestamp=_check_timestamp(raw["timestamp"], index),
+        payload=_check_payload(raw.get("payload"), max_payload_bytes, index),
+    )
+
+
+def _check_id(value: Any, index: int) -> str:
+    if type(value) is not str or not value:
+        raise InvalidEvent("id", "must be a non-empty string", index)
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidEvent("id", f"longer than {MAX_ID_CHARS} characters", index)
+    return value
+
+
+def _check_publisher_id(value: Any, index: int) -> str:
+    if type(value) is not str or not _PUBLISHER_ID_RE.match(value):
+        raise InvalidEvent("publisher_id", "must be 1-128 characters of [A-Za-z0-9._-]", index)
+    # Interned: a channel holds millions of events from a handful of publishers.
+    return sys.intern(value)
+
+
+def _check_partition(value: Any, index: int) -> Partition:
+    if type(value) is int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidEvent("partition", "integer out of the 64-bit range", index)
+        return value
+    if type(value) is str:
+        if not value or len(value) > MAX_PARTITION_CHARS:
+            raise InvalidEvent(
+                "partition", f"string must have 1-{MAX_PARTITION_CHARS} chars", index
+            )
+        return sys.intern(value)
+    raise InvalidEvent(
+        "partition", f"must be a string or an integer, not {type(value).__name__}", index
+    )
+
+
+def _check_timestamp(value: Any, index: int) -> float:
+    if type(value) not in (float, int):
+        raise InvalidEvent("timestamp", "must be a number (seconds since the epoch)", index)
+    result = float(value)
+    if not math.isfinite(result):
+        raise InvalidEvent("timestamp", "must be finite", index)
+    return result
+
+
+def _check_payload(value: Any, limit: int, index: int) -> Any:
+    if isinstance(value, str):
+        size = len(value) if len(value) * 4 <= limit else len(value.encode("utf-8"))
+    elif isinstance(value, bytes | bytearray):
+        value, size = bytes(value), len(value)
+    elif isinstance(value, _JSON_SCALARS):
+        return value
+    else:
+        try:
+            size = len(json.dumps(value, allow_nan=False, separators=(",", ":")))
+        except (TypeError, ValueError) as exc:
+            raise InvalidEvent("payload", f"not a JSON-like value: {exc}", index) from None
+    if size > limit:
+        raise InvalidEvent("payload", f"{size} bytes exceed the limit of {limit}", index)
+    return value
