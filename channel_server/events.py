@@ -82,9 +82,12 @@ class Event:
 
 
 def validate_batch(
-    batch: Any, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, max_batch: int | None = None
+    batch: Any,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    max_batch: int | None = None,
+    first_offset: int = -1,
 ) -> list[Event]:
-    """Validate a published batch whole; offsets are left at -1 for the channel to assign.
+    """Validate a published batch whole; event i gets offset ``first_offset + i`` (or -1).
 
     Raises InvalidEvent naming the first bad field and its index; nothing is partially kept.
     """
@@ -92,11 +95,15 @@ def validate_batch(
         raise InvalidEvent("batch", f"must be a list of events, got {type(batch).__name__}")
     if max_batch is not None and len(batch) > max_batch:
         raise InvalidEvent("batch", f"{len(batch)} events exceed the limit of {max_batch}")
-    return [validate_event(raw, max_payload_bytes, index) for index, raw in enumerate(batch)]
+    step = 1 if first_offset >= 0 else 0
+    return [
+        validate_event(raw, max_payload_bytes, index, first_offset + index * step)
+        for index, raw in enumerate(batch)
+    ]
 
 
 def validate_event(
-    raw: Any, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, index: int = -1
+    raw: Any, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, index: int = -1, offset: int = -1
 ) -> Event:
     """Turn one published dict into an Event or raise InvalidEvent naming the field."""
     if not isinstance(raw, dict):
@@ -113,6 +120,7 @@ def validate_event(
         partition=_check_partition(raw.get("partition", DEFAULT_PARTITION), index),
         timestamp=_check_timestamp(raw["timestamp"], index),
         payload=_check_payload(raw.get("payload"), max_payload_bytes, index),
+        offset=offset,
     )
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from channel_server.cli import main
+
+sys.exit(main())

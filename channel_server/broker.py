@@ -1,0 +1,170 @@
+"""The broker: one Pyro5 daemon hosting many channels, published in the name server.
+
+Threads: the daemon's request loop (owned here), Pyro5 workers, and each channel's
+dispatchers (owned by the channel). ``_lock`` guards the channel table.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import Pyro5.api
+import Pyro5.errors
+import Pyro5.server
+
+from channel_server.channel import EventChannel
+from channel_server.config import BrokerConfig
+from channel_server.core.channel_core import ChannelKind
+from channel_server.errors import InvalidArgument, UnknownChannel
+from channel_server.nameservice import NameService
+from channel_server.store import ChannelRecord, Store
+from channel_server.wire import (
+    BROKER_TAG_PREFIX,
+    broker_ns_name,
+    channel_ns_name,
+    check_name,
+    register_errors,
+)
+
+log = logging.getLogger(__name__)
+KIND_TAG_PREFIX = "kind:"
+STOP_TIMEOUT_S = 5.0
+
+
+class Broker:
+    """Owns the daemon, the channels and the name-server registrations."""
+
+    def __init__(self, config: BrokerConfig, store: Store) -> None:
+        self.config = config
+        self.store = store
+        self._lock = threading.Lock()
+        """Guards _channels."""
+        self._channels: dict[str, EventChannel] = {}
+        self._daemon: Pyro5.server.Daemon | None = None
+        self._loop: threading.Thread | None = None
+        self.ns: NameService | None = None
+        self.uri: str = ""
+
+    # -- life cycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        register_errors()
+        Pyro5.config.THREADPOOL_SIZE = self.config.threadpool_size
+        self.ns = NameService.connect_or_start(self.config.ns_host, self.config.ns_port)
+        self._daemon = Pyro5.server.Daemon(host=self.config.host, port=self.config.port)
+        service = BrokerService(self)
+        self.uri = str(
+            self._daemon.register(service, objectId=broker_ns_name(self.config.broker_id))
+        )
+        self.ns.register(broker_ns_name(self.config.broker_id), self.uri, False, {"broker"})
+        for record in self.store.channels():
+            self.create_channel(record.name, record.kind)
+        for name in self.config.channels:
+            self.create_channel(name)
+        self._loop = threading.Thread(
+            target=self._daemon.requestLoop, name="broker-daemon", daemon=True
+        )
+        self._loop.start()
+        log.info("broker %s serving at %s", self.config.broker_id, self.uri)
+
+    def stop(self) -> None:
+        """Unpublish, stop dispatching, close the daemon and the embedded name server."""
+        with self._lock:
+            channels = list(self._channels.values())
+        if self.ns is not None:
+            for channel in channels:
+                self.ns.remove(channel_ns_name(channel.name))
+            self.ns.remove(broker_ns_name(self.config.broker_id))
+        for channel in channels:
+            channel.close()
+        if self._daemon is not None:
+            self._daemon.shutdown()
+            if self._loop is not None:
+                self._loop.join(STOP_TIMEOUT_S)
+            self._daemon.close()
+        if self.ns is not None:
+            self.ns.close()
+        self.store.close()
+        log.info("broker %s stopped", self.config.broker_id)
+
+    # -- channels ------------------------------------------------------------------------
+    def channel_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._channels)
+
+    def channel(self, name: str) -> EventChannel:
+        with self._lock:
+            try:
+                return self._channels[name]
+            except KeyError:
+                raise UnknownChannel(name) from None
+
+    def create_channel(self, name: str, kind: str = ChannelKind.QUEUE.value) -> str:
+        """Host a channel and claim its name; returns the URI clients should use.
+
+        The claim is a ``safe`` registration, so when two brokers race for one name the
+        loser drops its copy and returns the winner's URI.
+        """
+        check_name("channel", name)
+        channel_kind = _check_kind(kind)
+        with self._lock:
+            if name in self._channels:
+                return self._daemon.uriFor(self._channels[name]).asString()
+            channel = EventChannel(name, self.config.channel, self.store, channel_kind)
+            uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
+            winner = self._claim(name, uri, channel_kind)
+            if winner != uri:
+                self._daemon.unregister(channel)
+                channel.close()
+                log.info("channel %s is already hosted at %s", name, winner)
+                return winner
+            self.store.save_channel(ChannelRecord(name, channel_kind.value))
+            self._channels[name] = channel
+        log.info("channel %s (%s) created", name, channel_kind.value)
+        return uri
+
+    def _claim(self, name: str, uri: str, kind: ChannelKind) -> str:
+        tags = {BROKER_TAG_PREFIX + self.config.broker_id, KIND_TAG_PREFIX + kind.value}
+        ns_name = channel_ns_name(name)
+        try:
+            self.ns.register(ns_name, uri, True, tags)
+            return uri
+        except Pyro5.errors.NamingError:
+            existing = self.ns.lookup(ns_name)
+        if existing is None or BROKER_TAG_PREFIX + self.config.broker_id in existing[1]:
+            self.ns.register(ns_name, uri, False, tags)  # our own entry from an earlier life
+            return uri
+        return existing[0]
+
+
+@Pyro5.api.expose
+class BrokerService:
+    """What a broker answers over RPC: channel creation, listing, admin calls."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def create_channel(self, name: str, kind: str = ChannelKind.QUEUE.value) -> str:
+        return self._broker.create_channel(name, kind)
+
+    def channels(self) -> list[str]:
+        return self._broker.channel_names()
+
+    def channel_count(self) -> int:
+        return len(self._broker.channel_names())
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "broker_id": self._broker.config.broker_id,
+            "uri": self._broker.uri,
+            "channels": self._broker.channel_names(),
+        }
+
+
+def _check_kind(kind: Any) -> ChannelKind:
+    try:
+        return ChannelKind(kind)
+    except ValueError:
+        choices = ", ".join(k.value for k in ChannelKind)
+        raise InvalidArgument("kind", f"must be one of {choices}") from None

@@ -1,0 +1,317 @@
+"""EventChannel: the Pyro5-exposed facade over one channel's pure core.
+
+Threads: Pyro5 worker threads call publish / subscribe / unsubscribe / stats; one
+:class:`Dispatcher` thread per member pushes batches. ``_lock`` guards the core, the
+dispatcher table and the wake-up conditions, which all share it. Pushes happen outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import Pyro5.api
+import Pyro5.core
+import Pyro5.errors
+
+from channel_server.config import ChannelConfig
+from channel_server.core.channel_core import ChannelCore, ChannelKind
+from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.dispatcher import Dispatcher, DispatchStopped
+from channel_server.errors import InvalidArgument, QueueFull, SubscriberIdInUse
+from channel_server.store import MemberRecord, Store
+from channel_server.wire import DEFAULT_GROUP, check_name
+
+log = logging.getLogger(__name__)
+MemberKey = tuple[str, str]
+"""(group, member id)"""
+STOP_TIMEOUT_S = 5.0
+
+
+class EventChannel:
+    """A named channel: publish events, subscribe push consumers, read its state.
+
+    Only the methods marked ``@expose`` are reachable over RPC; the dispatcher side
+    (next_batch, push_done, push_failed) and close are for in-process callers.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: ChannelConfig,
+        store: Store,
+        kind: ChannelKind = ChannelKind.QUEUE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._name = name
+        self._config = config
+        self._store = store
+        self._clock = clock
+        self._lock = threading.Lock()
+        """Guards _core, _dispatchers, _wakeups and _closed."""
+        self._core = ChannelCore(name, config, kind)
+        self._wakeups: dict[MemberKey, threading.Condition] = {}
+        self._dispatchers: dict[MemberKey, Dispatcher] = {}
+        self._closed = False
+
+    @Pyro5.api.expose
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # -- publishing ----------------------------------------------------------------------
+    @Pyro5.api.expose
+    def publish(self, batch: Any) -> dict[str, Any]:
+        """Store and enqueue a batch. Returns accepted / duplicates / refused / unrouted.
+
+        Raises InvalidEvent (nothing stored) or QueueFull (the front of the batch that fit
+        was stored; the exception says how much).
+        """
+        with self._lock:
+            outcome = self._core.prepare(batch)
+            if outcome.accepted:
+                self._store.append(self._name, outcome.accepted)
+                self._core.enqueue(outcome.accepted, self._clock())
+                self._wake_ready()
+        if outcome.refused:
+            raise QueueFull(
+                self._name,
+                self._config.capacity,
+                accepted=len(outcome.accepted),
+                refused=outcome.refused,
+                duplicates=outcome.duplicates,
+                retry_after_s=self._config.queue_full_retry_s,
+            )
+        return outcome.summary()
+
+    # -- subscriptions -------------------------------------------------------------------
+    @Pyro5.api.expose
+    def subscribe(
+        self,
+        subscriber_id: str,
+        callback: str,
+        group: str = DEFAULT_GROUP,
+        prefetch: int | None = None,
+    ) -> dict[str, Any]:
+        """Join (or resume) ``group`` as a push subscriber reached at ``callback``."""
+        check_name("subscriber_id", subscriber_id)
+        check_name("group", group)
+        callback = _check_callback(callback)
+        prefetch = self._check_prefetch(prefetch)
+        with self._lock:
+            grp = self._core.add_group(group)
+            existing = grp.members.get(subscriber_id)
+            if existing and existing.active and existing.callback != callback:
+                raise SubscriberIdInUse(subscriber_id, group)
+            member = grp.join(subscriber_id, callback, prefetch)
+            self._store.save_member(
+                MemberRecord(self._name, group, subscriber_id, callback, prefetch)
+            )
+            self._start_dispatcher(group, subscriber_id, member.session, callback)
+            self._wake_ready()
+            partitions = sorted(member.partitions, key=str)
+        log.info("%s: %s joined group %s (prefetch %d)", self._name, subscriber_id, group, prefetch)
+        return {
+            "channel": self._name,
+            "group": group,
+            "subscriber_id": subscriber_id,
+            "prefetch": prefetch,
+            "partitions": [list(key) for key in partitions],
+        }
+
+    @Pyro5.api.expose
+    def unsubscribe(self, subscriber_id: str, group: str = DEFAULT_GROUP) -> bool:
+        """Leave the group; its partitions go back to the pool. False if not a member."""
+        check_name("subscriber_id", subscriber_id)
+        check_name("group", group)
+        with self._lock:
+            grp = self._core.groups.get(group)
+            if grp is None or subscriber_id not in grp.members:
+                return False
+            grp.leave(subscriber_id)
+            self._store.remove_member(self._name, group, subscriber_id)
+            self._wake_all()
+        log.info("%s: %s left group %s", self._name, subscriber_id, group)
+        return True
+
+    def _check_prefetch(self, prefetch: Any) -> int:
+        if prefetch is None:
+            return self._config.default_prefetch
+        if type(prefetch) is not int or not 1 <= prefetch <= self._config.max_prefetch:
+            raise InvalidArgument("prefetch", f"must be an integer 1-{self._config.max_prefetch}")
+        return prefetch
+
+    def _start_dispatcher(self, group: str, member_id: str, session: int, callback: str) -> None:
+        key = (group, member_id)
+        self._wakeups.setdefault(key, threading.Condition(self._lock))
+        old = self._dispatchers.get(key)
+        if old is not None:
+            old.stop()  # it notices the new session and ends after its current push
+        dispatcher = Dispatcher(self, self._name, group, member_id, session, callback, self._config)
+        self._dispatchers[key] = dispatcher
+        dispatcher.start()
+
+    # -- the dispatchers' side (BatchSource) ---------------------------------------------
+    def next_batch(self, group: str, member_id: str, session: int) -> Batch | None:
+        deadline = time.monotonic() + self._config.dispatch_wait_s
+        with self._lock:
+            wakeup = self._wakeups[(group, member_id)]
+            while True:
+                grp = self._live_group(group, member_id, session)
+                batch = grp.take_batch(member_id)
+                if batch is not None:
+                    return batch
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._housekeep(grp)
+                    return None
+                wakeup.wait(remaining)
+
+    def _live_group(self, group: str, member_id: str, session: int) -> ConsumerGroup:
+        grp = self._core.groups.get(group)
+        member = grp.members.get(member_id) if grp else None
+        if self._closed or member is None or member.session != session or not member.active:
+            raise DispatchStopped
+        return grp
+
+    def push_done(self, group: str, batch: Batch, reply: Any, elapsed_s: float) -> None:
+        acked, nacked = _parse_reply(reply)
+        with self._lock:
+            grp = self._core.groups[group]
+            outcome, retired = self._core.complete(grp, batch, acked, nacked)
+            self._store.ack(self._name, group, self._store.offsets(outcome.done))
+            if retired:
+                self._store.delete(self._name, self._store.offsets(retired))
+            self._wake_ready()
+        if outcome.missing:
+            log.warning(
+                "%s: %s left %d of %d events unacknowledged; they will be redelivered",
+                self._name,
+                batch.member_id,
+                outcome.missing,
+                len(batch.events),
+            )
+        for ev, error in outcome.dead:
+            log.warning(
+                "%s: %s dead-lettered after %d failures: %s",
+                self._name,
+                ev.id,
+                self._config.max_attempts,
+                error,
+            )
+        if elapsed_s > self._config.small_delay_s:
+            log.info("%s: small delay from %s: %.3f s", self._name, batch.member_id, elapsed_s)
+
+    def push_failed(self, group: str, batch: Batch, error: Exception) -> bool:
+        with self._lock:
+            gave_up = self._core.groups[group].fail(batch)
+            self._wake_ready()
+        log.warning(
+            "%s: push of %d events to %s failed: %s%s",
+            self._name,
+            len(batch.events),
+            batch.member_id,
+            error,
+            "; member marked inactive" if gave_up else "",
+        )
+        return gave_up
+
+    def _housekeep(self, grp: ConsumerGroup) -> None:
+        for key in grp.sweep_idle(self._clock(), self._config.partition_idle_s):
+            log.debug("%s: dropped idle partition %s", self._name, key)
+        self._core.delivered.expire(self._clock())
+
+    def _wake_ready(self) -> None:
+        for name, grp in self._core.groups.items():
+            for member_id in grp.ready_members():
+                self._wakeups[(name, member_id)].notify()
+
+    def _wake_all(self) -> None:
+        for wakeup in self._wakeups.values():
+            wakeup.notify_all()
+
+    # -- visibility and life cycle -------------------------------------------------------
+    @Pyro5.api.expose
+    def stats(self) -> dict[str, Any]:
+        """A JSON-friendly snapshot: counters, groups, members and partitions."""
+        with self._lock:
+            core = self._core
+            return {
+                "name": self._name,
+                "kind": core.kind.value,
+                "capacity": self._config.capacity,
+                "unacked": core.unacked,
+                "accepted": core.accepted_total,
+                "acked": core.acked_total,
+                "dead_letters": len(core.dead_letters),
+                "groups": {name: _group_stats(grp) for name, grp in core.groups.items()},
+            }
+
+    def close(self) -> None:
+        """Stop every dispatcher (after its current push) and wait for them."""
+        with self._lock:
+            self._closed = True
+            dispatchers = list(self._dispatchers.values())
+            for dispatcher in dispatchers:
+                dispatcher.stop()
+            self._wake_all()
+        for dispatcher in dispatchers:
+            dispatcher.join(STOP_TIMEOUT_S)
+
+
+def _check_callback(callback: Any) -> str:
+    if isinstance(callback, Pyro5.core.URI):
+        return str(callback)
+    if type(callback) is not str:
+        raise InvalidArgument("callback", "must be a PYRO: URI string")
+    try:
+        uri = Pyro5.core.URI(callback)
+    except Pyro5.errors.PyroError as exc:
+        raise InvalidArgument("callback", f"not a Pyro URI: {exc}") from None
+    if uri.protocol != "PYRO":
+        raise InvalidArgument("callback", "must be a direct PYRO: URI")
+    return callback
+
+
+def _parse_reply(reply: Any) -> tuple[set[str], dict[str, str]]:
+    """A subscriber's reply, ``{"acked": [ids], "nacked": {id: error}}``; anything malformed
+    acknowledges nothing (so everything is redelivered)."""
+    if not isinstance(reply, dict):
+        return set(), {}
+    acked = reply.get("acked", [])
+    nacked = reply.get("nacked", {})
+    acked_ids = {i for i in acked if type(i) is str} if isinstance(acked, list) else set()
+    nacked_ids = {str(k): str(v) for k, v in nacked.items()} if isinstance(nacked, dict) else {}
+    return acked_ids, nacked_ids
+
+
+def _group_stats(grp: ConsumerGroup) -> dict[str, Any]:
+    return {
+        "backlog": grp.backlog,
+        "members": [
+            {
+                "id": m.member_id,
+                "active": m.active,
+                "partitions": len(m.partitions),
+                "queued": m.queued,
+                "in_flight": m.in_flight,
+                "delivered": m.delivered,
+                "acked": m.acked,
+                "failures": m.failures,
+            }
+            for m in sorted(grp.members.values(), key=lambda m: m.member_id)
+        ],
+        "partitions": [
+            {
+                "publisher_id": pq.key[0],
+                "partition": pq.key[1],
+                "owner": pq.owner,
+                "pending": len(pq.pending),
+                "in_flight": len(pq.in_flight),
+            }
+            for pq in grp.partitions.values()
+        ],
+    }

@@ -1,0 +1,98 @@
+"""Pieces every command line shares: name-server flags, logging, stop signals, exit codes.
+
+Light on purpose (no broker imports), so the publisher and subscriber CLIs can use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+EXIT_REFUSED = 4
+
+
+def add_ns_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ns-host", default=DEFAULT_HOST, help="name server host (default %(default)s)"
+    )
+    parser.add_argument(
+        "--ns-port",
+        type=port_number,
+        default=DEFAULT_NS_PORT,
+        help="name server port (default %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log verbosity on stderr (default %(default)s)",
+    )
+
+
+def positive_int(text: str) -> int:
+    return _bounded(int, text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _bounded(int, text, 0)
+
+
+def positive_float(text: str) -> float:
+    value = _bounded(float, text, 0.0)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = _bounded(int, text, 0)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
+    return value
+
+
+def _bounded(kind: Callable[[str], Any], text: str, low: Any) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
+    if value != value or value < low:  # NaN or too small
+        raise argparse.ArgumentTypeError(f"must be at least {low}, got {text!r}")
+    return value
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def stop_on_signals() -> threading.Event:
+    """An Event set by SIGTERM or SIGINT; the handler only sets the flag."""
+    stop = threading.Event()
+
+    def _handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    return stop
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> int:
+    """Print a one-line reason on stderr and return the exit code."""
+    print(f"error: {message}", file=sys.stderr)
+    return code

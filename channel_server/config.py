@@ -1,0 +1,59 @@
+"""Typed configuration, one frozen dataclass per component, units in the names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    """How one channel queues, assigns and delivers."""
+
+    capacity: int = 1_000_000
+    """Most unacknowledged events held; publishing past it raises QueueFull."""
+    partition_weight: int = 10
+    """Load of owning one partition, in events (DESIGN §5)."""
+    default_prefetch: int = 100
+    """Most unacknowledged events a subscriber holds when it does not say."""
+    max_prefetch: int = 10_000
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    max_publish_batch: int = 100_000
+    ack_timeout_s: float = 5.0
+    """Timeout of one push (receive) round trip."""
+    max_attempts: int = 3
+    """Consecutive failed pushes before a member is inactive; handler failures before an
+    event goes to the dead-letter queue."""
+    retry_backoff_s: float = 0.05
+    """First pause after a failed push; doubles with each further failure."""
+    small_delay_s: float = 0.25
+    long_delay_s: float = 1.0
+    long_delay_count: int = 3
+    long_delay_window_s: float = 30.0
+    partition_idle_s: float = 30.0
+    """An empty partition with nothing in flight is dropped after this long."""
+    dedupe_max_ids: int = 1_000_000
+    dedupe_max_age_s: float = 24 * 3600.0
+    queue_full_retry_s: float = 0.5
+    """Retry hint given with QueueFull."""
+    dispatch_wait_s: float = 1.0
+    """Longest a dispatcher sleeps without being notified (housekeeping cadence)."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """How a broker process serves and where it finds its name server."""
+
+    broker_id: str = "b1"
+    host: str = DEFAULT_HOST
+    port: int = 0
+    """0 picks a free port; the URI is published through the name server."""
+    ns_host: str = DEFAULT_HOST
+    ns_port: int = DEFAULT_NS_PORT
+    channels: tuple[str, ...] = ()
+    allow_fault_injection: bool = False
+    threadpool_size: int = 256
+    """Pyro5 worker threads: one per connected client (publishers, subscribers, admin)."""
+    channel: ChannelConfig = field(default_factory=ChannelConfig)

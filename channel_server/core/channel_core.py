@@ -1,0 +1,154 @@
+"""A channel's state machine: accept, deduplicate, bound, split into groups, retire.
+
+Pure (DESIGN §2): the facade passes ``now`` in and holds the lock. Queue channels have the
+standing ``default`` group; topic channels keep an event only for the groups that exist when
+it is published (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from channel_server.config import ChannelConfig
+from channel_server.core.dedupe import DeliveredIds
+from channel_server.core.group import AckOutcome, Batch, ConsumerGroup
+from channel_server.core.queues import GlobalQueue
+from channel_server.events import Event, validate_batch
+from channel_server.wire import DEFAULT_GROUP
+
+
+class ChannelKind(StrEnum):
+    QUEUE = "queue"
+    TOPIC = "topic"
+
+
+@dataclass
+class PublishOutcome:
+    """What happened to a published batch, in batch order."""
+
+    accepted: list[Event] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    refused: int = 0
+    unrouted: int = 0
+    """Events of a topic with no group: reported, not stored."""
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "accepted": len(self.accepted),
+            "duplicates": self.duplicates,
+            "refused": self.refused,
+            "unrouted": self.unrouted,
+        }
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    event: Event
+    group: str
+    error: str
+
+
+class ChannelCore:
+    """Everything a channel knows, without locks, threads or I/O."""
+
+    def __init__(
+        self, name: str, config: ChannelConfig, kind: ChannelKind = ChannelKind.QUEUE
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.kind = kind
+        self.global_queue = GlobalQueue()
+        self.groups: dict[str, ConsumerGroup] = {}
+        self.delivered = DeliveredIds(config.dedupe_max_ids, config.dedupe_max_age_s)
+        self.dead_letters: list[DeadLetter] = []
+        self.next_offset = 0
+        self.unacked = 0
+        self.accepted_total = 0
+        self.acked_total = 0
+        self._groups_left: dict[int, int] = {}
+        """offset -> groups still to acknowledge, only for events held by 2+ groups."""
+        if kind is ChannelKind.QUEUE:
+            self.add_group(DEFAULT_GROUP)
+
+    # -- groups --------------------------------------------------------------------------
+    def add_group(self, name: str) -> ConsumerGroup:
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = ConsumerGroup(
+                name, self.config.partition_weight, self.config.max_attempts
+            )
+        return group
+
+    # -- publish -------------------------------------------------------------------------
+    def prepare(self, raw_batch: Any) -> PublishOutcome:
+        """Validate the whole batch, drop known ids, and pick what fits; changes nothing but
+        the offset counter, so a store failure before :meth:`enqueue` leaves no trace.
+
+        Raises InvalidEvent (nothing kept). Refusals for capacity are counted in the outcome;
+        the facade turns them into QueueFull after storing what was accepted.
+        """
+        events = validate_batch(
+            raw_batch,
+            self.config.max_payload_bytes,
+            self.config.max_publish_batch,
+            first_offset=self.next_offset,
+        )
+        self.next_offset += len(events)  # offsets of refused events are never reused
+        outcome = PublishOutcome()
+        fresh: list[Event] = []
+        seen: set[str] = set()
+        for ev in events:
+            if ev.id in self.delivered or ev.id in seen:
+                outcome.duplicates.append(ev.id)
+            else:
+                seen.add(ev.id)
+                fresh.append(ev)
+        if not self.groups:
+            outcome.unrouted = len(fresh)
+            return outcome
+        room = max(0, self.config.capacity - self.unacked)
+        outcome.accepted = fresh[:room]
+        outcome.refused = len(fresh) - len(outcome.accepted)
+        return outcome
+
+    def enqueue(self, events: list[Event], now: float) -> None:
+        """Commit accepted (and stored) events: remember their ids, order them in the global
+        queue, then split them into every group's partition sub-queues."""
+        self.delivered.add_many((ev.id for ev in events), now)
+        self.global_queue.add_many(events)
+        ordered = self.global_queue.drain()
+        holders = len(self.groups)
+        if holders > 1:
+            self._groups_left.update((ev.offset, holders) for ev in ordered)
+        for group in self.groups.values():
+            group.enqueue(ordered)
+        self.unacked += len(ordered)
+        self.accepted_total += len(ordered)
+
+    # -- acks ----------------------------------------------------------------------------
+    def complete(
+        self, group: ConsumerGroup, batch: Batch, acked: set[str], nacked: dict[str, str]
+    ) -> tuple[AckOutcome, list[Event]]:
+        """Apply a reply; returns it and the events now acknowledged by every group."""
+        outcome = group.complete(batch, acked, nacked)
+        for ev, error in outcome.dead:
+            self.dead_letters.append(DeadLetter(ev, group.name, error))
+        resolved = outcome.done + [ev for ev, _ in outcome.dead]
+        return outcome, self._retire(resolved)
+
+    def _retire(self, events: list[Event]) -> list[Event]:
+        finished = []
+        for ev in events:
+            left = self._groups_left.get(ev.offset)
+            if left is None:
+                finished.append(ev)
+            elif left <= 1:
+                del self._groups_left[ev.offset]
+                finished.append(ev)
+            else:
+                self._groups_left[ev.offset] = left - 1
+        self.unacked -= len(finished)
+        self.acked_total += len(finished)
+        return finished

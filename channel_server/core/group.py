@@ -1,0 +1,286 @@
+"""One consumer group: its members, partition ownership, batches in flight and acks.
+
+Pure bookkeeping (DESIGN §4-§6): no clock reads, no threads, no I/O. The channel facade
+holds the lock and performs the pushes; this class decides what to push, to whom, and what
+an ack or a failure changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from channel_server.core.assignment import least_loaded
+from channel_server.core.queues import PartitionQueue
+from channel_server.events import Event, PartitionKey
+
+
+@dataclass
+class Member:
+    """A subscriber in a group. ``queued`` counts pending events of owned partitions."""
+
+    member_id: str
+    callback: str
+    prefetch: int
+    active: bool = True
+    leaving: bool = False
+    session: int = 1
+    partitions: set[PartitionKey] = field(default_factory=set)
+    queued: int = 0
+    in_flight: int = 0
+    consecutive_failures: int = 0
+    delivered: int = 0
+    acked: int = 0
+    failures: int = 0
+
+    def load(self, partition_weight: int) -> int:
+        return partition_weight * len(self.partitions) + self.queued + self.in_flight
+
+
+@dataclass
+class Batch:
+    """Events pushed to one member in one call, grouped partition by partition."""
+
+    member_id: str
+    session: int
+    events: list[Event]
+    attempts: list[int]
+
+    def to_wire(self) -> list[dict]:
+        return [ev.to_dict(att) for ev, att in zip(self.events, self.attempts, strict=True)]
+
+
+@dataclass
+class AckOutcome:
+    """What a reply did: events now done in this group, put back, or dead-lettered."""
+
+    done: list[Event] = field(default_factory=list)
+    retried: list[Event] = field(default_factory=list)
+    dead: list[tuple[Event, str]] = field(default_factory=list)
+    missing: int = 0
+
+
+class ConsumerGroup:
+    """Members compete for the group's partitions; each event goes to exactly one member."""
+
+    def __init__(self, name: str, partition_weight: int, max_attempts: int) -> None:
+        self.name = name
+        self.partition_weight = partition_weight
+        self.max_attempts = max_attempts
+        self.partitions: dict[PartitionKey, PartitionQueue] = {}
+        self.members: dict[str, Member] = {}
+        self._attempts: dict[int, int] = {}
+        """Deliveries made so far of events that went back to a queue (offset -> count)."""
+        self._handler_failures: dict[int, int] = {}
+        self._rotation = 0
+
+    # -- queries -------------------------------------------------------------------------
+    @property
+    def backlog(self) -> int:
+        return sum(len(pq.pending) + len(pq.in_flight) for pq in self.partitions.values())
+
+    def active_members(self) -> list[Member]:
+        return [m for m in self.members.values() if m.active]
+
+    def ready_members(self) -> set[str]:
+        """Members that have a partition ready to send."""
+        return {
+            pq.owner
+            for pq in self.partitions.values()
+            if pq.owner is not None and pq.ready and self.members[pq.owner].active
+        }
+
+    # -- events in -----------------------------------------------------------------------
+    def enqueue(self, events: Iterable[Event]) -> None:
+        """Add events (any order) to their partitions; unowned partitions get an owner."""
+        by_key: dict[PartitionKey, list[Event]] = {}
+        for ev in events:
+            by_key.setdefault(ev.key, []).append(ev)
+        for key, evs in by_key.items():
+            pq = self.partitions.get(key)
+            if pq is None:
+                pq = self.partitions[key] = PartitionQueue(key)
+            pq.idle_since = None
+            added = pq.put_back(evs)
+            if pq.owner is None:
+                self._assign(pq)
+            else:
+                self.members[pq.owner].queued += added
+
+    def _assign(self, pq: PartitionQueue) -> str | None:
+        """Give an unowned partition to the least-loaded active member, if any."""
+        loads = {
+            m.member_id: m.load(self.partition_weight) for m in self.members.values() if m.active
+        }
+        if not loads:
+            return None
+        owner = self.members[least_loaded(loads)]
+        pq.owner = owner.member_id
+        owner.partitions.add(pq.key)
+        owner.queued += len(pq.pending)
+        return owner.member_id
+
+    def assign_unowned(self) -> None:
+        """Give every unowned partition with work an owner, oldest work first."""
+        waiting = [pq for pq in self.partitions.values() if pq.owner is None and pq.pending]
+        waiting.sort(key=lambda pq: pq.pending[0])
+        for pq in waiting:
+            if self._assign(pq) is None:
+                return
+
+    # -- membership ----------------------------------------------------------------------
+    def join(self, member_id: str, callback: str, prefetch: int) -> Member:
+        """Add a member, or resume one with the same id (a durable subscription)."""
+        member = self.members.get(member_id)
+        if member is None:
+            member = self.members[member_id] = Member(member_id, callback, prefetch)
+        else:
+            member.callback, member.prefetch = callback, prefetch
+            member.active, member.leaving = True, False
+            member.session += 1
+            member.consecutive_failures = 0
+        self.assign_unowned()
+        return member
+
+    def deactivate(self, member_id: str) -> None:
+        """Take a member out of rotation; the unacknowledged rest of its partitions moves."""
+        member = self.members[member_id]
+        member.active = False
+        self._release_partitions(member)
+
+    def leave(self, member_id: str) -> bool:
+        """Unsubscribe. Returns True when the member is gone now, False when it still has a
+        batch in flight (it goes when that batch completes or fails)."""
+        member = self.members[member_id]
+        member.leaving = True
+        member.active = False
+        if member.in_flight:
+            return False
+        self._release_partitions(member)
+        del self.members[member_id]
+        return True
+
+    def _release_partitions(self, member: Member) -> None:
+        for key in sorted(member.partitions, key=str):
+            pq = self.partitions[key]
+            if pq.in_flight:
+                continue  # still ours until the batch in flight resolves
+            pq.owner = None
+            member.partitions.discard(key)
+            member.queued -= len(pq.pending)
+        self.assign_unowned()
+
+    # -- dispatch ------------------------------------------------------------------------
+    def take_batch(self, member_id: str) -> Batch | None:
+        """The next push for a member: ready partitions, up to its free prefetch."""
+        member = self.members.get(member_id)
+        if member is None or not member.active:
+            return None
+        budget = member.prefetch - member.in_flight
+        keys = sorted(member.partitions, key=str)
+        if not keys or budget <= 0:
+            return None
+        start = self._rotation % len(keys)
+        self._rotation += 1
+        events: list[Event] = []
+        for key in keys[start:] + keys[:start]:
+            pq = self.partitions[key]
+            if budget <= 0:
+                break
+            if pq.ready:
+                taken = pq.take(budget)
+                events.extend(taken)
+                budget -= len(taken)
+        if not events:
+            return None
+        member.queued -= len(events)
+        member.in_flight += len(events)
+        member.delivered += len(events)
+        attempts = [self._attempts.pop(ev.offset, 0) + 1 for ev in events]
+        return Batch(member_id, member.session, events, attempts)
+
+    def complete(self, batch: Batch, acked: set[str], nacked: dict[str, str]) -> AckOutcome:
+        """Apply a member's reply: acked ids are done, nacked ones are retried or
+        dead-lettered, ids in neither are redelivered and count as a failed attempt."""
+        outcome = AckOutcome()
+        for ev, attempt in zip(batch.events, batch.attempts, strict=True):
+            if ev.id in acked:
+                self._handler_failures.pop(ev.offset, None)
+                outcome.done.append(ev)
+            elif ev.id in nacked:
+                failures = self._handler_failures.get(ev.offset, 0) + 1
+                if failures >= self.max_attempts:
+                    self._handler_failures.pop(ev.offset, None)
+                    outcome.dead.append((ev, str(nacked[ev.id])))
+                else:
+                    self._handler_failures[ev.offset] = failures
+                    self._attempts[ev.offset] = attempt
+                    outcome.retried.append(ev)
+            else:
+                self._attempts[ev.offset] = attempt
+                outcome.retried.append(ev)
+                outcome.missing += 1
+        member = self.members[batch.member_id]
+        member.acked += len(outcome.done)
+        if outcome.missing:
+            self._count_failure(member)
+        else:
+            member.consecutive_failures = 0
+        self._settle(batch, outcome.retried)
+        return outcome
+
+    def fail(self, batch: Batch) -> bool:
+        """A push failed in transport: everything goes back. Returns True when the member
+        has now failed ``max_attempts`` times in a row and was made inactive."""
+        for ev, attempt in zip(batch.events, batch.attempts, strict=True):
+            self._attempts[ev.offset] = attempt
+        member = self.members[batch.member_id]
+        gave_up = self._count_failure(member)
+        self._settle(batch, batch.events)
+        return gave_up
+
+    def _count_failure(self, member: Member) -> bool:
+        """One more failed attempt; the ``max_attempts``-th in a row makes it inactive."""
+        member.failures += 1
+        member.consecutive_failures += 1
+        if member.active and member.consecutive_failures >= self.max_attempts:
+            self.deactivate(member.member_id)
+            return True
+        return False
+
+    def _settle(self, batch: Batch, put_back: list[Event]) -> None:
+        """Close the batch's partitions: clear in-flight, return what must be redelivered."""
+        member = self.members[batch.member_id]
+        member.in_flight -= len(batch.events)
+        back: dict[PartitionKey, list[Event]] = {}
+        for ev in put_back:
+            back.setdefault(ev.key, []).append(ev)
+        for key in {ev.key for ev in batch.events}:
+            pq = self.partitions[key]
+            pq.in_flight = []
+            added = pq.put_back(back.get(key, ()))
+            if member.active:
+                member.queued += added
+            else:  # the partition was kept only for the batch in flight: release it now
+                member.queued -= len(pq.pending) - added
+                pq.owner = None
+                member.partitions.discard(key)
+        if member.leaving and not member.in_flight:
+            del self.members[member.member_id]
+        self.assign_unowned()
+
+    # -- housekeeping --------------------------------------------------------------------
+    def sweep_idle(self, now: float, idle_s: float) -> list[PartitionKey]:
+        """Drop partitions that stayed empty with nothing in flight for ``idle_s``."""
+        dropped = []
+        for key, pq in list(self.partitions.items()):
+            if not pq.idle:
+                continue
+            if pq.idle_since is None:
+                pq.idle_since = now
+            elif now - pq.idle_since >= idle_s:
+                if pq.owner is not None and pq.owner in self.members:
+                    self.members[pq.owner].partitions.discard(key)
+                del self.partitions[key]
+                dropped.append(key)
+        return dropped

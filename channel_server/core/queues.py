@@ -1,0 +1,74 @@
+"""The global queue and the per-(publisher, partition) sub-queues (DESIGN §1, §5).
+
+Both keep events in ``(timestamp, offset)`` order, so a batch published out of timestamp
+order, or events put back after a failed push, come out in order again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import islice
+
+from sortedcontainers import SortedList
+
+from channel_server.events import Event, PartitionKey
+
+
+class GlobalQueue:
+    """Accepted events not yet split into partition sub-queues, in timestamp order."""
+
+    def __init__(self) -> None:
+        self._events: SortedList = SortedList()
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def add_many(self, events: Iterable[Event]) -> None:
+        self._events.update(events)
+
+    def drain(self) -> list[Event]:
+        """Everything queued, in order; the queue is left empty."""
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+    def clear(self) -> None:
+        self._events.clear()
+
+
+class PartitionQueue:
+    """One partition of one consumer group: its pending events and its one unacked batch.
+
+    ``owner`` is the member the partition is assigned to (sticky), or None.
+    """
+
+    __slots__ = ("idle_since", "in_flight", "key", "owner", "pending")
+
+    def __init__(self, key: PartitionKey) -> None:
+        self.key = key
+        self.pending: SortedList = SortedList()
+        self.in_flight: list[Event] = []
+        self.owner: str | None = None
+        self.idle_since: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Has events to send and no unacknowledged batch (per-partition order)."""
+        return bool(self.pending) and not self.in_flight
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and not self.in_flight
+
+    def take(self, limit: int) -> list[Event]:
+        """Move up to ``limit`` pending events, oldest first, into the in-flight batch."""
+        batch = list(islice(self.pending, limit))
+        del self.pending[: len(batch)]
+        self.in_flight = batch
+        return batch
+
+    def put_back(self, events: Iterable[Event]) -> int:
+        """Return unacknowledged events to the pending queue (they re-sort into place)."""
+        before = len(self.pending)
+        self.pending.update(events)
+        return len(self.pending) - before
