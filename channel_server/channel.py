@@ -81,7 +81,7 @@ class EventChannel:
                 self._name,
                 self._config.capacity,
                 accepted=len(outcome.accepted),
-                refused=outcome.refused,
+                refused_ids=outcome.refused,
                 duplicates=outcome.duplicates,
                 retry_after_s=self._config.queue_full_retry_s,
             )

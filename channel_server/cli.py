@@ -29,7 +29,7 @@ STOP_POLL_S = 1.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = cc.Parser(
         prog="python -m channel_server",
         description="Event channel broker: competing consumers over Pyro5.",
     )

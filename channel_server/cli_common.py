@@ -22,6 +22,13 @@ EXIT_UNAVAILABLE = 3
 EXIT_REFUSED = 4
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line reason on bad input (exit 2), not the whole usage text."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def add_ns_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ns-host", default=DEFAULT_HOST, help="name server host (default %(default)s)"

@@ -94,8 +94,9 @@ class CapacityError(ChannelError):
 class QueueFull(CapacityError):
     """The channel holds ``capacity`` unacknowledged events.
 
-    ``accepted`` events at the front of the batch were stored (their ids in
-    ``accepted_ids``); ``duplicates`` were already known; the rest were refused.
+    ``accepted`` events of the batch were stored, the ids in ``duplicates`` were already
+    known, and the events whose ids are in ``refused_ids`` were not stored: publish those
+    again after ``retry_after_s``.
     """
 
     def __init__(
@@ -103,17 +104,18 @@ class QueueFull(CapacityError):
         channel: str,
         capacity: int,
         accepted: int,
-        refused: int,
+        refused_ids: list[str],
         duplicates: list[str] | None = None,
         retry_after_s: float = 0.5,
     ) -> None:
         super().__init__(
             f"channel {channel!r} is full ({capacity} unacknowledged events): "
-            f"{accepted} accepted, {refused} refused; retry in {retry_after_s:g} s",
+            f"{accepted} accepted, {len(refused_ids)} refused; retry in {retry_after_s:g} s",
             channel=channel,
             capacity=capacity,
             accepted=accepted,
-            refused=refused,
+            refused=len(refused_ids),
+            refused_ids=list(refused_ids),
             duplicates=list(duplicates or []),
             retry_after_s=retry_after_s,
         )

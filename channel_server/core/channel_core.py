@@ -30,7 +30,8 @@ class PublishOutcome:
 
     accepted: list[Event] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
-    refused: int = 0
+    refused: list[str] = field(default_factory=list)
+    """Ids refused for capacity."""
     unrouted: int = 0
     """Events of a topic with no group: reported, not stored."""
 
@@ -38,7 +39,7 @@ class PublishOutcome:
         return {
             "accepted": len(self.accepted),
             "duplicates": self.duplicates,
-            "refused": self.refused,
+            "refused": len(self.refused),
             "unrouted": self.unrouted,
         }
 
@@ -110,7 +111,7 @@ class ChannelCore:
             return outcome
         room = max(0, self.config.capacity - self.unacked)
         outcome.accepted = fresh[:room]
-        outcome.refused = len(fresh) - len(outcome.accepted)
+        outcome.refused = [ev.id for ev in fresh[room:]]
         return outcome
 
     def enqueue(self, events: list[Event], now: float) -> None:

@@ -1,0 +1,52 @@
+"""Finding a channel by name, and placing a new one on the least-busy broker (DESIGN §9).
+
+Client-side and light: it talks to the name server and to brokers over RPC only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import Pyro5.errors
+
+from channel_server.errors import BrokerUnavailable, UnknownChannel
+from channel_server.wire import (
+    NS_BROKER_PREFIX,
+    channel_ns_name,
+    locate_ns,
+    make_proxy,
+)
+
+log = logging.getLogger(__name__)
+BROKER_CALL_TIMEOUT_S = 5.0
+
+
+def resolve_channel(
+    ns_host: str, ns_port: int, channel: str, create: bool = False, kind: str = "queue"
+) -> str:
+    """The URI of ``channel``; with ``create``, host it on the broker with the fewest
+    channels (ties: lowest broker id) when nobody does yet."""
+    with locate_ns(ns_host, ns_port) as ns:
+        try:
+            return str(ns.lookup(channel_ns_name(channel)))
+        except Pyro5.errors.NamingError:
+            if not create:
+                raise UnknownChannel(channel) from None
+        brokers = ns.list(prefix=NS_BROKER_PREFIX)
+    broker_uri = pick_broker(brokers)
+    with make_proxy(broker_uri, BROKER_CALL_TIMEOUT_S) as broker:
+        return broker.create_channel(channel, kind)
+
+
+def pick_broker(brokers: dict[str, str]) -> str:
+    """The reachable broker with the fewest channels; ties go to the lowest broker id."""
+    counts: list[tuple[int, str, str]] = []
+    for name, uri in brokers.items():
+        try:
+            with make_proxy(uri, BROKER_CALL_TIMEOUT_S) as broker:
+                counts.append((broker.channel_count(), name[len(NS_BROKER_PREFIX) :], uri))
+        except Pyro5.errors.CommunicationError as exc:
+            log.warning("broker %s is not answering: %s", name, exc)
+    if not counts:
+        raise BrokerUnavailable("channel placement", "no broker is registered and answering")
+    return min(counts)[2]

@@ -1,0 +1,138 @@
+"""Read a local batch with the standard library (JSON lines, CSV) or pyarrow (Parquet).
+
+Each reader yields :class:`RawRow` items: the five field values typed the way the format
+types them (see :mod:`spark_partitions.rules`), or a reason the row could not even be split
+into fields, plus the source text for the rejects output. They mirror the Spark readers of
+:mod:`spark_partitions.spark_read` rule for rule.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from spark_partitions.errors import InputError
+from spark_partitions.formats import Format, data_files
+from spark_partitions.rules import BLANK_LINE_RE, FIELDS, Reason, csv_value
+
+PARQUET_BATCH_ROWS = 65_536
+_ALLOWED = frozenset(FIELDS)
+
+
+class RawRow(NamedTuple):
+    """One input row: field values, or the reason it has none; ``source`` for rejects."""
+
+    values: tuple[Any, ...] | None
+    reason: Reason | None
+    source: Any
+
+
+def read_rows(path: str, fmt: Format) -> Iterator[RawRow]:
+    """Every row of every data file under ``path``, in file order."""
+    reader = _READERS[fmt]
+    for file in data_files(path):
+        yield from reader(file)
+
+
+def source_text(source: Any) -> str:
+    """The rejects output's ``record``: the raw line, or the row as JSON."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, tuple):
+        source = dict(zip(FIELDS, source, strict=True))
+    return json.dumps(source, default=str, ensure_ascii=False)
+
+
+def check_columns(columns: list[str], where: str) -> None:
+    """Refuse a CSV or Parquet input with unknown or repeated columns (module doc)."""
+    unknown = [name for name in columns if name not in _ALLOWED]
+    if unknown:
+        raise InputError(f"{where}: unknown column {unknown[0]!r}; allowed: {', '.join(FIELDS)}")
+    if len(set(columns)) != len(columns):
+        raise InputError(f"{where}: repeated column names {columns}")
+
+
+# -- JSON lines ---------------------------------------------------------------------------
+class _Malformed(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _Malformed("duplicate key")
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise _Malformed(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+
+
+def parse_json_line(line: str) -> RawRow:
+    """One JSON-lines line (known not blank) as a row."""
+    try:
+        obj = _DECODER.decode(line)
+    except (ValueError, RecursionError):
+        return RawRow(None, Reason.MALFORMED_JSON, line)
+    if not isinstance(obj, dict):
+        return RawRow(None, Reason.NOT_OBJECT, line)
+    if not obj.keys() <= _ALLOWED:
+        return RawRow(None, Reason.UNKNOWN_FIELD, line)
+    return RawRow(tuple(obj.get(name) for name in FIELDS), None, line)
+
+
+def _read_jsonl(file: Path) -> Iterator[RawRow]:
+    with file.open(encoding="utf-8", errors="replace") as handle:
+        for raw in handle:
+            line = raw.rstrip("\r\n")
+            if not BLANK_LINE_RE.fullmatch(line):
+                yield parse_json_line(line)
+
+
+# -- CSV ----------------------------------------------------------------------------------
+def _read_csv(file: Path) -> Iterator[RawRow]:
+    with file.open(encoding="utf-8", errors="replace", newline="") as handle:
+        rows = csv.reader(handle)
+        header = next(rows, None)
+        if header is None:
+            return
+        check_columns(header, str(file))
+        where = [header.index(name) if name in header else -1 for name in FIELDS]
+        for row in rows:
+            if not row:
+                continue
+            if len(row) != len(header):
+                yield RawRow(None, Reason.FIELD_COUNT, dict(zip(header, row, strict=False)))
+                continue
+            values = tuple(
+                None if i < 0 else csv_value(name, row[i])
+                for name, i in zip(FIELDS, where, strict=True)
+            )
+            yield RawRow(values, None, dict(zip(header, row, strict=True)))
+
+
+# -- Parquet ------------------------------------------------------------------------------
+def _read_parquet(file: Path) -> Iterator[RawRow]:
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(file)
+    columns = parquet.schema_arrow.names
+    check_columns(columns, str(file))
+    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+        by_name = {name: batch.column(name).to_pylist() for name in columns}
+        empty = [None] * batch.num_rows
+        for values in zip(*(by_name.get(name, empty) for name in FIELDS), strict=True):
+            yield RawRow(values, None, values)
+
+
+_READERS: dict[Format, Callable[[Path], Iterator[RawRow]]] = {
+    Format.JSONL: _read_jsonl,
+    Format.CSV: _read_csv,
+    Format.PARQUET: _read_parquet,
+}

@@ -1,0 +1,139 @@
+"""The pure-Python engine: the same plan as the Spark job, for small batches and tests.
+
+It holds the valid events in memory (about 1 KB each), so it is for batches that fit one
+machine; the Spark job is for the rest. Duplicate ids keep the row that sorts first by
+:func:`dedupe_rank`, the exact order the Spark job's window uses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from spark_partitions.config import PlanConfig
+from spark_partitions.formats import Format
+from spark_partitions.outcome import Outcome
+from spark_partitions.output import BLOCKS_FILE, REJECTS_FILE, prepare_local
+from spark_partitions.plan import (
+    BLOCK_COLUMN,
+    BLOCKS_DIR,
+    REJECTS_DIR,
+    SLOT_COLUMN,
+    Block,
+    GroupStats,
+    Plan,
+    build_plan,
+    write_plan_local,
+)
+from spark_partitions.reader import RawRow, read_rows, source_text
+from spark_partitions.rules import Clean, check
+
+ENGINE = "reference"
+ROW_GROUP_ROWS = 65_536
+
+Key = tuple[str, str]
+
+
+def dedupe_rank(event: Clean) -> tuple[object, ...]:
+    """Which of two rows with one id is kept: the smaller rank.
+
+    Earliest timestamp; then the smallest publisher_id, partition text, payload (null
+    first), and an int partition before the same text as a string. Every field of the
+    output is in the rank, so equal ranks mean equal events and the choice cannot matter.
+    """
+    payload = event.payload
+    return (
+        event.timestamp,
+        event.publisher_id,
+        event.partition,
+        payload is not None,
+        payload or "",
+        event.partition_is_int,
+    )
+
+
+def run_reference(input_path: str, fmt: Format, out_dir: str, config: PlanConfig) -> Outcome:
+    """Plan ``input_path`` into ``out_dir`` without Spark."""
+    root = prepare_local(out_dir)
+    with (root / REJECTS_DIR / REJECTS_FILE).open("w", encoding="utf-8") as rejects:
+        kept, valid, reasons, examples = _validate_and_dedupe(
+            read_rows(input_path, fmt), config, rejects
+        )
+    groups = _group(kept.values())
+    stats = [_stats(key, events) for key, events in groups.items()]
+    plan = build_plan(stats, config.subscribers, valid - len(kept), sum(reasons.values()))
+    _write_blocks(plan, groups, root / BLOCKS_DIR / BLOCKS_FILE)
+    write_plan_local(plan, root)
+    return Outcome(plan, ENGINE, dict(reasons), examples)
+
+
+def _validate_and_dedupe(
+    rows: Iterable[RawRow], config: PlanConfig, rejects
+) -> tuple[dict[str, Clean], int, Counter[str], list[dict[str, str]]]:
+    kept: dict[str, Clean] = {}
+    reasons: Counter[str] = Counter()
+    examples: list[dict[str, str]] = []
+    valid = 0
+    limit = config.max_payload_bytes
+    for values, reason, source in rows:
+        result = check(values, limit) if reason is None else reason
+        if isinstance(result, Clean):
+            valid += 1
+            held = kept.get(result.id)
+            if held is None or dedupe_rank(result) < dedupe_rank(held):
+                kept[result.id] = result
+            continue
+        reasons[result] += 1
+        record = {"reason": str(result), "record": source_text(source)}
+        rejects.write(json.dumps(record, ensure_ascii=False) + "\n")
+        if len(examples) < config.reject_examples:
+            examples.append(record)
+    return kept, valid, reasons, examples
+
+
+def _group(events: Iterable[Clean]) -> dict[Key, list[Clean]]:
+    groups: dict[Key, list[Clean]] = defaultdict(list)
+    for event in events:
+        groups[(event.publisher_id, event.partition)].append(event)
+    for members in groups.values():
+        members.sort(key=lambda event: (event.timestamp, event.id))
+    return groups
+
+
+def _stats(key: Key, events: list[Clean]) -> GroupStats:
+    return GroupStats(
+        publisher_id=key[0],
+        partition_text=key[1],
+        all_int=all(event.partition_is_int for event in events),
+        count=len(events),
+        first_timestamp=events[0].timestamp,
+        last_timestamp=events[-1].timestamp,
+    )
+
+
+def _write_blocks(plan: Plan, groups: dict[Key, list[Clean]], path: Path) -> None:
+    """One Parquet file in plan order, each block's rows in (timestamp, id) order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark_partitions.blocks import block_schema
+
+    integral = all(type(block.partition) is int for block in plan.blocks)
+    columns: dict[str, list] = {name: [] for name in block_schema(integral).names}
+    for index, block in enumerate(plan.blocks):
+        _extend(columns, index, block, groups[block.key])
+    table = pa.Table.from_pydict(columns, schema=block_schema(integral))
+    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS)
+
+
+def _extend(columns: dict[str, list], index: int, block: Block, events: list[Clean]) -> None:
+    count = len(events)
+    columns["id"].extend(event.id for event in events)
+    columns["publisher_id"].extend([block.publisher_id] * count)
+    columns["partition"].extend([block.partition] * count)
+    columns["timestamp"].extend(event.timestamp for event in events)
+    columns["payload"].extend(event.payload for event in events)
+    columns[BLOCK_COLUMN].extend([index] * count)
+    columns[SLOT_COLUMN].extend([block.slot] * count)

@@ -1,0 +1,5 @@
+import sys
+
+from subscriber.cli import main
+
+sys.exit(main())

@@ -1,0 +1,146 @@
+"""Push subscriber: its own Pyro5 daemon receives batches; the reply is the ack.
+
+Threads: the daemon's request loop (owned here) runs ``receive`` in a Pyro5 worker; the
+thread that calls start/stop owns the channel proxy. ``_busy`` is held while a batch is
+processed, so a graceful stop can wait for the event in hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import Pyro5.api
+import Pyro5.server
+
+from channel_server.lookup import resolve_channel
+from channel_server.wire import (
+    DEFAULT_GROUP,
+    DEFAULT_HOST,
+    DEFAULT_NS_PORT,
+    check_name,
+    make_proxy,
+)
+from subscriber.record import Recorder
+
+log = logging.getLogger(__name__)
+Handler = Callable[[dict[str, Any]], None]
+"""Called once per event dict (id, publisher_id, partition, timestamp, payload, offset,
+attempt). Raising nacks that event only."""
+DEFAULT_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+
+
+class _Receiver:
+    """The callback object the channel pushes to."""
+
+    def __init__(self, subscriber: Subscriber) -> None:
+        self._subscriber = subscriber
+
+    @Pyro5.api.expose
+    def receive(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._subscriber.process(batch)
+
+    @Pyro5.api.expose
+    def ping(self) -> str:
+        return self._subscriber.subscriber_id
+
+
+class Subscriber:
+    """Subscribes to a channel and runs ``handler`` on each pushed event, in order."""
+
+    def __init__(
+        self,
+        channel: str,
+        subscriber_id: str,
+        handler: Handler,
+        *,
+        group: str = DEFAULT_GROUP,
+        prefetch: int | None = None,
+        ns_host: str = DEFAULT_HOST,
+        ns_port: int = DEFAULT_NS_PORT,
+        host: str = DEFAULT_HOST,
+        port: int = 0,
+        recorder: Recorder | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.channel = check_name("channel", channel)
+        self.subscriber_id = check_name("subscriber_id", subscriber_id)
+        self.group = check_name("group", group)
+        self.prefetch = prefetch
+        self._handler = handler
+        self._ns = (ns_host, ns_port)
+        self._bind = (host, port)
+        self._recorder = recorder
+        self._timeout_s = timeout_s
+        self._stopping = threading.Event()
+        self._busy = threading.Lock()
+        """Held while a batch is being processed."""
+        self._daemon: Pyro5.server.Daemon | None = None
+        self._loop: threading.Thread | None = None
+        self._proxy: Pyro5.api.Proxy | None = None
+        self.uri = ""
+        self.processed = 0
+
+    # -- life cycle ----------------------------------------------------------------------
+    def start(self) -> dict[str, Any]:
+        """Serve the callback, then subscribe. Returns the channel's answer."""
+        self._daemon = Pyro5.server.Daemon(host=self._bind[0], port=self._bind[1])
+        receiver = _Receiver(self)
+        self.uri = str(self._daemon.register(receiver, f"subscriber.{self.subscriber_id}"))
+        self._loop = threading.Thread(
+            target=self._daemon.requestLoop, name=f"subscriber-{self.subscriber_id}", daemon=True
+        )
+        self._loop.start()
+        channel_uri = resolve_channel(*self._ns, self.channel)
+        self._proxy = make_proxy(channel_uri, self._timeout_s)
+        return self._proxy.subscribe(self.subscriber_id, self.uri, self.group, self.prefetch)
+
+    def stop(self, unsubscribe: bool = True) -> None:
+        """Graceful stop: finish the event in hand, reply with what was done, unsubscribe
+        so the rest moves at once, then close the daemon."""
+        self._stopping.set()
+        if self._busy.acquire(timeout=STOP_TIMEOUT_S):
+            self._busy.release()
+        if self._proxy is not None:
+            if unsubscribe:
+                try:
+                    self._proxy.unsubscribe(self.subscriber_id, self.group)
+                except Exception as exc:  # the broker may be gone; stopping goes on
+                    log.warning("unsubscribe failed: %s", exc)
+            self._proxy._pyroRelease()
+        if self._daemon is not None:
+            self._daemon.shutdown()
+            if self._loop is not None:
+                self._loop.join(STOP_TIMEOUT_S)
+            self._daemon.close()
+        if self._recorder is not None:
+            self._recorder.close()
+
+    # -- processing ----------------------------------------------------------------------
+    def process(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        """Run the handler on each event in order; the reply lists acked and nacked ids.
+
+        When stopping, events after the one in hand are left out (they are redelivered).
+        """
+        acked: list[str] = []
+        nacked: dict[str, str] = {}
+        with self._busy:
+            for event in batch:
+                if self._stopping.is_set():
+                    break
+                try:
+                    self._handler(event)
+                except Exception as exc:
+                    nacked[event["id"]] = f"{type(exc).__name__}: {exc}"
+                    log.warning("handler failed on %s: %s", event["id"], exc)
+                    continue
+                if self._recorder is not None:
+                    self._recorder.write(event)
+                acked.append(event["id"])
+            if self._recorder is not None:
+                self._recorder.flush()
+            self.processed += len(acked)
+        return {"acked": acked, "nacked": nacked}

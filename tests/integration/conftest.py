@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from channel_server.lookup import resolve_channel
+from channel_server.wire import make_proxy
+from publisher.client import Publisher
+from tests.integration.procs import Cluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def publisher_for(cluster: Cluster, channel: str, pub_id: str = "PUB", **kw) -> Publisher:
+    return Publisher(channel, pub_id, ns_port=cluster.ns_port, **kw)
+
+
+def channel_stats(cluster: Cluster, channel: str) -> dict:
+    uri = resolve_channel("127.0.0.1", cluster.ns_port, channel)
+    with make_proxy(uri, 5.0) as proxy:
+        return proxy.stats()

@@ -1,0 +1,181 @@
+"""Real processes for integration tests: broker, subscribers, publishers on 127.0.0.1.
+
+Every process is started with a free port, read line by line from a reader thread, and
+always cleaned up (SIGTERM, then SIGKILL) by the fixture that owns it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from subscriber.record import read_records
+
+READY_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.02
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(
+    condition: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition"
+) -> Any:
+    """Poll ``condition`` until it returns something truthy, or fail at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        pause.wait(POLL_S)
+
+
+class Proc:
+    """A child process whose merged output is collected line by line."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.popen = subprocess.Popen(
+            [sys.executable, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=PROJECT_ROOT,
+            env=env,
+        )
+        self.lines: list[str] = []
+        self._new: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.popen.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._new.put(line)
+
+    def wait_for(self, pattern: str, timeout_s: float = READY_TIMEOUT_S) -> re.Match[str]:
+        """The first output line (seen so far or coming) that matches ``pattern``."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while True:
+            for line in self.lines[seen:]:
+                if match := regex.search(line):
+                    return match
+            seen = len(self.lines)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (self.popen.poll() is not None and self._new.empty()):
+                raise AssertionError(
+                    f"{self.name}: no line matching {pattern!r}; output:\n" + self.output()
+                )
+            try:
+                self._new.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                pass
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def count(self, pattern: str) -> int:
+        regex = re.compile(pattern)
+        return sum(1 for line in self.lines if regex.search(line))
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait; SIGKILL if it does not stop in time. Returns the exit code."""
+        if self.alive:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                return self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.kill()
+
+    def kill(self) -> int:
+        if self.alive:
+            self.popen.kill()
+        code = self.popen.wait(STOP_TIMEOUT_S)
+        self._reader.join(STOP_TIMEOUT_S)
+        return code
+
+
+class Cluster:
+    """A name server port and the processes of one test; stops them all at the end."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.ns_port = free_port()
+        self.procs: list[Proc] = []
+
+    @property
+    def ns(self) -> list[str]:
+        return ["--ns-host", "127.0.0.1", "--ns-port", str(self.ns_port)]
+
+    def start(self, name: str, argv: list[str], ready: str | None) -> Proc:
+        proc = Proc(name, argv)
+        self.procs.append(proc)
+        if ready:
+            proc.wait_for(ready)
+        return proc
+
+    def broker(self, *channels: str, extra: tuple[str, ...] = (), name: str = "broker") -> Proc:
+        argv = ["-m", "channel_server", "serve", *self.ns, *extra]
+        for channel in channels:
+            argv += ["--channel", channel]
+        return self.start(name, argv, r"broker \S+ ready at")
+
+    def subscriber(self, channel: str, sub_id: str, *extra: str) -> Proc:
+        argv = ["-m", "subscriber", "run", *self.ns, "--channel", channel, "--id", sub_id]
+        argv += ["--record", str(self.record_path(channel, sub_id)), *extra]
+        return self.start(sub_id, argv, rf"subscriber {re.escape(sub_id)} ready")
+
+    def run(self, argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+        """Run a short-lived command (publisher, list) to completion."""
+        return subprocess.run(
+            [sys.executable, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=PROJECT_ROOT,
+        )
+
+    def record_path(self, channel: str, sub_id: str) -> Path:
+        return self.tmp / f"{channel}-{sub_id}.jsonl"
+
+    def records(self, channel: str, *sub_ids: str) -> dict[str, list[dict[str, Any]]]:
+        return {s: read_records(self.record_path(channel, s)) for s in sub_ids}
+
+    def wait_for_records(
+        self, channel: str, sub_ids: tuple[str, ...], total: int, timeout_s: float = 15.0
+    ) -> dict[str, list[dict[str, Any]]]:
+        def enough() -> dict[str, list[dict[str, Any]]] | None:
+            got = self.records(channel, *sub_ids)
+            return got if sum(len(r) for r in got.values()) >= total else None
+
+        return wait_until(enough, timeout_s, f"{total} processed events on {channel}")
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()

@@ -1,0 +1,87 @@
+"""Every command's --help, one-line refusals of bad flags, and scenario A5 via `list`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.procs import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+HELP_COMMANDS = [
+    ["-m", "channel_server", "--help"],
+    ["-m", "channel_server", "serve", "--help"],
+    ["-m", "channel_server", "list", "--help"],
+    ["-m", "publisher", "--help"],
+    ["-m", "publisher", "publish", "--help"],
+    ["-m", "subscriber", "--help"],
+    ["-m", "subscriber", "run", "--help"],
+]
+
+BAD_FLAGS = [
+    (["-m", "channel_server", "serve", "--capacity", "0"], "--capacity"),
+    (["-m", "channel_server", "serve", "--ns-port", "70000"], "--ns-port"),
+    (["-m", "channel_server", "serve", "--ack-timeout", "nan"], "--ack-timeout"),
+    (["-m", "channel_server", "serve", "--channel", "bad name"], "channel"),
+    (["-m", "publisher", "publish", "--channel", "c", "--id", "P", "--count", "-1"], "--count"),
+    (["-m", "publisher", "publish", "--channel", "c", "--id", "P"], "--count"),
+    (["-m", "subscriber", "run", "--channel", "c", "--id", "s", "--prefetch", "x"], "--prefetch"),
+    (["-m", "subscriber", "run", "--channel", "c", "--id", "bad/id"], "id"),
+]
+
+
+@pytest.mark.parametrize("argv", HELP_COMMANDS, ids=lambda a: " ".join(a[1:]))
+def test_help_works(cluster: Cluster, argv: list[str]) -> None:
+    result = cluster.run(argv)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
+    assert "--help" in result.stdout
+
+
+@pytest.mark.parametrize("argv,flag", BAD_FLAGS, ids=lambda a: str(a))
+def test_bad_flag_exits_non_zero_with_one_line(cluster: Cluster, argv: list[str], flag: str):
+    result = cluster.run(argv)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert flag in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_no_name_server_is_a_clear_one_line_error(cluster: Cluster) -> None:
+    result = cluster.run(["-m", "channel_server", "list", *cluster.ns])
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines() == [
+        f"error: name server 127.0.0.1:{cluster.ns_port}: not reachable"
+    ]
+
+
+def listed(cluster: Cluster) -> list[dict]:
+    result = cluster.run(["-m", "channel_server", "list", *cluster.ns, "--json"])
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a5_listing_shows_two_then_three_channels(cluster: Cluster) -> None:
+    cluster.broker("alpha", "beta")
+    assert [row["channel"] for row in listed(cluster)] == ["alpha", "beta"]
+    result = cluster.run(
+        ["-m", "publisher", "publish", *cluster.ns, "--channel", "gamma", "--id", "P",
+         "--count", "3", "--create"]
+    )
+    assert result.returncode == 0, result.stderr
+    rows = wait_until(lambda: (r := listed(cluster)) and len(r) == 3 and r, what="3 channels")
+    assert [row["channel"] for row in rows] == ["alpha", "beta", "gamma"]
+    assert all(row["broker"] == "b1" for row in rows)
+    assert rows[2]["backlog"] == 3
+    text = cluster.run(["-m", "channel_server", "list", *cluster.ns]).stdout.splitlines()
+    assert len(text) == 3
+    assert text[2].startswith("gamma  broker=b1  groups=1  members=0  backlog=3")
+
+
+def test_broker_stops_cleanly_on_sigterm(cluster: Cluster) -> None:
+    broker = cluster.broker("x")
+    assert broker.terminate() == 0
+    assert "broker b1 stopped" in broker.output()
