@@ -20,10 +20,11 @@ import Pyro5.errors
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.core.health import Delay
 from channel_server.dispatcher import Dispatcher, DispatchStopped
 from channel_server.errors import InvalidArgument, QueueFull, SubscriberIdInUse
 from channel_server.store import MemberRecord, Store
-from channel_server.wire import DEFAULT_GROUP, check_name
+from channel_server.wire import DEFAULT_GROUP, check_name, make_proxy
 
 log = logging.getLogger(__name__)
 MemberKey = tuple[str, str]
@@ -101,11 +102,23 @@ class EventChannel:
         check_name("group", group)
         callback = _check_callback(callback)
         prefetch = self._check_prefetch(prefetch)
+        claimed_by = self._active_elsewhere(group, subscriber_id, callback)
+        if claimed_by and _answers(claimed_by, self._config.liveness_timeout_s):
+            raise SubscriberIdInUse(subscriber_id, group)
         with self._lock:
             grp = self._core.add_group(group)
             existing = grp.members.get(subscriber_id)
             if existing and existing.active and existing.callback != callback:
-                raise SubscriberIdInUse(subscriber_id, group)
+                if existing.callback != claimed_by:  # claimed again meanwhile
+                    raise SubscriberIdInUse(subscriber_id, group)
+                log.warning(
+                    "%s: %s resubscribed from %s; its old session at %s does not answer",
+                    self._name,
+                    subscriber_id,
+                    callback,
+                    existing.callback,
+                )
+                grp.deactivate(subscriber_id)
             member = grp.join(subscriber_id, callback, prefetch)
             self._store.save_member(
                 MemberRecord(self._name, group, subscriber_id, callback, prefetch)
@@ -121,6 +134,15 @@ class EventChannel:
             "prefetch": prefetch,
             "partitions": [list(key) for key in partitions],
         }
+
+    def _active_elsewhere(self, group: str, subscriber_id: str, callback: str) -> str | None:
+        """The callback of an active member with this id at another address, if any."""
+        with self._lock:
+            grp = self._core.groups.get(group)
+            member = grp.members.get(subscriber_id) if grp else None
+            if member and member.active and member.callback != callback:
+                return member.callback
+        return None
 
     @Pyro5.api.expose
     def unsubscribe(self, subscriber_id: str, group: str = DEFAULT_GROUP) -> bool:
@@ -185,14 +207,16 @@ class EventChannel:
             self._store.ack(self._name, group, self._store.offsets(outcome.done))
             if retired:
                 self._store.delete(self._name, self._store.offsets(retired))
+            self._observe_delay(grp, batch.member_id, elapsed_s)
             self._wake_ready()
         if outcome.missing:
             log.warning(
-                "%s: %s left %d of %d events unacknowledged; they will be redelivered",
+                "%s: %s left %d of %d events unacknowledged; they will be redelivered%s",
                 self._name,
                 batch.member_id,
                 outcome.missing,
                 len(batch.events),
+                "; member marked inactive" if outcome.deactivated else "",
             )
         for ev, error in outcome.dead:
             log.warning(
@@ -202,8 +226,24 @@ class EventChannel:
                 self._config.max_attempts,
                 error,
             )
-        if elapsed_s > self._config.small_delay_s:
-            log.info("%s: small delay from %s: %.3f s", self._name, batch.member_id, elapsed_s)
+
+    def _observe_delay(self, grp: ConsumerGroup, member_id: str, elapsed_s: float) -> None:
+        member = grp.members.get(member_id)
+        if member is None:
+            return
+        delay, offload = member.delays.observe(elapsed_s, self._clock())
+        if delay is not Delay.NONE:
+            log.info("%s: %s delay from %s: %.3f s", self._name, delay, member_id, elapsed_s)
+        if offload and member.active:
+            moved = grp.offload(member_id)
+            log.warning(
+                "%s: %d long delays of %s within %g s: moved %d queued partitions to others",
+                self._name,
+                self._config.long_delay_count,
+                member_id,
+                self._config.long_delay_window_s,
+                len(moved),
+            )
 
     def push_failed(self, group: str, batch: Batch, error: Exception) -> bool:
         with self._lock:
@@ -250,6 +290,28 @@ class EventChannel:
                 "groups": {name: _group_stats(grp) for name, grp in core.groups.items()},
             }
 
+    @Pyro5.api.expose
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The dead-letter queue: events whose handler failed ``max_attempts`` times."""
+        with self._lock:
+            return [
+                dict(d.event.to_dict(), group=d.group, error=d.error)
+                for d in self._core.dead_letters
+            ]
+
+    @Pyro5.api.expose
+    def replay_dead_letters(self, ids: list[str] | None = None) -> int:
+        """Queue dead letters (all, or these ids) for delivery again; returns how many."""
+        if ids is not None and (not isinstance(ids, list) or not all(type(i) is str for i in ids)):
+            raise InvalidArgument("ids", "must be a list of event ids")
+        with self._lock:
+            chosen, restored = self._core.replay(None if ids is None else set(ids))
+            if restored:
+                self._store.append(self._name, restored)
+            self._wake_ready()
+        log.info("%s: replaying %d dead letters", self._name, len(chosen))
+        return len(chosen)
+
     def close(self) -> None:
         """Stop every dispatcher (after its current push) and wait for them."""
         with self._lock:
@@ -274,6 +336,16 @@ def _check_callback(callback: Any) -> str:
     if uri.protocol != "PYRO":
         raise InvalidArgument("callback", "must be a direct PYRO: URI")
     return callback
+
+
+def _answers(callback: str, timeout_s: float) -> bool:
+    """Whether a subscriber's callback object still answers a ping."""
+    try:
+        with make_proxy(callback, timeout_s) as proxy:
+            proxy.ping()
+    except Exception:
+        return False
+    return True
 
 
 def _parse_reply(reply: Any) -> tuple[set[str], dict[str, str]]:
@@ -301,6 +373,8 @@ def _group_stats(grp: ConsumerGroup) -> dict[str, Any]:
                 "delivered": m.delivered,
                 "acked": m.acked,
                 "failures": m.failures,
+                "small_delays": m.delays.small,
+                "long_delays": m.delays.long,
             }
             for m in sorted(grp.members.values(), key=lambda m: m.member_id)
         ],

@@ -10,10 +10,13 @@ from dataclasses import replace
 from typing import Any
 
 import Pyro5.errors
+from rich.console import Console
 
 from channel_server import cli_common as cc
 from channel_server.config import BrokerConfig, ChannelConfig
-from channel_server.errors import ChannelError
+from channel_server.errors import ChannelError, ClientError, UnknownChannel
+from channel_server.lookup import resolve_channel
+from channel_server.status import render_channel, render_dead_letters
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
     DEFAULT_HOST,
@@ -38,6 +41,29 @@ def build_parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="one line per channel in the name server")
     cc.add_ns_flags(listing)
     listing.add_argument("--json", action="store_true", help="print a JSON list instead")
+    status = sub.add_parser(
+        "status",
+        help="members, partition owners, backlog and dead letters of channels",
+        description="Show, per channel, its members (active or not, partitions owned, "
+        "queued, in flight, small/long delays, failures), partition owners, backlog and "
+        "dead letters.",
+    )
+    cc.add_ns_flags(status)
+    status.add_argument("channel", nargs="?", help="one channel (default: all)")
+    status.add_argument("--json", action="store_true", help="print the raw stats as JSON")
+    dead = sub.add_parser(
+        "dead-letters",
+        help="list (or replay) a channel's dead-letter queue",
+        description="List the events whose handler failed max-attempts times; --replay "
+        "queues them (all, or the --id ones) for delivery again.",
+    )
+    cc.add_ns_flags(dead)
+    dead.add_argument("channel", help="channel name")
+    dead.add_argument("--replay", action="store_true", help="queue them for delivery again")
+    dead.add_argument(
+        "--id", action="append", dest="ids", metavar="EVENT_ID", help="only these (repeatable)"
+    )
+    dead.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 
@@ -98,6 +124,38 @@ def _add_serve(sub: Any) -> None:
         help="seconds an empty partition is kept (default %(default)s)",
     )
     serve.add_argument(
+        "--small-delay",
+        type=cc.positive_float,
+        default=defaults.small_delay_s,
+        help="a push slower than this many seconds is a small delay (default %(default)s)",
+    )
+    serve.add_argument(
+        "--long-delay",
+        type=cc.positive_float,
+        default=defaults.long_delay_s,
+        help="a push slower than this many seconds is a long delay (default %(default)s)",
+    )
+    serve.add_argument(
+        "--long-delay-count",
+        type=cc.positive_int,
+        default=defaults.long_delay_count,
+        help="long delays within the window that move a member's queued partitions "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--long-delay-window",
+        type=cc.positive_float,
+        default=defaults.long_delay_window_s,
+        help="seconds over which long delays are counted (default %(default)s)",
+    )
+    serve.add_argument(
+        "--rebalance-threshold",
+        type=cc.non_negative_int,
+        default=defaults.rebalance_threshold,
+        help="a joining member takes idle partitions from members owning more than this "
+        "many above it (default %(default)s)",
+    )
+    serve.add_argument(
         "--allow-fault-injection",
         action="store_true",
         help="accept fault-injection admin calls (tests and demos only)",
@@ -112,6 +170,11 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         max_attempts=args.max_attempts,
         partition_weight=args.partition_weight,
         partition_idle_s=args.partition_idle,
+        small_delay_s=args.small_delay,
+        long_delay_s=args.long_delay,
+        long_delay_count=args.long_delay_count,
+        long_delay_window_s=args.long_delay_window,
+        rebalance_threshold=args.rebalance_threshold,
     )
     return BrokerConfig(
         broker_id=check_name("broker-id", args.broker_id),
@@ -153,11 +216,23 @@ def serve(args: argparse.Namespace) -> int:
     return cc.EXIT_OK
 
 
-def list_channels(args: argparse.Namespace) -> int:
-    ns = locate_ns(args.ns_host, args.ns_port)
-    with ns:
+def _registered_channels(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    """channel name -> (uri, broker id), from the name server."""
+    with locate_ns(args.ns_host, args.ns_port) as ns:
         entries = ns.list(prefix=NS_CHANNEL_PREFIX, return_metadata=True)
-    rows = [_channel_row(name, uri, meta) for name, (uri, meta) in sorted(entries.items())]
+    return {
+        name[len(NS_CHANNEL_PREFIX) :]: (uri, _broker_of(meta))
+        for name, (uri, meta) in sorted(entries.items())
+    }
+
+
+def _broker_of(meta: Any) -> str:
+    return next((t[len(BROKER_TAG_PREFIX) :] for t in meta if t.startswith(BROKER_TAG_PREFIX)), "?")
+
+
+def list_channels(args: argparse.Namespace) -> int:
+    channels = _registered_channels(args)
+    rows = [_channel_row(name, uri, broker) for name, (uri, broker) in channels.items()]
     if args.json:
         print(json.dumps(rows))
         return cc.EXIT_OK
@@ -172,12 +247,9 @@ def list_channels(args: argparse.Namespace) -> int:
     return cc.EXIT_OK
 
 
-def _channel_row(ns_name: str, uri: str, meta: Any) -> dict[str, Any]:
-    broker = next(
-        (t[len(BROKER_TAG_PREFIX) :] for t in meta if t.startswith(BROKER_TAG_PREFIX)), "?"
-    )
+def _channel_row(channel: str, uri: str, broker: str) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "channel": ns_name[len(NS_CHANNEL_PREFIX) :],
+        "channel": channel,
         "broker": broker,
         "reachable": True,
         "groups": "?",
@@ -185,8 +257,8 @@ def _channel_row(ns_name: str, uri: str, meta: Any) -> dict[str, Any]:
         "backlog": "?",
     }
     try:
-        with make_proxy(uri, LIST_TIMEOUT_S) as channel:
-            stats = channel.stats()
+        with make_proxy(uri, LIST_TIMEOUT_S) as proxy:
+            stats = proxy.stats()
     except Pyro5.errors.PyroError:
         row["reachable"] = False
         return row
@@ -197,13 +269,63 @@ def _channel_row(ns_name: str, uri: str, meta: Any) -> dict[str, Any]:
     return row
 
 
+def show_status(args: argparse.Namespace) -> int:
+    channels = _registered_channels(args)
+    if args.channel is not None:
+        if args.channel not in channels:
+            raise UnknownChannel(args.channel)
+        channels = {args.channel: channels[args.channel]}
+    console = Console(highlight=False)
+    everything = []
+    for name, (uri, broker) in channels.items():
+        try:
+            with make_proxy(uri, LIST_TIMEOUT_S) as channel:
+                stats = channel.stats()
+        except Pyro5.errors.PyroError as exc:
+            console.print(f"[bold]{name}[/bold] on broker {broker}: unreachable ({exc})")
+            continue
+        everything.append(dict(stats, broker=broker))
+        if not args.json:
+            render_channel(console, broker, stats)
+    if args.json:
+        print(json.dumps(everything))
+    elif not channels:
+        console.print("no channels")
+    return cc.EXIT_OK
+
+
+def dead_letters(args: argparse.Namespace) -> int:
+    uri = resolve_channel(args.ns_host, args.ns_port, args.channel)
+    with make_proxy(uri, LIST_TIMEOUT_S) as channel:
+        if args.replay:
+            count = channel.replay_dead_letters(args.ids)
+            print(f"{args.channel}: {count} dead letters queued again")
+            return cc.EXIT_OK
+        letters = channel.dead_letters()
+    if args.ids:
+        letters = [d for d in letters if d["id"] in set(args.ids)]
+    if args.json:
+        print(json.dumps(letters))
+    else:
+        render_dead_letters(Console(highlight=False), args.channel, letters)
+    return cc.EXIT_OK
+
+
+COMMANDS = {
+    "serve": serve,
+    "list": list_channels,
+    "status": show_status,
+    "dead-letters": dead_letters,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cc.setup_logging(args.log_level)
     try:
-        if args.command == "serve":
-            return serve(args)
-        return list_channels(args)
+        return COMMANDS[args.command](args)
+    except ClientError as exc:
+        return cc.fail(str(exc), cc.EXIT_USAGE)
     except ChannelError as exc:
         return cc.fail(str(exc), cc.EXIT_UNAVAILABLE)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from channel_server.core.health import DelayPolicy
 from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
@@ -32,6 +33,9 @@ class ChannelConfig:
     long_delay_s: float = 1.0
     long_delay_count: int = 3
     long_delay_window_s: float = 30.0
+    rebalance_threshold: int = 1
+    """A joining member takes idle partitions from any member owning more than this many
+    partitions above its own count."""
     partition_idle_s: float = 30.0
     """An empty partition with nothing in flight is dropped after this long."""
     dedupe_max_ids: int = 1_000_000
@@ -40,6 +44,14 @@ class ChannelConfig:
     """Retry hint given with QueueFull."""
     dispatch_wait_s: float = 1.0
     """Longest a dispatcher sleeps without being notified (housekeeping cadence)."""
+    liveness_timeout_s: float = 1.0
+    """Timeout of the ping that checks whether a member whose id is claimed again is
+    still alive."""
+
+    def delay_policy(self) -> DelayPolicy:
+        return DelayPolicy(
+            self.small_delay_s, self.long_delay_s, self.long_delay_count, self.long_delay_window_s
+        )
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from channel_server import cli_common as cc
 from channel_server.errors import ChannelError, ClientError, TransportError
 from channel_server.wire import DEFAULT_GROUP, check_name
 from subscriber.client import Subscriber
+from subscriber.faults import Faults, FaultSpec, parse_fault
 from subscriber.record import Recorder
 
 log = logging.getLogger("subscriber")
@@ -21,9 +23,7 @@ STOP_POLL_S = 1.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = cc.Parser(
-        prog="python -m subscriber", description="Subscribe to an event channel."
-    )
+    parser = cc.Parser(prog="python -m subscriber", description="Subscribe to an event channel.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser(
         "run",
@@ -50,7 +50,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--host", default="127.0.0.1", help="callback bind address")
     run.add_argument("--quiet", action="store_true", help="do not print a line per processed event")
+    run.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        type=_fault_arg,
+        metavar="SPEC",
+        help="inject a fault (repeatable): delay:P:SECONDS, long-delay:P:SECONDS, "
+        "crash-after:N, drop-acks:P, fail-on:ID",
+    )
+    run.add_argument(
+        "--fault-seed", type=int, default=None, help="seed of the faults' random draws"
+    )
     return parser
+
+
+def _fault_arg(text: str) -> FaultSpec:
+    try:
+        return parse_fault(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def make_handler(subscriber_id: str, quiet: bool) -> Any:
@@ -79,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         ns_port=args.ns_port,
         host=args.host,
         recorder=recorder,
+        faults=Faults(args.fault, random.Random(args.fault_seed)),
     )
     stop = cc.stop_on_signals()
     try:

@@ -23,6 +23,7 @@ from channel_server.wire import (
     check_name,
     make_proxy,
 )
+from subscriber.faults import Faults
 from subscriber.record import Recorder
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Subscriber:
         host: str = DEFAULT_HOST,
         port: int = 0,
         recorder: Recorder | None = None,
+        faults: Faults | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.channel = check_name("channel", channel)
@@ -74,6 +76,7 @@ class Subscriber:
         self._ns = (ns_host, ns_port)
         self._bind = (host, port)
         self._recorder = recorder
+        self._faults = faults or Faults([])
         self._timeout_s = timeout_s
         self._stopping = threading.Event()
         self._busy = threading.Lock()
@@ -131,16 +134,19 @@ class Subscriber:
             for event in batch:
                 if self._stopping.is_set():
                     break
+                self._faults.before(event)
+                if self._stopping.is_set():
+                    break  # stopped while the event was still on its way in: not in hand
                 try:
+                    self._faults.check_poison(event)
                     self._handler(event)
                 except Exception as exc:
                     nacked[event["id"]] = f"{type(exc).__name__}: {exc}"
                     log.warning("handler failed on %s: %s", event["id"], exc)
                     continue
+                self.processed += 1
                 if self._recorder is not None:
                     self._recorder.write(event)
-                acked.append(event["id"])
-            if self._recorder is not None:
-                self._recorder.flush()
-            self.processed += len(acked)
+                if not self._faults.drop_ack(event):
+                    acked.append(event["id"])
         return {"acked": acked, "nacked": nacked}

@@ -78,7 +78,11 @@ class ChannelCore:
         group = self.groups.get(name)
         if group is None:
             group = self.groups[name] = ConsumerGroup(
-                name, self.config.partition_weight, self.config.max_attempts
+                name,
+                self.config.partition_weight,
+                self.config.max_attempts,
+                self.config.delay_policy(),
+                self.config.rebalance_threshold,
             )
         return group
 
@@ -153,3 +157,22 @@ class ChannelCore:
         self.unacked -= len(finished)
         self.acked_total += len(finished)
         return finished
+
+    # -- dead letters --------------------------------------------------------------------
+    def replay(self, ids: set[str] | None) -> tuple[list[DeadLetter], list[Event]]:
+        """Take dead letters (all, or those with these ids) out of the dead-letter queue and
+        queue them again in the group they died in. Returns them, and the events that had
+        been retired everywhere, which the facade must store again."""
+        chosen = [d for d in self.dead_letters if ids is None or d.event.id in ids]
+        self.dead_letters = [d for d in self.dead_letters if d not in chosen]
+        restored = []
+        for letter in chosen:
+            group = self.groups.get(letter.group) or self.add_group(letter.group)
+            if letter.event.offset in self._groups_left:
+                self._groups_left[letter.event.offset] += 1
+            else:
+                restored.append(letter.event)
+                self.unacked += 1
+                self.acked_total -= 1
+            group.enqueue([letter.event])
+        return chosen, restored

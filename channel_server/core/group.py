@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from channel_server.core.assignment import least_loaded
+from channel_server.core.health import DelayPolicy, DelayTracker
 from channel_server.core.queues import PartitionQueue
 from channel_server.events import Event, PartitionKey
 
@@ -32,6 +33,7 @@ class Member:
     delivered: int = 0
     acked: int = 0
     failures: int = 0
+    delays: DelayTracker = field(default_factory=lambda: DelayTracker(DelayPolicy()))
 
     def load(self, partition_weight: int) -> int:
         return partition_weight * len(self.partitions) + self.queued + self.in_flight
@@ -58,15 +60,28 @@ class AckOutcome:
     retried: list[Event] = field(default_factory=list)
     dead: list[tuple[Event, str]] = field(default_factory=list)
     missing: int = 0
+    deactivated: bool = False
+    """The reply's missing acks were the member's ``max_attempts``-th failure in a row."""
 
 
 class ConsumerGroup:
     """Members compete for the group's partitions; each event goes to exactly one member."""
 
-    def __init__(self, name: str, partition_weight: int, max_attempts: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        partition_weight: int,
+        max_attempts: int,
+        delay_policy: DelayPolicy | None = None,
+        rebalance_threshold: int = 1,
+    ) -> None:
         self.name = name
         self.partition_weight = partition_weight
         self.max_attempts = max_attempts
+        self.delay_policy = delay_policy or DelayPolicy()
+        self.rebalance_threshold = rebalance_threshold
+        """A joining member takes idle partitions while a donor owns more than this many
+        partitions above it."""
         self.partitions: dict[PartitionKey, PartitionQueue] = {}
         self.members: dict[str, Member] = {}
         self._attempts: dict[int, int] = {}
@@ -107,18 +122,29 @@ class ConsumerGroup:
             else:
                 self.members[pq.owner].queued += added
 
-    def _assign(self, pq: PartitionQueue) -> str | None:
+    def _assign(self, pq: PartitionQueue, exclude: str | None = None) -> str | None:
         """Give an unowned partition to the least-loaded active member, if any."""
         loads = {
-            m.member_id: m.load(self.partition_weight) for m in self.members.values() if m.active
+            m.member_id: m.load(self.partition_weight)
+            for m in self.members.values()
+            if m.active and m.member_id != exclude
         }
         if not loads:
             return None
-        owner = self.members[least_loaded(loads)]
-        pq.owner = owner.member_id
-        owner.partitions.add(pq.key)
-        owner.queued += len(pq.pending)
-        return owner.member_id
+        self._give(pq, self.members[least_loaded(loads)])
+        return pq.owner
+
+    def _give(self, pq: PartitionQueue, member: Member) -> None:
+        pq.owner = member.member_id
+        member.partitions.add(pq.key)
+        member.queued += len(pq.pending)
+
+    def _take_away(self, pq: PartitionQueue) -> None:
+        """Unown a partition that has nothing in flight (its queue stays as it is)."""
+        member = self.members[pq.owner]
+        member.partitions.discard(pq.key)
+        member.queued -= len(pq.pending)
+        pq.owner = None
 
     def assign_unowned(self) -> None:
         """Give every unowned partition with work an owner, oldest work first."""
@@ -133,14 +159,56 @@ class ConsumerGroup:
         """Add a member, or resume one with the same id (a durable subscription)."""
         member = self.members.get(member_id)
         if member is None:
-            member = self.members[member_id] = Member(member_id, callback, prefetch)
+            member = Member(member_id, callback, prefetch, delays=DelayTracker(self.delay_policy))
+            self.members[member_id] = member
         else:
             member.callback, member.prefetch = callback, prefetch
             member.active, member.leaving = True, False
             member.session += 1
             member.consecutive_failures = 0
         self.assign_unowned()
+        self.rebalance_to(member)
         return member
+
+    def rebalance_to(self, newcomer: Member) -> list[PartitionKey]:
+        """Move idle partitions (nothing in flight) from the busiest members to a joining
+        one until no donor is more than ``rebalance_threshold`` partitions ahead of it.
+        A moved partition keeps its queue, so no batch is split and nothing is reordered."""
+        moved: list[PartitionKey] = []
+        donors = {m.member_id: m for m in self.active_members() if m is not newcomer}
+        while donors:
+            donor = max(donors.values(), key=lambda m: (len(m.partitions), m.member_id))
+            if len(donor.partitions) - len(newcomer.partitions) <= self.rebalance_threshold:
+                break
+            idle = [
+                self.partitions[k] for k in donor.partitions if not self.partitions[k].in_flight
+            ]
+            if not idle:
+                del donors[donor.member_id]
+                continue
+            pq = min(idle, key=lambda q: str(q.key))
+            self._take_away(pq)
+            self._give(pq, newcomer)
+            moved.append(pq.key)
+        return moved
+
+    def offload(self, member_id: str) -> list[PartitionKey]:
+        """Move a slow member's queued partitions that have nothing in flight to the
+        least-loaded others; the member stays active (DESIGN §6, long delays)."""
+        member = self.members[member_id]
+        waiting = [
+            self.partitions[k]
+            for k in member.partitions
+            if self.partitions[k].pending and not self.partitions[k].in_flight
+        ]
+        moved = []
+        for pq in sorted(waiting, key=lambda q: q.pending[0]):
+            self._take_away(pq)
+            if self._assign(pq, exclude=member_id) is None:
+                self._give(pq, member)  # nobody else is active: keep it
+                break
+            moved.append(pq.key)
+        return moved
 
     def deactivate(self, member_id: str) -> None:
         """Take a member out of rotation; the unacknowledged rest of its partitions moves."""
@@ -154,20 +222,17 @@ class ConsumerGroup:
         member = self.members[member_id]
         member.leaving = True
         member.active = False
+        self._release_partitions(member)  # those in flight go when their batch resolves
         if member.in_flight:
             return False
-        self._release_partitions(member)
         del self.members[member_id]
         return True
 
     def _release_partitions(self, member: Member) -> None:
         for key in sorted(member.partitions, key=str):
             pq = self.partitions[key]
-            if pq.in_flight:
-                continue  # still ours until the batch in flight resolves
-            pq.owner = None
-            member.partitions.discard(key)
-            member.queued -= len(pq.pending)
+            if not pq.in_flight:  # one in flight stays ours until its batch resolves
+                self._take_away(pq)
         self.assign_unowned()
 
     # -- dispatch ------------------------------------------------------------------------
@@ -223,7 +288,7 @@ class ConsumerGroup:
         member = self.members[batch.member_id]
         member.acked += len(outcome.done)
         if outcome.missing:
-            self._count_failure(member)
+            outcome.deactivated = self._count_failure(member)
         else:
             member.consecutive_failures = 0
         self._settle(batch, outcome.retried)

@@ -6,6 +6,7 @@ always cleaned up (SIGTERM, then SIGKILL) by the fixture that owns it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -87,10 +88,8 @@ class Proc:
                 raise AssertionError(
                     f"{self.name}: no line matching {pattern!r}; output:\n" + self.output()
                 )
-            try:
+            with contextlib.suppress(queue.Empty):
                 self._new.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                pass
 
     def output(self) -> str:
         return "\n".join(self.lines)

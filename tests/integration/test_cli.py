@@ -68,8 +68,19 @@ def test_a5_listing_shows_two_then_three_channels(cluster: Cluster) -> None:
     cluster.broker("alpha", "beta")
     assert [row["channel"] for row in listed(cluster)] == ["alpha", "beta"]
     result = cluster.run(
-        ["-m", "publisher", "publish", *cluster.ns, "--channel", "gamma", "--id", "P",
-         "--count", "3", "--create"]
+        [
+            "-m",
+            "publisher",
+            "publish",
+            *cluster.ns,
+            "--channel",
+            "gamma",
+            "--id",
+            "P",
+            "--count",
+            "3",
+            "--create",
+        ]
     )
     assert result.returncode == 0, result.stderr
     rows = wait_until(lambda: (r := listed(cluster)) and len(r) == 3 and r, what="3 channels")

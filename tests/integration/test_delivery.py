@@ -68,7 +68,7 @@ def test_a3_a_thousand_events_delivered_once_within_a_second(cluster: Cluster) -
     for recs in got.values():
         parts = by_partition(recs)
         assert len(parts) == 1
-        (partition, part_ids), = parts.items()
+        ((partition, part_ids),) = parts.items()
         seqs = [int(i.split("-")[1]) for i in part_ids]
         assert seqs == sorted(seqs)
         assert all((s - 1) % 2 == partition for s in seqs)
@@ -77,8 +77,21 @@ def test_a3_a_thousand_events_delivered_once_within_a_second(cluster: Cluster) -
 def test_a4_capacity_refuses_with_queue_full_and_loses_nothing(cluster: Cluster) -> None:
     cluster.broker("a4", extra=("--capacity", "1000"))
     result = cluster.run(
-        ["-m", "publisher", "publish", *cluster.ns, "--channel", "a4", "--id", "PUB",
-         "--count", "10000", "--batch-size", "100", "--json"]
+        [
+            "-m",
+            "publisher",
+            "publish",
+            *cluster.ns,
+            "--channel",
+            "a4",
+            "--id",
+            "PUB",
+            "--count",
+            "10000",
+            "--batch-size",
+            "100",
+            "--json",
+        ]
     )
     assert result.returncode == 4, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])

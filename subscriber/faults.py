@@ -1,0 +1,137 @@
+"""Fault toggles of a subscriber (DESIGN §8), off unless asked for; each logs when it fires.
+
+``delay:P:S`` / ``long-delay:P:S``  with probability P, take S more seconds over an event
+``crash-after:N``  hard exit (``os._exit``, like SIGKILL) when the N-th event arrives,
+                   before its handler runs, so N-1 events were processed
+``drop-acks:P``    with probability P, process an event but leave it out of the reply
+``fail-on:ID``     the handler fails on event ID every time (a poison event)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+CRASH_EXIT_CODE = 137
+"""What a shell reports for a SIGKILLed process; crash-after uses it too."""
+KINDS = ("delay", "long-delay", "crash-after", "drop-acks", "fail-on")
+
+
+class InjectedFailure(Exception):
+    """Raised instead of running the handler on a ``fail-on`` event."""
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    kind: str
+    probability: float = 1.0
+    seconds: float = 0.0
+    count: int = 0
+    event_id: str = ""
+
+    def __str__(self) -> str:
+        if self.kind in ("delay", "long-delay"):
+            return f"{self.kind}:{self.probability:g}:{self.seconds:g}"
+        if self.kind == "crash-after":
+            return f"crash-after:{self.count}"
+        if self.kind == "drop-acks":
+            return f"drop-acks:{self.probability:g}"
+        return f"fail-on:{self.event_id}"
+
+
+def parse_fault(text: str) -> FaultSpec:
+    """Parse one ``--fault`` value; ValueError says what is wrong in one line."""
+    kind, _, rest = text.partition(":")
+    args = rest.split(":") if rest else []
+    if kind in ("delay", "long-delay"):
+        _arity(text, args, 2)
+        return FaultSpec(kind, _probability(args[0]), seconds=_non_negative(args[1]))
+    if kind == "crash-after":
+        _arity(text, args, 1)
+        count = int(_non_negative(args[0]))
+        if count < 1 or str(count) != args[0]:
+            raise ValueError(f"crash-after needs a whole number of events >= 1, got {args[0]!r}")
+        return FaultSpec(kind, count=count)
+    if kind == "drop-acks":
+        _arity(text, args, 1)
+        return FaultSpec(kind, _probability(args[0]))
+    if kind == "fail-on":
+        if not rest:
+            raise ValueError("fail-on needs an event id: fail-on:ID")
+        return FaultSpec(kind, event_id=rest)
+    raise ValueError(f"unknown fault {kind!r}; one of {', '.join(KINDS)}")
+
+
+def _arity(text: str, args: list[str], n: int) -> None:
+    if len(args) != n:
+        raise ValueError(f"{text!r}: expected {n} value(s) after the fault name")
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = _non_negative(text)
+    if value > 1:
+        raise ValueError(f"a probability is between 0 and 1, got {text!r}")
+    return value
+
+
+class Faults:
+    """The toggles of one subscriber, applied around each event."""
+
+    def __init__(
+        self,
+        specs: list[FaultSpec],
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        hard_exit: Callable[[int], Any] = os._exit,
+    ) -> None:
+        self.specs = specs
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._exit = hard_exit
+        self.received = 0
+
+    def before(self, event: dict[str, Any]) -> None:
+        """Called when an event arrives, before its handler: crashes and delays."""
+        self.received += 1
+        for spec in self.specs:
+            if spec.kind == "crash-after" and self.received >= spec.count:
+                log.warning("fault %s fired on %s: exiting now", spec, event["id"])
+                logging.shutdown()
+                self._exit(CRASH_EXIT_CODE)
+            if spec.kind in ("delay", "long-delay") and self._fires(spec):
+                log.warning("fault %s fired on %s: sleeping %g s", spec, event["id"], spec.seconds)
+                self._sleep(spec.seconds)
+
+    def check_poison(self, event: dict[str, Any]) -> None:
+        """Raise InjectedFailure for a ``fail-on`` event (instead of its handler)."""
+        for spec in self.specs:
+            if spec.kind == "fail-on" and event["id"] == spec.event_id:
+                log.warning("fault %s fired: handler fails", spec)
+                raise InjectedFailure(f"injected failure on {event['id']}")
+
+    def drop_ack(self, event: dict[str, Any]) -> bool:
+        """Whether to leave this processed event out of the reply."""
+        for spec in self.specs:
+            if spec.kind == "drop-acks" and self._fires(spec):
+                log.warning("fault %s fired: ack of %s dropped", spec, event["id"])
+                return True
+        return False
+
+    def _fires(self, spec: FaultSpec) -> bool:
+        return self._rng.random() < spec.probability
