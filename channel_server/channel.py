@@ -294,10 +294,14 @@ class EventChannel:
     def dead_letters(self) -> list[dict[str, Any]]:
         """The dead-letter queue: events whose handler failed ``max_attempts`` times."""
         with self._lock:
-            return [
+            letters = [
                 dict(d.event.to_dict(), group=d.group, error=d.error)
                 for d in self._core.dead_letters
             ]
+        for letter in letters:  # it failed max_attempts times, whatever its last attempt
+            del letter["attempt"]
+            letter["failures"] = self._config.max_attempts
+        return letters
 
     @Pyro5.api.expose
     def replay_dead_letters(self, ids: list[str] | None = None) -> int:

@@ -10,13 +10,12 @@ from dataclasses import replace
 from typing import Any
 
 import Pyro5.errors
-from rich.console import Console
 
 from channel_server import cli_common as cc
 from channel_server.config import BrokerConfig, ChannelConfig
 from channel_server.errors import ChannelError, ClientError, UnknownChannel
 from channel_server.lookup import resolve_channel
-from channel_server.status import render_channel, render_dead_letters
+from channel_server.status import make_console, render_channel, render_dead_letters
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
     DEFAULT_HOST,
@@ -275,7 +274,7 @@ def show_status(args: argparse.Namespace) -> int:
         if args.channel not in channels:
             raise UnknownChannel(args.channel)
         channels = {args.channel: channels[args.channel]}
-    console = Console(highlight=False)
+    console = make_console()
     everything = []
     for name, (uri, broker) in channels.items():
         try:
@@ -307,7 +306,7 @@ def dead_letters(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(letters))
     else:
-        render_dead_letters(Console(highlight=False), args.channel, letters)
+        render_dead_letters(make_console(), args.channel, letters)
     return cc.EXIT_OK
 
 

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+PIPE_WIDTH = 160
+"""Columns when the output is not a terminal (rich would assume 80 and cut cells)."""
+
+
+def make_console() -> Console:
+    width = None if sys.stdout.isatty() else PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=True, width=width)
+
 
 MEMBER_COLUMNS = (
     ("member", "id"),
@@ -65,7 +75,7 @@ def render_dead_letters(console: Console, channel: str, letters: list[dict[str, 
         console.print(f"{channel}: no dead letters")
         return
     table = Table(title=f"{channel}: {len(letters)} dead letters", show_edge=False)
-    for title in ("id", "publisher", "partition", "group", "attempt", "error"):
+    for title in ("id", "publisher", "partition", "group", "failures", "error"):
         table.add_column(title)
     for d in letters:
         table.add_row(
@@ -73,7 +83,7 @@ def render_dead_letters(console: Console, channel: str, letters: list[dict[str, 
             d["publisher_id"],
             str(d["partition"]),
             d["group"],
-            str(d["attempt"]),
+            str(d["failures"]),
             d["error"],
         )
     console.print(table)
