@@ -17,7 +17,7 @@ import Pyro5.server
 from channel_server.channel import EventChannel
 from channel_server.config import BrokerConfig
 from channel_server.core.channel_core import ChannelKind
-from channel_server.errors import InvalidArgument, UnknownChannel
+from channel_server.errors import FaultInjectionDisabled, InvalidArgument, UnknownChannel
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.wire import (
@@ -120,9 +120,16 @@ class Broker:
                 log.info("channel %s is already hosted at %s", name, winner)
                 return winner
             self.store.save_channel(ChannelRecord(name, channel_kind.value))
+            channel.restore()
             self._channels[name] = channel
-        log.info("channel %s (%s) created", name, channel_kind.value)
+        log.info("channel %s (%s) ready", name, channel_kind.value)
         return uri
+
+    def kill_queues(self, name: str) -> int:
+        """The fault toggle of DESIGN §8, refused unless the broker allows fault injection."""
+        if not self.config.allow_fault_injection:
+            raise FaultInjectionDisabled("kill_queues")
+        return self.channel(name).kill_queues()
 
     def _claim(self, name: str, uri: str, kind: ChannelKind) -> str:
         tags = {BROKER_TAG_PREFIX + self.config.broker_id, KIND_TAG_PREFIX + kind.value}
@@ -154,11 +161,17 @@ class BrokerService:
     def channel_count(self) -> int:
         return len(self._broker.channel_names())
 
+    def kill_queues(self, channel: str) -> int:
+        """Empty a channel's in-memory queues (fault injection); returns events dropped."""
+        return self._broker.kill_queues(check_name("channel", channel))
+
     def info(self) -> dict[str, Any]:
         return {
             "broker_id": self._broker.config.broker_id,
             "uri": self._broker.uri,
             "channels": self._broker.channel_names(),
+            "durable": self._broker.store.durable,
+            "fault_injection": self._broker.config.allow_fault_injection,
         }
 
 

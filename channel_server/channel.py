@@ -19,11 +19,12 @@ import Pyro5.errors
 
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
-from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.core.group import AckOutcome, Batch, ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.dispatcher import Dispatcher, DispatchStopped
 from channel_server.errors import InvalidArgument, QueueFull, SubscriberIdInUse
-from channel_server.store import MemberRecord, Store
+from channel_server.events import Event
+from channel_server.store.base import DeadLetterRecord, MemberRecord, Store
 from channel_server.wire import DEFAULT_GROUP, check_name, make_proxy
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,34 @@ class EventChannel:
         self._wakeups: dict[MemberKey, threading.Condition] = {}
         self._dispatchers: dict[MemberKey, Dispatcher] = {}
         self._closed = False
+        self._trimmed = 0
+        """Delivered ids already trimmed from the store's window."""
+
+    def restore(self) -> int:
+        """Load what the store kept (a restart) and resume pushing to the saved members.
+        Call once, before the channel is published. Returns the events restored."""
+        snapshot = self._store.load(self._name)
+        with self._lock:
+            self._core.restore(snapshot)
+            self._trimmed = self._core.delivered.expired_total
+            for name, created in ((g.name, g.created_offset) for g in self._core.groups.values()):
+                self._store.save_group(self._name, name, created)
+            for record in snapshot.members:
+                grp = self._core.add_group(record.group)
+                member = grp.join(record.member_id, record.callback, record.prefetch)
+                self._start_dispatcher(
+                    record.group, record.member_id, member.session, record.callback
+                )
+            self._wake_ready()
+        if snapshot.events or snapshot.members:
+            log.info(
+                "%s: restored %d unacknowledged events, %d members, %d dead letters",
+                self._name,
+                len(snapshot.events),
+                len(snapshot.members),
+                len(snapshot.dead_letters),
+            )
+        return len(snapshot.events)
 
     @Pyro5.api.expose
     @property
@@ -72,10 +101,13 @@ class EventChannel:
         was stored; the exception says how much).
         """
         with self._lock:
+            self._check_queues()  # publishing halts here while lost events are rebuilt
             outcome = self._core.prepare(batch)
             if outcome.accepted:
-                self._store.append(self._name, outcome.accepted)
-                self._core.enqueue(outcome.accepted, self._clock())
+                now = self._clock()
+                self._store.append(self._name, outcome.accepted, self._core.next_offset, now)
+                self._core.enqueue(outcome.accepted, now)
+                self._trim_delivered()
                 self._wake_ready()
         if outcome.refused:
             raise QueueFull(
@@ -106,7 +138,8 @@ class EventChannel:
         if claimed_by and _answers(claimed_by, self._config.liveness_timeout_s):
             raise SubscriberIdInUse(subscriber_id, group)
         with self._lock:
-            grp = self._core.add_group(group)
+            self._check_queues()
+            grp = self._add_group(group)
             existing = grp.members.get(subscriber_id)
             if existing and existing.active and existing.callback != callback:
                 if existing.callback != claimed_by:  # claimed again meanwhile
@@ -134,6 +167,12 @@ class EventChannel:
             "prefetch": prefetch,
             "partitions": [list(key) for key in partitions],
         }
+
+    def _add_group(self, group: str) -> ConsumerGroup:
+        if group not in self._core.groups:
+            grp = self._core.add_group(group)
+            self._store.save_group(self._name, group, grp.created_offset)
+        return self._core.groups[group]
 
     def _active_elsewhere(self, group: str, subscriber_id: str, callback: str) -> str | None:
         """The callback of an active member with this id at another address, if any."""
@@ -204,9 +243,7 @@ class EventChannel:
         with self._lock:
             grp = self._core.groups[group]
             outcome, retired = self._core.complete(grp, batch, acked, nacked)
-            self._store.ack(self._name, group, self._store.offsets(outcome.done))
-            if retired:
-                self._store.delete(self._name, self._store.offsets(retired))
+            self._persist_outcome(group, outcome, retired)
             self._observe_delay(grp, batch.member_id, elapsed_s)
             self._wake_ready()
         if outcome.missing:
@@ -226,6 +263,17 @@ class EventChannel:
                 self._config.max_attempts,
                 error,
             )
+
+    def _persist_outcome(self, group: str, outcome: AckOutcome, retired: list[Event]) -> None:
+        if outcome.dead:
+            letters = [DeadLetterRecord(group, ev, error) for ev, error in outcome.dead]
+            self._store.add_dead_letters(self._name, letters)
+        gone = {ev.offset for ev in retired}
+        kept = [ev.offset for ev in outcome.done if ev.offset not in gone]
+        if kept:
+            self._store.ack(self._name, group, kept)
+        if gone:
+            self._store.delete(self._name, sorted(gone))
 
     def _observe_delay(self, grp: ConsumerGroup, member_id: str, elapsed_s: float) -> None:
         member = grp.members.get(member_id)
@@ -260,9 +308,45 @@ class EventChannel:
         return gave_up
 
     def _housekeep(self, grp: ConsumerGroup) -> None:
+        self._check_queues()
         for key in grp.sweep_idle(self._clock(), self._config.partition_idle_s):
             log.debug("%s: dropped idle partition %s", self._name, key)
         self._core.delivered.expire(self._clock())
+        self._trim_delivered()
+
+    def _trim_delivered(self) -> None:
+        expired = self._core.delivered.expired_total - self._trimmed
+        if expired:
+            self._store.trim_delivered(self._name, expired)
+            self._trimmed += expired
+
+    def _check_queues(self) -> None:
+        """The invariant of DESIGN §7: accepted - acknowledged = queued + in flight. When
+        it breaks (kill_queues), rebuild the queues from the backup before going on."""
+        lost = self._core.lost()
+        if not lost:
+            return
+        log.warning(
+            "%s: the queues lost %d events (accepted - acknowledged != queued + "
+            "in flight): publishing halted, rebuilding from the backup",
+            self._name,
+            lost,
+        )
+        refilled = self._core.rebuild(self._store.load(self._name))
+        log.warning(
+            "%s: rebuilt %d events in timestamp order; publishing resumed", self._name, refilled
+        )
+        self._wake_all()
+
+    def kill_queues(self) -> int:
+        """The fault of DESIGN §8: empty the in-memory queues and say nothing. The channel
+        notices by its invariant (on the next publish, subscribe or housekeeping round)."""
+        with self._lock:
+            dropped = self._core.kill_queues()
+        log.warning(
+            "%s: fault kill_queues fired: %d queued events dropped from memory", self._name, dropped
+        )
+        return dropped
 
     def _wake_ready(self) -> None:
         for name, grp in self._core.groups.items():
@@ -287,6 +371,8 @@ class EventChannel:
                 "accepted": core.accepted_total,
                 "acked": core.acked_total,
                 "dead_letters": len(core.dead_letters),
+                "stored": self._store.count(self._name),
+                "durable": self._store.durable,
                 "groups": {name: _group_stats(grp) for name, grp in core.groups.items()},
             }
 
@@ -311,7 +397,9 @@ class EventChannel:
         with self._lock:
             chosen, restored = self._core.replay(None if ids is None else set(ids))
             if restored:
-                self._store.append(self._name, restored)
+                self._store.reinsert(self._name, restored)
+            for letter in chosen:
+                self._store.remove_dead_letters(self._name, letter.group, [letter.event.offset])
             self._wake_ready()
         log.info("%s: replaying %d dead letters", self._name, len(chosen))
         return len(chosen)

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import Pyro5.errors
@@ -16,6 +17,7 @@ from channel_server.config import BrokerConfig, ChannelConfig
 from channel_server.errors import ChannelError, ClientError, UnknownChannel
 from channel_server.lookup import resolve_channel
 from channel_server.status import make_console, render_channel, render_dead_letters
+from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
     DEFAULT_HOST,
@@ -27,6 +29,7 @@ from channel_server.wire import (
 
 log = logging.getLogger("channel_server")
 LIST_TIMEOUT_S = 3.0
+DEFAULT_DATA_DIR = "pubsub-data"
 STOP_POLL_S = 1.0
 
 
@@ -87,10 +90,26 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--port", type=cc.port_number, default=0, help="broker port (default 0: any free port)"
     )
-    serve.add_argument(
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"directory of the durable store (SQLite, WAL); default ./{DEFAULT_DATA_DIR}/"
+        "<broker-id>",
+    )
+    where.add_argument(
         "--memory",
         action="store_true",
-        help="keep the backup queue in memory (the only store so far; the default)",
+        help="keep the backup queue in memory only (survives kill_queues, not a restart)",
+    )
+    serve.add_argument(
+        "--sync",
+        choices=[level.lower() for level in SYNC_LEVELS],
+        default=DEFAULT_SYNC.lower(),
+        help="SQLite synchronous level: normal loses nothing on a process crash, full "
+        "nothing on power loss either (default %(default)s)",
     )
     serve.add_argument(
         "--capacity",
@@ -189,14 +208,20 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 def serve(args: argparse.Namespace) -> int:
     from channel_server.broker import Broker  # the heavy part, only for this command
-    from channel_server.store import MemoryStore
+    from channel_server.store import MemoryStore, Store
+    from channel_server.store.sqlite import SQLiteStore
 
     config = config_from_args(args)
     stop = cc.stop_on_signals()
-    broker = Broker(config, MemoryStore())
+    if args.memory:
+        store: Store = MemoryStore()
+    else:
+        data_dir = args.data_dir or Path(DEFAULT_DATA_DIR) / config.broker_id
+        store = SQLiteStore(data_dir, args.sync)  # StoreError: a one-line reason
+    broker = Broker(config, store)
     try:
         broker.start()
-    except (OSError, Pyro5.errors.PyroError) as exc:
+    except (OSError, Pyro5.errors.PyroError, ChannelError) as exc:
         broker.stop()
         return cc.fail(f"cannot start the broker: {exc}", cc.EXIT_UNAVAILABLE)
     ns_kind = "embedded" if broker.ns.embedded else "existing"

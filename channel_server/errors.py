@@ -133,6 +133,14 @@ class BrokerUnavailable(TransportError):
         super().__init__(f"{what}: {reason}", what=what, reason=reason)
 
 
+# -- storage -----------------------------------------------------------------------------
+class StoreError(ChannelError):
+    """The backup store cannot be opened, read or written (damaged, locked, full)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"store {path}: {reason}", path=path, reason=reason)
+
+
 ALL_ERRORS: tuple[type[ChannelError], ...] = (
     ChannelError,
     ClientError,
@@ -146,4 +154,5 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     QueueFull,
     TransportError,
     BrokerUnavailable,
+    StoreError,
 )

@@ -16,6 +16,7 @@ from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.group import AckOutcome, Batch, ConsumerGroup
 from channel_server.core.queues import GlobalQueue
 from channel_server.events import Event, validate_batch
+from channel_server.store.base import ChannelSnapshot
 from channel_server.wire import DEFAULT_GROUP
 
 
@@ -74,7 +75,9 @@ class ChannelCore:
             self.add_group(DEFAULT_GROUP)
 
     # -- groups --------------------------------------------------------------------------
-    def add_group(self, name: str) -> ConsumerGroup:
+    def add_group(self, name: str, created_offset: int | None = None) -> ConsumerGroup:
+        """The group of that name, created now (seeing events from the next offset on) or
+        at ``created_offset`` when restored."""
         group = self.groups.get(name)
         if group is None:
             group = self.groups[name] = ConsumerGroup(
@@ -83,6 +86,7 @@ class ChannelCore:
                 self.config.max_attempts,
                 self.config.delay_policy(),
                 self.config.rebalance_threshold,
+                self.next_offset if created_offset is None else created_offset,
             )
         return group
 
@@ -176,3 +180,56 @@ class ChannelCore:
                 self.acked_total -= 1
             group.enqueue([letter.event])
         return chosen, restored
+
+    # -- the backup: restart and rebuild -------------------------------------------------
+    def restore(self, snapshot: ChannelSnapshot) -> None:
+        """Load what a store kept (a restart): groups, window, dead letters, events."""
+        self.next_offset = max(self.next_offset, snapshot.next_offset)
+        for name, created in sorted(snapshot.groups.items(), key=lambda g: g[1]):
+            self.add_group(name, created)
+        self.delivered.restore(snapshot.delivered)
+        self.dead_letters = [DeadLetter(d.event, d.group, d.error) for d in snapshot.dead_letters]
+        holders: dict[int, int] = {}
+        for group, events in self._owed(snapshot).items():
+            group.enqueue(events)
+            for ev in events:
+                holders[ev.offset] = holders.get(ev.offset, 0) + 1
+        self._groups_left = {offset: n for offset, n in holders.items() if n > 1}
+        self.unacked = len(holders)
+
+    def kill_queues(self) -> int:
+        """The fault: empty the in-memory queues. Returns how many events were dropped."""
+        dropped = len(self.global_queue)
+        self.global_queue.clear()
+        return dropped + sum(group.drop_pending() for group in self.groups.values())
+
+    def lost(self) -> int:
+        """Events accepted and unacknowledged that no queue holds (0 when healthy)."""
+        return sum(group.lost() for group in self.groups.values())
+
+    def rebuild(self, snapshot: ChannelSnapshot) -> int:
+        """Refill the queues from the backup, in timestamp order, leaving batches in flight
+        alone. Returns how many events were put back."""
+        refilled = 0
+        for group, events in self._owed(snapshot).items():
+            flying = group.in_flight_offsets()
+            missing = [ev for ev in events if ev.offset not in flying]
+            group.drop_pending()
+            group.refill(missing)
+            refilled += len(missing)
+        return refilled
+
+    def _owed(self, snapshot: ChannelSnapshot) -> dict[ConsumerGroup, list[Event]]:
+        """Per group, the stored events it has not acknowledged or dead-lettered."""
+        dead = {(d.group, d.event.offset) for d in snapshot.dead_letters}
+        owed = {}
+        for group in self.groups.values():
+            acked = snapshot.acks.get(group.name, set())
+            owed[group] = [
+                ev
+                for ev in snapshot.events
+                if ev.offset >= group.created_offset
+                and ev.offset not in acked
+                and (group.name, ev.offset) not in dead
+            ]
+        return owed

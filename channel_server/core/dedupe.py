@@ -21,6 +21,8 @@ class DeliveredIds:
         self.max_age_s = max_age_s
         self._ids: set[str] = set()
         self._chunks: deque[tuple[float, list[str]]] = deque()
+        self.expired_total = 0
+        """Ids forgotten so far, oldest first (a durable copy trims as many)."""
 
     def __contains__(self, event_id: object) -> bool:
         return event_id in self._ids
@@ -56,4 +58,11 @@ class DeliveredIds:
             dropped += excess
             if not ids:
                 self._chunks.popleft()
+        self.expired_total += dropped
         return dropped
+
+    def restore(self, entries: list[tuple[str, float]]) -> None:
+        """Load a stored window, oldest first: (id, accepted at)."""
+        for event_id, accepted_at in entries:
+            if event_id not in self._ids:
+                self.add_many([event_id], accepted_at)

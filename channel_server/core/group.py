@@ -74,6 +74,7 @@ class ConsumerGroup:
         max_attempts: int,
         delay_policy: DelayPolicy | None = None,
         rebalance_threshold: int = 1,
+        created_offset: int = 0,
     ) -> None:
         self.name = name
         self.partition_weight = partition_weight
@@ -82,6 +83,11 @@ class ConsumerGroup:
         self.rebalance_threshold = rebalance_threshold
         """A joining member takes idle partitions while a donor owns more than this many
         partitions above it."""
+        self.created_offset = created_offset
+        """The channel's next offset when the group was created: it sees events from there."""
+        self.held = 0
+        """Events this group must still deliver: enqueued minus done or dead-lettered. The
+        invariant ``held == backlog`` tells when the in-memory queues lost events."""
         self.partitions: dict[PartitionKey, PartitionQueue] = {}
         self.members: dict[str, Member] = {}
         self._attempts: dict[int, int] = {}
@@ -106,8 +112,35 @@ class ConsumerGroup:
         }
 
     # -- events in -----------------------------------------------------------------------
-    def enqueue(self, events: Iterable[Event]) -> None:
-        """Add events (any order) to their partitions; unowned partitions get an owner."""
+    def enqueue(self, events: list[Event]) -> None:
+        """Add new events (any order) to their partitions; unowned partitions get an owner."""
+        self.held += len(events)
+        self._fill(events)
+
+    def lost(self) -> int:
+        """Events held but in no queue: the in-memory queues were damaged (kill_queues)."""
+        return self.held - self.backlog
+
+    def drop_pending(self) -> int:
+        """Empty every partition's pending queue (the fault kill_queues). Ownership and
+        batches in flight stay. Returns how many events were dropped."""
+        dropped = 0
+        for pq in self.partitions.values():
+            if pq.owner is not None:
+                self.members[pq.owner].queued -= len(pq.pending)
+            dropped += len(pq.pending)
+            pq.pending.clear()
+        return dropped
+
+    def in_flight_offsets(self) -> set[int]:
+        return {ev.offset for pq in self.partitions.values() for ev in pq.in_flight}
+
+    def refill(self, events: list[Event]) -> None:
+        """Put back events that should be pending (a rebuild from the backup); ``held``
+        already counts them."""
+        self._fill(events)
+
+    def _fill(self, events: Iterable[Event]) -> None:
         by_key: dict[PartitionKey, list[Event]] = {}
         for ev in events:
             by_key.setdefault(ev.key, []).append(ev)
@@ -285,6 +318,7 @@ class ConsumerGroup:
                 self._attempts[ev.offset] = attempt
                 outcome.retried.append(ev)
                 outcome.missing += 1
+        self.held -= len(outcome.done) + len(outcome.dead)
         member = self.members[batch.member_id]
         member.acked += len(outcome.done)
         if outcome.missing:

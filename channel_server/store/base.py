@@ -1,15 +1,16 @@
 """The store contract every backup queue implements (DESIGN §7).
 
-The channel calls it under its own lock, in this order: ``append`` before a publish
-returns, ``ack`` when a group acknowledges, ``delete`` when every group has. ``unacked``
-is what a rebuild (kill_queues, restart) reads back, in ``(timestamp, offset)`` order.
+The channel calls it under its own lock: ``append`` (one transaction per publish batch:
+group commit) before ``publish`` returns; ``ack`` when one group of several acknowledged
+events; ``delete`` when every group has; the dead-letter calls when a poison event gives up
+or is replayed. ``load`` reads back everything a restart or a rebuild (kill_queues) needs.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from channel_server.events import Event
 
@@ -29,8 +30,35 @@ class MemberRecord:
     prefetch: int
 
 
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    group: str
+    event: Event
+    error: str
+
+
+@dataclass
+class ChannelSnapshot:
+    """What a store holds for one channel."""
+
+    next_offset: int = 0
+    groups: dict[str, int] = field(default_factory=dict)
+    """group -> the channel's next offset when it was created (it sees events from there)."""
+    members: list[MemberRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    """Not yet acknowledged by every group, in ``(timestamp, offset)`` order."""
+    acks: dict[str, set[int]] = field(default_factory=dict)
+    """group -> offsets among ``events`` it has acknowledged."""
+    delivered: list[tuple[str, float]] = field(default_factory=list)
+    """The delivered-ID window, oldest first: (id, accepted at)."""
+    dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+
+
 class Store(ABC):
-    """Durable (or not) home of channels, members and unacknowledged events."""
+    """Home of channels, groups, members, unacknowledged events and dead letters."""
+
+    durable: bool = False
+    """Whether what is written survives the process (and so a restart restores it)."""
 
     @abstractmethod
     def save_channel(self, record: ChannelRecord) -> None:
@@ -41,20 +69,35 @@ class Store(ABC):
         """Every channel saved, in creation order."""
 
     @abstractmethod
-    def append(self, channel: str, events: Sequence[Event]) -> None:
-        """Store one accepted publish batch atomically (one transaction: group commit)."""
+    def save_group(self, channel: str, group: str, created_offset: int) -> None:
+        """Remember a consumer group (idempotent: the first creation offset stays)."""
+
+    @abstractmethod
+    def remove_group(self, channel: str, group: str) -> None:
+        """Forget a group, its acks and its dead letters."""
+
+    @abstractmethod
+    def append(
+        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
+    ) -> None:
+        """Store one accepted publish batch, its ids in the delivered window and the
+        channel's next offset, atomically."""
+
+    @abstractmethod
+    def reinsert(self, channel: str, events: Sequence[Event]) -> None:
+        """Store events again that had been deleted (a replayed dead letter)."""
 
     @abstractmethod
     def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
-        """Record that one group acknowledged these events."""
+        """Record that one group acknowledged events other groups still hold."""
 
     @abstractmethod
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
         """Forget events every group has acknowledged (retention, DESIGN §4)."""
 
     @abstractmethod
-    def unacked(self, channel: str) -> list[Event]:
-        """Events accepted and not yet deleted, in ``(timestamp, offset)`` order."""
+    def trim_delivered(self, channel: str, count: int) -> None:
+        """Forget the ``count`` oldest ids of the delivered window."""
 
     @abstractmethod
     def save_member(self, record: MemberRecord) -> None:
@@ -65,8 +108,20 @@ class Store(ABC):
         """Forget a subscription that ended with unsubscribe."""
 
     @abstractmethod
-    def members(self, channel: str) -> list[MemberRecord]:
-        """Every saved subscription of a channel."""
+    def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
+        """Keep poison events (a full copy: their event row may be deleted)."""
+
+    @abstractmethod
+    def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        """Forget dead letters that were replayed."""
+
+    @abstractmethod
+    def load(self, channel: str) -> ChannelSnapshot:
+        """Everything stored for a channel (an empty snapshot for an unknown one)."""
+
+    @abstractmethod
+    def count(self, channel: str) -> int:
+        """How many events are stored for the channel (not yet acknowledged by all)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release files and connections; the default has none."""

@@ -1,5 +1,8 @@
-"""A store that keeps everything in memory: the backup of the in-memory queues survives
-kill_queues, not a process crash. Selected with ``--memory``."""
+"""A store in memory: a backup of the queues that survives kill_queues, not the process.
+
+Selected with ``--memory``. It keeps no delivered-ID window (the channel has it in memory
+already, and nothing of this store outlives the process that could read it back).
+"""
 
 from __future__ import annotations
 
@@ -7,53 +10,115 @@ import threading
 from collections.abc import Sequence
 
 from channel_server.events import Event
-from channel_server.store.base import ChannelRecord, MemberRecord, Store
+from channel_server.store.base import (
+    ChannelRecord,
+    ChannelSnapshot,
+    DeadLetterRecord,
+    MemberRecord,
+    Store,
+)
+
+
+class _ChannelData:
+    def __init__(self) -> None:
+        self.next_offset = 0
+        self.groups: dict[str, int] = {}
+        self.events: dict[int, Event] = {}
+        self.acks: dict[str, set[int]] = {}
+        self.members: dict[tuple[str, str], MemberRecord] = {}
+        self.dead: dict[tuple[str, int], DeadLetterRecord] = {}
 
 
 class MemoryStore(Store):
+    durable = False
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        """Guards the three dicts below (channels may share one store)."""
+        """Guards _channels and every _ChannelData in it (channels share one store)."""
         self._channels: dict[str, ChannelRecord] = {}
-        self._events: dict[str, dict[int, Event]] = {}
-        self._members: dict[tuple[str, str, str], MemberRecord] = {}
+        self._data: dict[str, _ChannelData] = {}
+
+    def _of(self, channel: str) -> _ChannelData:
+        return self._data.setdefault(channel, _ChannelData())
 
     def save_channel(self, record: ChannelRecord) -> None:
         with self._lock:
             self._channels.setdefault(record.name, record)
-            self._events.setdefault(record.name, {})
+            self._of(record.name)
 
     def channels(self) -> list[ChannelRecord]:
         with self._lock:
             return list(self._channels.values())
 
-    def append(self, channel: str, events: Sequence[Event]) -> None:
+    def save_group(self, channel: str, group: str, created_offset: int) -> None:
         with self._lock:
-            table = self._events.setdefault(channel, {})
-            for ev in events:
-                table[ev.offset] = ev
+            self._of(channel).groups.setdefault(group, created_offset)
+
+    def remove_group(self, channel: str, group: str) -> None:
+        with self._lock:
+            data = self._of(channel)
+            data.groups.pop(group, None)
+            data.acks.pop(group, None)
+            data.dead = {k: v for k, v in data.dead.items() if k[0] != group}
+
+    def append(
+        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
+    ) -> None:
+        with self._lock:
+            data = self._of(channel)
+            data.events.update((ev.offset, ev) for ev in events)
+            data.next_offset = max(data.next_offset, next_offset)
+
+    def reinsert(self, channel: str, events: Sequence[Event]) -> None:
+        with self._lock:
+            self._of(channel).events.update((ev.offset, ev) for ev in events)
 
     def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
-        """Nothing to do: retention is decided by the channel, which calls delete."""
+        with self._lock:
+            self._of(channel).acks.setdefault(group, set()).update(offsets)
 
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
         with self._lock:
-            table = self._events.get(channel, {})
+            data = self._of(channel)
             for offset in offsets:
-                table.pop(offset, None)
+                data.events.pop(offset, None)
+            for acked in data.acks.values():
+                acked.difference_update(offsets)
 
-    def unacked(self, channel: str) -> list[Event]:
-        with self._lock:
-            return sorted(self._events.get(channel, {}).values())
+    def trim_delivered(self, channel: str, count: int) -> None:
+        """Nothing to trim: this store keeps no delivered window."""
 
     def save_member(self, record: MemberRecord) -> None:
         with self._lock:
-            self._members[(record.channel, record.group, record.member_id)] = record
+            self._of(record.channel).members[(record.group, record.member_id)] = record
 
     def remove_member(self, channel: str, group: str, member_id: str) -> None:
         with self._lock:
-            self._members.pop((channel, group, member_id), None)
+            self._of(channel).members.pop((group, member_id), None)
 
-    def members(self, channel: str) -> list[MemberRecord]:
+    def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
         with self._lock:
-            return [r for r in self._members.values() if r.channel == channel]
+            dead = self._of(channel).dead
+            dead.update(((d.group, d.event.offset), d) for d in letters)
+
+    def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        with self._lock:
+            dead = self._of(channel).dead
+            for offset in offsets:
+                dead.pop((group, offset), None)
+
+    def load(self, channel: str) -> ChannelSnapshot:
+        with self._lock:
+            data = self._of(channel)
+            return ChannelSnapshot(
+                next_offset=data.next_offset,
+                groups=dict(data.groups),
+                members=list(data.members.values()),
+                events=sorted(data.events.values()),
+                acks={g: set(a) for g, a in data.acks.items()},
+                dead_letters=list(data.dead.values()),
+            )
+
+    def count(self, channel: str) -> int:
+        with self._lock:
+            return len(self._of(channel).events)

@@ -140,7 +140,10 @@ class Cluster:
         return proc
 
     def broker(self, *channels: str, extra: tuple[str, ...] = (), name: str = "broker") -> Proc:
+        """A broker process; its store lives in this test's tmp dir unless ``--memory``."""
         argv = ["-m", "channel_server", "serve", *self.ns, *extra]
+        if "--memory" not in extra and "--data-dir" not in extra:
+            argv += ["--data-dir", str(self.data_dir(name))]
         for channel in channels:
             argv += ["--channel", channel]
         return self.start(name, argv, r"broker \S+ ready at")
@@ -159,6 +162,9 @@ class Cluster:
             timeout=timeout_s,
             cwd=PROJECT_ROOT,
         )
+
+    def data_dir(self, broker_name: str) -> Path:
+        return self.tmp / f"data-{broker_name}"
 
     def record_path(self, channel: str, sub_id: str) -> Path:
         return self.tmp / f"{channel}-{sub_id}.jsonl"

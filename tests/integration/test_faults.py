@@ -6,6 +6,7 @@ first partition seen (partition 1, PUB-1) goes to the lowest id s1, partition 0 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -196,5 +197,5 @@ def test_a22_a_late_joiner_gets_a_fair_share_without_reordering(cluster: Cluster
             for recs in got.values()
             if (ts := [r["timestamp"] for r in recs if r["partition"] == part])
         )
-        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), (part, spans)
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), (part, spans)
     assert re.search(r"partition=\d+", cluster.procs[-1].output())

@@ -1,0 +1,315 @@
+"""The durable backup queue: SQLite in WAL mode under the broker's data directory.
+
+One connection, guarded by ``_lock``, serves every channel of the broker. Each publish
+batch is one transaction (group commit). With ``synchronous=NORMAL`` (the default) a
+committed transaction survives a process crash (SIGKILL); FULL also survives power loss.
+A lock file keeps two brokers off one data directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import msgpack
+
+from channel_server.errors import StoreError
+from channel_server.events import Event
+from channel_server.store.base import (
+    ChannelRecord,
+    ChannelSnapshot,
+    DeadLetterRecord,
+    MemberRecord,
+    Store,
+)
+
+DB_FILE = "channels.sqlite"
+LOCK_FILE = "broker.lock"
+SCHEMA_VERSION = "1"
+SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
+DEFAULT_SYNC = "NORMAL"
+BUSY_TIMEOUT_S = 5.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS channels(
+    name TEXT PRIMARY KEY, kind TEXT NOT NULL, next_offset INTEGER NOT NULL DEFAULT 0,
+    created INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS groups(
+    channel TEXT NOT NULL, name TEXT NOT NULL, created_offset INTEGER NOT NULL,
+    PRIMARY KEY(channel, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events(
+    channel TEXT NOT NULL, offset INTEGER NOT NULL, id TEXT NOT NULL,
+    publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload BLOB,
+    PRIMARY KEY(channel, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS acks(
+    channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS delivered(channel TEXT NOT NULL, id TEXT NOT NULL,
+    accepted_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS delivered_by_channel ON delivered(channel);
+CREATE TABLE IF NOT EXISTS members(
+    channel TEXT NOT NULL, grp TEXT NOT NULL, member_id TEXT NOT NULL,
+    callback TEXT NOT NULL, prefetch INTEGER NOT NULL,
+    PRIMARY KEY(channel, grp, member_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dead_letters(
+    channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL, id TEXT NOT NULL,
+    publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload BLOB,
+    error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
+"""
+EVENT_COLUMNS = "offset, id, publisher_id, partition, timestamp, payload"
+
+
+def _pack(payload: Any) -> bytes:
+    return msgpack.packb(payload, use_bin_type=True)
+
+
+def _event_row(channel: str, ev: Event) -> tuple:
+    return (
+        channel,
+        ev.offset,
+        ev.id,
+        ev.publisher_id,
+        ev.partition,
+        ev.timestamp,
+        _pack(ev.payload),
+    )
+
+
+def _event(row: Sequence[Any]) -> Event:
+    offset, event_id, publisher_id, partition, timestamp, payload = row[:6]
+    return Event(
+        event_id, publisher_id, partition, timestamp, msgpack.unpackb(payload, raw=False), offset
+    )
+
+
+class SQLiteStore(Store):
+    durable = True
+
+    def __init__(self, data_dir: Path, synchronous: str = DEFAULT_SYNC) -> None:
+        """Open (or create) the store; raises StoreError with a clear reason when the
+        directory is used by another broker or the database is damaged."""
+        if synchronous.upper() not in SYNC_LEVELS:
+            raise StoreError(str(data_dir), f"synchronous must be one of {SYNC_LEVELS}")
+        self.path = Path(data_dir) / DB_FILE
+        self._lock = threading.Lock()
+        """Guards _db (one connection for every channel and thread)."""
+        self._lock_file = _take_dir_lock(Path(data_dir))
+        try:
+            self._db = self._open(synchronous.upper())
+        except sqlite3.DatabaseError as exc:
+            self._lock_file.close()
+            raise StoreError(
+                str(self.path),
+                f"cannot be opened ({exc}); it may be damaged. "
+                "Restore it from a backup or move it away to start empty",
+            ) from None
+
+    def _open(self, synchronous: str) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={synchronous}")
+            if (check := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+            db.executescript(SCHEMA)
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One transaction, under the lock; a failure rolls it back and says so."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                yield self._db
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(str(self.path), str(exc)) from exc
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- channels, groups, members -------------------------------------------------------
+    def save_channel(self, record: ChannelRecord) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO channels(name, kind, created) VALUES "
+                "(?, ?, (SELECT COUNT(*) FROM channels))",
+                (record.name, record.kind),
+            )
+
+    def channels(self) -> list[ChannelRecord]:
+        rows = self._query("SELECT name, kind FROM channels ORDER BY created")
+        return [ChannelRecord(name, kind) for name, kind in rows]
+
+    def save_group(self, channel: str, group: str, created_offset: int) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO groups VALUES (?, ?, ?)", (channel, group, created_offset)
+            )
+
+    def remove_group(self, channel: str, group: str) -> None:
+        with self._tx() as db:
+            for table, column in (("groups", "name"), ("acks", "grp"), ("dead_letters", "grp")):
+                db.execute(
+                    f"DELETE FROM {table} WHERE channel = ? AND {column} = ?", (channel, group)
+                )
+
+    def save_member(self, record: MemberRecord) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO members VALUES (?, ?, ?, ?, ?)",
+                (record.channel, record.group, record.member_id, record.callback, record.prefetch),
+            )
+
+    def remove_member(self, channel: str, group: str, member_id: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "DELETE FROM members WHERE channel = ? AND grp = ? AND member_id = ?",
+                (channel, group, member_id),
+            )
+
+    # -- events --------------------------------------------------------------------------
+    def append(
+        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
+    ) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [_event_row(channel, ev) for ev in events],
+            )
+            db.executemany(
+                "INSERT INTO delivered VALUES (?, ?, ?)",
+                [(channel, ev.id, accepted_at) for ev in events],
+            )
+            db.execute(
+                "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE name = ?",
+                (next_offset, channel),
+            )
+
+    def reinsert(self, channel: str, events: Sequence[Event]) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [_event_row(channel, ev) for ev in events],
+            )
+
+    def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        if offsets:
+            with self._tx() as db:
+                db.executemany(
+                    "INSERT OR IGNORE INTO acks VALUES (?, ?, ?)",
+                    [(channel, group, o) for o in offsets],
+                )
+
+    def delete(self, channel: str, offsets: Sequence[int]) -> None:
+        if offsets:
+            rows = [(channel, o) for o in offsets]
+            with self._tx() as db:
+                db.executemany("DELETE FROM events WHERE channel = ? AND offset = ?", rows)
+                db.executemany("DELETE FROM acks WHERE channel = ? AND offset = ?", rows)
+
+    def trim_delivered(self, channel: str, count: int) -> None:
+        if count > 0:
+            with self._tx() as db:
+                db.execute(
+                    "DELETE FROM delivered WHERE rowid IN (SELECT rowid FROM delivered "
+                    "WHERE channel = ? ORDER BY rowid LIMIT ?)",
+                    (channel, count),
+                )
+
+    def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(channel, d.group, *_event_row(channel, d.event)[1:], d.error) for d in letters],
+            )
+
+    def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "DELETE FROM dead_letters WHERE channel = ? AND grp = ? AND offset = ?",
+                [(channel, group, o) for o in offsets],
+            )
+
+    # -- reading back --------------------------------------------------------------------
+    def load(self, channel: str) -> ChannelSnapshot:
+        snapshot = ChannelSnapshot()
+        row = self._query("SELECT next_offset FROM channels WHERE name = ?", (channel,))
+        snapshot.next_offset = row[0][0] if row else 0
+        snapshot.groups = dict(
+            self._query("SELECT name, created_offset FROM groups WHERE channel = ?", (channel,))
+        )
+        snapshot.members = [
+            MemberRecord(channel, *r)
+            for r in self._query(
+                "SELECT grp, member_id, callback, prefetch FROM members WHERE channel = ? "
+                "ORDER BY grp, member_id",
+                (channel,),
+            )
+        ]
+        snapshot.events = sorted(
+            _event(r)
+            for r in self._query(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE channel = ?", (channel,)
+            )
+        )
+        for group, offset in self._query(
+            "SELECT grp, offset FROM acks WHERE channel = ?", (channel,)
+        ):
+            snapshot.acks.setdefault(group, set()).add(offset)
+        snapshot.delivered = self._query(
+            "SELECT id, accepted_at FROM delivered WHERE channel = ? ORDER BY rowid", (channel,)
+        )
+        snapshot.dead_letters = [
+            DeadLetterRecord(r[0], _event(r[1:7]), r[7])
+            for r in self._query(
+                f"SELECT grp, {EVENT_COLUMNS}, error FROM dead_letters WHERE channel = ? "
+                "ORDER BY offset",
+                (channel,),
+            )
+        ]
+        return snapshot
+
+    def count(self, channel: str) -> int:
+        return self._query("SELECT COUNT(*) FROM events WHERE channel = ?", (channel,))[0][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+        self._lock_file.close()
+
+
+def _take_dir_lock(data_dir: Path) -> IO[str]:
+    """Hold an exclusive lock on the data directory for the life of the store."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        handle = (data_dir / LOCK_FILE).open("a+")
+    except OSError as exc:
+        raise StoreError(str(data_dir), f"cannot use the data directory: {exc}") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise StoreError(str(data_dir), f"in use by another broker (pid {holder})") from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
