@@ -110,7 +110,7 @@ class Broker:
         channel_kind = _check_kind(kind)
         with self._lock:
             if name in self._channels:
-                return self._daemon.uriFor(self._channels[name]).asString()
+                return str(self._daemon.uriFor(self._channels[name]))
             channel = EventChannel(name, self.config.channel, self.store, channel_kind)
             uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
             winner = self._claim(name, uri, channel_kind)

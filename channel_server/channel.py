@@ -68,14 +68,13 @@ class EventChannel:
         with self._lock:
             self._core.restore(snapshot)
             self._trimmed = self._core.delivered.expired_total
-            for name, created in ((g.name, g.created_offset) for g in self._core.groups.values()):
-                self._store.save_group(self._name, name, created)
-            for record in snapshot.members:
-                grp = self._core.add_group(record.group)
-                member = grp.join(record.member_id, record.callback, record.prefetch)
-                self._start_dispatcher(
-                    record.group, record.member_id, member.session, record.callback
-                )
+            for grp in self._core.groups.values():
+                self._store.save_group(self._name, grp.name, grp.created_offset)
+                for member in grp.members.values():
+                    self._start_dispatcher(
+                        grp.name, member.member_id, member.session, member.callback
+                    )
+            self._persist_owners()
             self._wake_ready()
         if snapshot.events or snapshot.members:
             log.info(
@@ -108,6 +107,7 @@ class EventChannel:
                 self._store.append(self._name, outcome.accepted, self._core.next_offset, now)
                 self._core.enqueue(outcome.accepted, now)
                 self._trim_delivered()
+                self._persist_owners()
                 self._wake_ready()
         if outcome.refused:
             raise QueueFull(
@@ -157,6 +157,7 @@ class EventChannel:
                 MemberRecord(self._name, group, subscriber_id, callback, prefetch)
             )
             self._start_dispatcher(group, subscriber_id, member.session, callback)
+            self._persist_owners()
             self._wake_ready()
             partitions = sorted(member.partitions, key=str)
         log.info("%s: %s joined group %s (prefetch %d)", self._name, subscriber_id, group, prefetch)
@@ -194,6 +195,7 @@ class EventChannel:
                 return False
             grp.leave(subscriber_id)
             self._store.remove_member(self._name, group, subscriber_id)
+            self._persist_owners()
             self._wake_all()
         log.info("%s: %s left group %s", self._name, subscriber_id, group)
         return True
@@ -245,6 +247,7 @@ class EventChannel:
             outcome, retired = self._core.complete(grp, batch, acked, nacked)
             self._persist_outcome(group, outcome, retired)
             self._observe_delay(grp, batch.member_id, elapsed_s)
+            self._persist_owners()
             self._wake_ready()
         if outcome.missing:
             log.warning(
@@ -263,6 +266,11 @@ class EventChannel:
                 self._config.max_attempts,
                 error,
             )
+
+    def _persist_owners(self) -> None:
+        for grp in self._core.groups.values():
+            if changes := grp.take_owner_changes():
+                self._store.save_owners(self._name, grp.name, changes)
 
     def _persist_outcome(self, group: str, outcome: AckOutcome, retired: list[Event]) -> None:
         if outcome.dead:
@@ -296,6 +304,7 @@ class EventChannel:
     def push_failed(self, group: str, batch: Batch, error: Exception) -> bool:
         with self._lock:
             gave_up = self._core.groups[group].fail(batch)
+            self._persist_owners()
             self._wake_ready()
         log.warning(
             "%s: push of %d events to %s failed: %s%s",
@@ -313,6 +322,7 @@ class EventChannel:
             log.debug("%s: dropped idle partition %s", self._name, key)
         self._core.delivered.expire(self._clock())
         self._trim_delivered()
+        self._persist_owners()
 
     def _trim_delivered(self) -> None:
         expired = self._core.delivered.expired_total - self._trimmed

@@ -55,6 +55,10 @@ def non_negative_int(text: str) -> int:
     return _bounded(int, text, 0)
 
 
+def non_negative_float(text: str) -> float:
+    return _bounded(float, text, 0.0)
+
+
 def positive_float(text: str) -> float:
     value = _bounded(float, text, 0.0)
     if value == 0:

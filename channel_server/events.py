@@ -20,7 +20,8 @@ from channel_server.errors import InvalidEvent
 
 MAX_ID_CHARS = 256
 MAX_PARTITION_CHARS = 256
-PUBLISHER_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+PUBLISHER_ID_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+"""Matched against the whole string (fullmatch): no trailing newline slips through."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 DEFAULT_PARTITION = 0
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -133,7 +134,7 @@ def _check_id(value: Any, index: int) -> str:
 
 
 def _check_publisher_id(value: Any, index: int) -> str:
-    if type(value) is not str or not _PUBLISHER_ID_RE.match(value):
+    if type(value) is not str or not _PUBLISHER_ID_RE.fullmatch(value):
         raise InvalidEvent("publisher_id", "must be 1-128 characters of [A-Za-z0-9._-]", index)
     # Interned: a channel holds millions of events from a handful of publishers.
     return sys.intern(value)
@@ -158,7 +159,10 @@ def _check_partition(value: Any, index: int) -> Partition:
 def _check_timestamp(value: Any, index: int) -> float:
     if type(value) not in (float, int):
         raise InvalidEvent("timestamp", "must be a number (seconds since the epoch)", index)
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:
+        raise InvalidEvent("timestamp", "must be finite", index) from None
     if not math.isfinite(result):
         raise InvalidEvent("timestamp", "must be finite", index)
     return result

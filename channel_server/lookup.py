@@ -11,7 +11,9 @@ import Pyro5.errors
 
 from channel_server.errors import BrokerUnavailable, UnknownChannel
 from channel_server.wire import (
+    BROKER_TAG_PREFIX,
     NS_BROKER_PREFIX,
+    broker_ns_name,
     channel_ns_name,
     locate_ns,
     make_proxy,
@@ -50,3 +52,21 @@ def pick_broker(brokers: dict[str, str]) -> str:
     if not counts:
         raise BrokerUnavailable("channel placement", "no broker is registered and answering")
     return min(counts)[2]
+
+
+def broker_of_channel(ns_host: str, ns_port: int, channel: str) -> str:
+    """The URI of the broker hosting ``channel`` (from the channel's name-server tags)."""
+    with locate_ns(ns_host, ns_port) as ns:
+        try:
+            _, tags = ns.lookup(channel_ns_name(channel), return_metadata=True)
+        except Pyro5.errors.NamingError:
+            raise UnknownChannel(channel) from None
+        broker = next(
+            (t[len(BROKER_TAG_PREFIX) :] for t in tags if t.startswith(BROKER_TAG_PREFIX)), None
+        )
+        if broker is None:
+            raise BrokerUnavailable(f"channel {channel}", "no broker tag in the name server")
+        try:
+            return str(ns.lookup(broker_ns_name(broker)))
+        except Pyro5.errors.NamingError:
+            raise BrokerUnavailable(f"broker {broker}", "not registered") from None

@@ -22,7 +22,8 @@ NS_CHANNEL_PREFIX = "pubsub.channel."
 NS_BROKER_PREFIX = "pubsub.broker."
 BROKER_TAG_PREFIX = "broker:"
 DEFAULT_GROUP = "default"
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+"""Matched against the whole string (fullmatch)."""
 _NAME_RE = re.compile(NAME_PATTERN)
 _ERRORS_BY_WIRE_NAME = {f"{cls.__module__}.{cls.__name__}": cls for cls in ALL_ERRORS}
 
@@ -37,7 +38,7 @@ def broker_ns_name(broker_id: str) -> str:
 
 def check_name(kind: str, value: Any) -> str:
     """Validate a channel, group, broker or subscriber name at the RPC boundary."""
-    if type(value) is not str or not _NAME_RE.match(value):
+    if type(value) is not str or not _NAME_RE.fullmatch(value):
         raise InvalidArgument(kind, "must be 1-128 characters of [A-Za-z0-9._-]")
     return value
 

@@ -7,20 +7,24 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import Pyro5.errors
 
 from channel_server import cli_common as cc
 from channel_server.errors import ChannelError, ClientError, TransportError
-from channel_server.wire import check_name
+from channel_server.lookup import broker_of_channel
+from channel_server.wire import check_name, make_proxy
 from publisher.client import Publisher
+from publisher.state import SequenceFile, default_state_dir
 
 log = logging.getLogger("publisher")
 DEFAULT_BATCH = 100
 DEFAULT_PAYLOAD = 100
 DEFAULT_PARTITIONS = 1
+DEFAULT_RETRY_FOR_S = 30.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument(
         "--start-seq",
         type=cc.positive_int,
-        default=1,
-        help="first sequence number (default %(default)s)",
+        default=None,
+        help="first sequence number (default: the one after the last this publisher used "
+        "on this channel, from its state file; 1 for a new one)",
+    )
+    pub.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where the sequence file lives (default $PUBSUB_STATE_DIR or "
+        "~/.local/state/pubsub-channels)",
+    )
+    pub.add_argument(
+        "--retry-for",
+        type=cc.non_negative_float,
+        default=DEFAULT_RETRY_FOR_S,
+        metavar="SECONDS",
+        help="keep retrying a batch this long when the broker is unreachable; a batch "
+        "that did arrive is reported duplicate, never stored twice (default %(default)s)",
+    )
+    pub.add_argument(
+        "--kill-queues-at",
+        type=cc.positive_int,
+        default=None,
+        metavar="N",
+        help="fault injection: after the N-th publish call, ask the broker to empty the "
+        "channel's in-memory queues (the broker needs --allow-fault-injection)",
     )
     pub.add_argument(
         "--create", action="store_true", help="create the channel if nobody hosts it yet"
@@ -85,6 +114,7 @@ def synthetic_events(
 def publish(args: argparse.Namespace) -> int:
     check_name("channel", args.channel)
     check_name("id", args.publisher_id)
+    state_dir = args.state_dir or default_state_dir()
     with Publisher(
         args.channel,
         args.publisher_id,
@@ -92,10 +122,15 @@ def publish(args: argparse.Namespace) -> int:
         ns_port=args.ns_port,
         create=args.create,
         next_seq=args.start_seq,
+        sequence=SequenceFile(state_dir, args.channel, args.publisher_id),
+        retry_for_s=args.retry_for,
     ) as publisher:
         started = time.perf_counter()
         events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
-        totals = publisher.publish_all(events, args.batch_size, args.wait_when_full)
+        after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
+        totals = publisher.publish_all(
+            events, args.batch_size, args.wait_when_full, after_batch=after_batch
+        )
         elapsed = time.perf_counter() - started
     figures = {
         "channel": args.channel,
@@ -104,6 +139,7 @@ def publish(args: argparse.Namespace) -> int:
         "duplicates": totals.duplicates,
         "refused": totals.refused,
         "unrouted": totals.unrouted,
+        "retries": publisher.retries,
         "seconds": round(elapsed, 4),
         "events_per_s": round(args.count / elapsed, 1) if elapsed > 0 else None,
     }
@@ -115,6 +151,19 @@ def publish(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(figures))
     return cc.EXIT_REFUSED if totals.refused else cc.EXIT_OK
+
+
+def _kill_queues_hook(args: argparse.Namespace) -> Callable[[int], None]:
+    """Called after each publish call; fires kill_queues after the N-th."""
+
+    def after_batch(calls: int) -> None:
+        if calls != args.kill_queues_at:
+            return
+        with make_proxy(broker_of_channel(args.ns_host, args.ns_port, args.channel), 10) as b:
+            dropped = b.kill_queues(args.channel)
+        log.warning("fault kill-queues-at:%d fired: %d queued events dropped", calls, dropped)
+
+    return after_batch
 
 
 def main(argv: list[str] | None = None) -> int:

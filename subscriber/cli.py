@@ -16,6 +16,7 @@ from channel_server.errors import ChannelError, ClientError, TransportError
 from channel_server.wire import DEFAULT_GROUP, check_name
 from subscriber.client import Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
+from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
 from subscriber.record import Recorder
 
 log = logging.getLogger("subscriber")
@@ -62,6 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--fault-seed", type=int, default=None, help="seed of the faults' random draws"
     )
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the processed-ID window on disk here, so a restarted subscriber still "
+        "acknowledges redelivered events without running the handler again",
+    )
+    run.add_argument(
+        "--window",
+        type=cc.positive_int,
+        default=DEFAULT_WINDOW,
+        help="processed ids remembered for effectively-once processing (default %(default)s)",
+    )
     return parser
 
 
@@ -70,6 +85,12 @@ def _fault_arg(text: str) -> FaultSpec:
         return parse_fault(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _window_file(args: argparse.Namespace) -> Path | None:
+    if args.state_dir is None:
+        return None
+    return args.state_dir / f"processed-{args.channel}-{args.group}-{args.subscriber_id}.txt"
 
 
 def make_handler(subscriber_id: str, quiet: bool) -> Any:
@@ -99,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         recorder=recorder,
         faults=Faults(args.fault, random.Random(args.fault_seed)),
+        processed=ProcessedIds(args.window, _window_file(args)),
     )
     stop = cc.stop_on_signals()
     try:

@@ -24,6 +24,7 @@ from channel_server.wire import (
     make_proxy,
 )
 from subscriber.faults import Faults
+from subscriber.processed import ProcessedIds
 from subscriber.record import Recorder
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class Subscriber:
         port: int = 0,
         recorder: Recorder | None = None,
         faults: Faults | None = None,
+        processed: ProcessedIds | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.channel = check_name("channel", channel)
@@ -77,6 +79,7 @@ class Subscriber:
         self._bind = (host, port)
         self._recorder = recorder
         self._faults = faults or Faults([])
+        self._processed = processed if processed is not None else ProcessedIds()
         self._timeout_s = timeout_s
         self._stopping = threading.Event()
         self._busy = threading.Lock()
@@ -109,10 +112,7 @@ class Subscriber:
             self._busy.release()
         if self._proxy is not None:
             if unsubscribe:
-                try:
-                    self._proxy.unsubscribe(self.subscriber_id, self.group)
-                except Exception as exc:  # the broker may be gone; stopping goes on
-                    log.warning("unsubscribe failed: %s", exc)
+                self._unsubscribe()
             self._proxy._pyroRelease()
         if self._daemon is not None:
             self._daemon.shutdown()
@@ -121,32 +121,64 @@ class Subscriber:
             self._daemon.close()
         if self._recorder is not None:
             self._recorder.close()
+        self._processed.close()
+
+    def _unsubscribe(self) -> None:
+        """Leave the group; once more through the name server if the broker moved (a
+        restarted broker serves the channel at a new address)."""
+        for attempt in range(2):
+            try:
+                if attempt:
+                    self._proxy._pyroRelease()
+                    self._proxy = make_proxy(
+                        resolve_channel(*self._ns, self.channel), self._timeout_s
+                    )
+                self._proxy.unsubscribe(self.subscriber_id, self.group)
+                return
+            except Exception as exc:  # the broker may be gone; stopping goes on
+                log.warning("unsubscribe failed: %s", exc)
 
     # -- processing ----------------------------------------------------------------------
     def process(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
         """Run the handler on each event in order; the reply lists acked and nacked ids.
 
-        When stopping, events after the one in hand are left out (they are redelivered).
+        An event processed before (its ack was lost) is acknowledged without running the
+        handler again. When stopping, events after the one in hand are left out (they
+        are redelivered).
         """
         acked: list[str] = []
         nacked: dict[str, str] = {}
         with self._busy:
+            done: list[str] = []
             for event in batch:
                 if self._stopping.is_set():
                     break
-                self._faults.before(event)
-                if self._stopping.is_set():
+                if event["id"] in self._processed:
+                    log.info("%s was processed already: acknowledged again", event["id"])
+                elif self._handle(event, nacked):
+                    done.append(event["id"])
+                elif self._stopping.is_set():
                     break  # stopped while the event was still on its way in: not in hand
-                try:
-                    self._faults.check_poison(event)
-                    self._handler(event)
-                except Exception as exc:
-                    nacked[event["id"]] = f"{type(exc).__name__}: {exc}"
-                    log.warning("handler failed on %s: %s", event["id"], exc)
+                else:
                     continue
-                self.processed += 1
-                if self._recorder is not None:
-                    self._recorder.write(event)
                 if not self._faults.drop_ack(event):
                     acked.append(event["id"])
+            self._processed.add(done)  # on disk (with a state dir) before the reply
         return {"acked": acked, "nacked": nacked}
+
+    def _handle(self, event: dict[str, Any], nacked: dict[str, str]) -> bool:
+        """Run the handler once; False when it failed (nacked) or stopping intervened."""
+        self._faults.before(event)
+        if self._stopping.is_set():
+            return False
+        try:
+            self._faults.check_poison(event)
+            self._handler(event)
+        except Exception as exc:
+            nacked[event["id"]] = f"{type(exc).__name__}: {exc}"
+            log.warning("handler failed on %s: %s", event["id"], exc)
+            return False
+        self.processed += 1
+        if self._recorder is not None:
+            self._recorder.write(event)
+        return True

@@ -183,10 +183,17 @@ class ChannelCore:
 
     # -- the backup: restart and rebuild -------------------------------------------------
     def restore(self, snapshot: ChannelSnapshot) -> None:
-        """Load what a store kept (a restart): groups, window, dead letters, events."""
+        """Load what a store kept (a restart): groups, members (active again, at their
+        saved callbacks), partition owners, the delivered window, dead letters, events."""
         self.next_offset = max(self.next_offset, snapshot.next_offset)
         for name, created in sorted(snapshot.groups.items(), key=lambda g: g[1]):
             self.add_group(name, created)
+        for record in snapshot.members:
+            self.add_group(record.group).join(record.member_id, record.callback, record.prefetch)
+        for name, owners in snapshot.owners.items():
+            if name in self.groups:
+                for key, owner in owners.items():
+                    self.groups[name].restore_owner(key, owner)
         self.delivered.restore(snapshot.delivered)
         self.dead_letters = [DeadLetter(d.event, d.group, d.error) for d in snapshot.dead_letters]
         holders: dict[int, int] = {}

@@ -1,7 +1,9 @@
 """The delivered-ID window: ids accepted within the last N ids or T seconds (DESIGN §6).
 
 Ids are kept in a set for lookups and in time-stamped chunks for expiry, so memory per id is
-one set slot plus one list slot and expiry is O(expired), not O(window).
+one set slot plus one list slot and expiry is O(expired), not O(window). A chunk spans at
+most ``CHUNK_IDS`` ids and ``max_age_s / CHUNK_SPANS`` seconds, and is forgotten by age only
+when its newest id is too old: ids are never forgotten early, at most one span late.
 """
 
 from __future__ import annotations
@@ -10,7 +12,16 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 CHUNK_IDS = 4096
-"""Ids per chunk; age expiry is exact to the chunk's first timestamp."""
+CHUNK_SPANS = 1000
+"""Chunks per window age: the age bound is exact to max_age_s / CHUNK_SPANS."""
+
+
+class _Chunk:
+    __slots__ = ("first", "ids", "last")
+
+    def __init__(self, now: float) -> None:
+        self.first = self.last = now
+        self.ids: list[str] = []
 
 
 class DeliveredIds:
@@ -19,8 +30,9 @@ class DeliveredIds:
     def __init__(self, max_ids: int, max_age_s: float) -> None:
         self.max_ids = max_ids
         self.max_age_s = max_age_s
+        self._span_s = max_age_s / CHUNK_SPANS
         self._ids: set[str] = set()
-        self._chunks: deque[tuple[float, list[str]]] = deque()
+        self._chunks: deque[_Chunk] = deque()
         self.expired_total = 0
         """Ids forgotten so far, oldest first (a durable copy trims as many)."""
 
@@ -31,15 +43,18 @@ class DeliveredIds:
         return len(self._ids)
 
     def __iter__(self) -> Iterator[str]:
-        for _, ids in self._chunks:
-            yield from ids
+        for chunk in self._chunks:
+            yield from chunk.ids
 
     def add_many(self, event_ids: Iterable[str], now: float) -> None:
         """Remember ids accepted at ``now``; callers add only ids not already present."""
         for event_id in event_ids:
-            if not self._chunks or len(self._chunks[-1][1]) >= CHUNK_IDS:
-                self._chunks.append((now, []))
-            self._chunks[-1][1].append(event_id)
+            chunk = self._chunks[-1] if self._chunks else None
+            if chunk is None or len(chunk.ids) >= CHUNK_IDS or now - chunk.first > self._span_s:
+                chunk = _Chunk(now)
+                self._chunks.append(chunk)
+            chunk.ids.append(event_id)
+            chunk.last = max(chunk.last, now)
             self._ids.add(event_id)
         self.expire(now)
 
@@ -47,10 +62,11 @@ class DeliveredIds:
         """Forget the oldest ids beyond the count or age bound; returns how many."""
         dropped = 0
         while self._chunks:
-            started, ids = self._chunks[0]
-            too_old = now - started > self.max_age_s
+            chunk = self._chunks[0]
+            too_old = now - chunk.last > self.max_age_s
             if not too_old and len(self._ids) <= self.max_ids:
                 break
+            ids = chunk.ids
             excess = len(ids) if too_old else min(len(ids), len(self._ids) - self.max_ids)
             for event_id in ids[:excess]:
                 self._ids.discard(event_id)

@@ -85,6 +85,7 @@ class ConsumerGroup:
         partitions above it."""
         self.created_offset = created_offset
         """The channel's next offset when the group was created: it sees events from there."""
+        self.owner_changes: dict[PartitionKey, str | None] = {}
         self.held = 0
         """Events this group must still deliver: enqueued minus done or dead-lettered. The
         invariant ``held == backlog`` tells when the in-memory queues lost events."""
@@ -171,6 +172,7 @@ class ConsumerGroup:
         pq.owner = member.member_id
         member.partitions.add(pq.key)
         member.queued += len(pq.pending)
+        self.owner_changes[pq.key] = member.member_id
 
     def _take_away(self, pq: PartitionQueue) -> None:
         """Unown a partition that has nothing in flight (its queue stays as it is)."""
@@ -178,6 +180,24 @@ class ConsumerGroup:
         member.partitions.discard(pq.key)
         member.queued -= len(pq.pending)
         pq.owner = None
+        self.owner_changes[pq.key] = None
+
+    def take_owner_changes(self) -> dict[PartitionKey, str | None]:
+        """Ownership changed since the last call (partition -> owner, None: no owner);
+        the facade persists them so a restarted broker keeps partitions where they were."""
+        changes, self.owner_changes = self.owner_changes, {}
+        return changes
+
+    def restore_owner(self, key: PartitionKey, owner: str) -> None:
+        """Give a partition back to the member that owned it before a restart."""
+        member = self.members.get(owner)
+        if member is None or not member.active:
+            return
+        pq = self.partitions.get(key)
+        if pq is None:
+            pq = self.partitions[key] = PartitionQueue(key)
+        if pq.owner is None:
+            self._give(pq, member)
 
     def assign_unowned(self) -> None:
         """Give every unowned partition with work an owner, oldest work first."""
@@ -357,13 +377,9 @@ class ConsumerGroup:
         for key in {ev.key for ev in batch.events}:
             pq = self.partitions[key]
             pq.in_flight = []
-            added = pq.put_back(back.get(key, ()))
-            if member.active:
-                member.queued += added
-            else:  # the partition was kept only for the batch in flight: release it now
-                member.queued -= len(pq.pending) - added
-                pq.owner = None
-                member.partitions.discard(key)
+            member.queued += pq.put_back(back.get(key, ()))
+            if not member.active:  # it was kept only for the batch in flight: release it
+                self._take_away(pq)
         if member.leaving and not member.in_flight:
             del self.members[member.member_id]
         self.assign_unowned()
@@ -381,5 +397,6 @@ class ConsumerGroup:
                 if pq.owner is not None and pq.owner in self.members:
                     self.members[pq.owner].partitions.discard(key)
                 del self.partitions[key]
+                self.owner_changes[key] = None
                 dropped.append(key)
         return dropped

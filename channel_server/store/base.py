@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from channel_server.events import Event
+from channel_server.events import Event, PartitionKey
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class ChannelSnapshot:
     delivered: list[tuple[str, float]] = field(default_factory=list)
     """The delivered-ID window, oldest first: (id, accepted at)."""
     dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+    owners: dict[str, dict[PartitionKey, str]] = field(default_factory=dict)
+    """group -> partition -> owning member, as last saved."""
 
 
 class Store(ABC):
@@ -106,6 +108,12 @@ class Store(ABC):
     @abstractmethod
     def remove_member(self, channel: str, group: str, member_id: str) -> None:
         """Forget a subscription that ended with unsubscribe."""
+
+    @abstractmethod
+    def save_owners(
+        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+    ) -> None:
+        """Record partition ownership changes (None: the partition has no owner now)."""
 
     @abstractmethod
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from channel_server.events import Event
+from channel_server.events import Event, PartitionKey
 from channel_server.store.base import (
     ChannelRecord,
     ChannelSnapshot,
@@ -27,6 +27,7 @@ class _ChannelData:
         self.acks: dict[str, set[int]] = {}
         self.members: dict[tuple[str, str], MemberRecord] = {}
         self.dead: dict[tuple[str, int], DeadLetterRecord] = {}
+        self.owners: dict[str, dict[PartitionKey, str]] = {}
 
 
 class MemoryStore(Store):
@@ -59,6 +60,7 @@ class MemoryStore(Store):
             data = self._of(channel)
             data.groups.pop(group, None)
             data.acks.pop(group, None)
+            data.owners.pop(group, None)
             data.dead = {k: v for k, v in data.dead.items() if k[0] != group}
 
     def append(
@@ -96,6 +98,17 @@ class MemoryStore(Store):
         with self._lock:
             self._of(channel).members.pop((group, member_id), None)
 
+    def save_owners(
+        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+    ) -> None:
+        with self._lock:
+            owners = self._of(channel).owners.setdefault(group, {})
+            for key, owner in changes.items():
+                if owner is None:
+                    owners.pop(key, None)
+                else:
+                    owners[key] = owner
+
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
         with self._lock:
             dead = self._of(channel).dead
@@ -117,6 +130,7 @@ class MemoryStore(Store):
                 events=sorted(data.events.values()),
                 acks={g: set(a) for g, a in data.acks.items()},
                 dead_letters=list(data.dead.values()),
+                owners={g: dict(o) for g, o in data.owners.items()},
             )
 
     def count(self, channel: str) -> int:

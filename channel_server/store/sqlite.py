@@ -20,7 +20,7 @@ from typing import IO, Any
 import msgpack
 
 from channel_server.errors import StoreError
-from channel_server.events import Event
+from channel_server.events import Event, PartitionKey
 from channel_server.store.base import (
     ChannelRecord,
     ChannelSnapshot,
@@ -58,12 +58,16 @@ CREATE TABLE IF NOT EXISTS members(
     channel TEXT NOT NULL, grp TEXT NOT NULL, member_id TEXT NOT NULL,
     callback TEXT NOT NULL, prefetch INTEGER NOT NULL,
     PRIMARY KEY(channel, grp, member_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS owners(
+    channel TEXT NOT NULL, grp TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
+    owner TEXT NOT NULL, PRIMARY KEY(channel, grp, publisher_id, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters(
     channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL, id TEXT NOT NULL,
     publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload BLOB,
     error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
 """
 EVENT_COLUMNS = "offset, id, publisher_id, partition, timestamp, payload"
+GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 
 
 def _pack(payload: Any) -> bytes:
@@ -165,7 +169,7 @@ class SQLiteStore(Store):
 
     def remove_group(self, channel: str, group: str) -> None:
         with self._tx() as db:
-            for table, column in (("groups", "name"), ("acks", "grp"), ("dead_letters", "grp")):
+            for table, column in GROUP_TABLES:
                 db.execute(
                     f"DELETE FROM {table} WHERE channel = ? AND {column} = ?", (channel, group)
                 )
@@ -233,6 +237,19 @@ class SQLiteStore(Store):
                     (channel, count),
                 )
 
+    def save_owners(
+        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+    ) -> None:
+        gone = [(channel, group, *key) for key, owner in changes.items() if owner is None]
+        owned = [(channel, group, *key, owner) for key, owner in changes.items() if owner]
+        with self._tx() as db:
+            db.executemany(
+                "DELETE FROM owners WHERE channel = ? AND grp = ? AND "
+                "publisher_id = ? AND partition = ?",
+                gone,
+            )
+            db.executemany("INSERT OR REPLACE INTO owners VALUES (?, ?, ?, ?, ?)", owned)
+
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
         with self._tx() as db:
             db.executemany(
@@ -284,6 +301,11 @@ class SQLiteStore(Store):
                 (channel,),
             )
         ]
+        for group, publisher_id, partition, owner in self._query(
+            "SELECT grp, publisher_id, partition, owner FROM owners WHERE channel = ?",
+            (channel,),
+        ):
+            snapshot.owners.setdefault(group, {})[(publisher_id, partition)] = owner
         return snapshot
 
     def count(self, channel: str) -> int:

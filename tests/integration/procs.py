@@ -52,9 +52,8 @@ def wait_until(
 class Proc:
     """A child process whose merged output is collected line by line."""
 
-    def __init__(self, name: str, argv: list[str]) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         self.name = name
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.popen = subprocess.Popen(
             [sys.executable, *argv],
             stdout=subprocess.PIPE,
@@ -132,8 +131,13 @@ class Cluster:
     def ns(self) -> list[str]:
         return ["--ns-host", "127.0.0.1", "--ns-port", str(self.ns_port)]
 
+    @property
+    def env(self) -> dict[str, str]:
+        """Children keep their state files (publisher sequences) in this test's tmp dir."""
+        return dict(os.environ, PYTHONUNBUFFERED="1", PUBSUB_STATE_DIR=str(self.tmp / "state"))
+
     def start(self, name: str, argv: list[str], ready: str | None) -> Proc:
-        proc = Proc(name, argv)
+        proc = Proc(name, argv, self.env)
         self.procs.append(proc)
         if ready:
             proc.wait_for(ready)
@@ -161,6 +165,7 @@ class Cluster:
             text=True,
             timeout=timeout_s,
             cwd=PROJECT_ROOT,
+            env=self.env,
         )
 
     def data_dir(self, broker_name: str) -> Path:

@@ -1,0 +1,166 @@
+"""Scenarios A11, A12, A21 and the store's start-up checks: the backup queue at work."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.integration.conftest import channel_stats, publisher_for
+from tests.integration.procs import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+FAULTS = ("--allow-fault-injection",)
+
+
+def publish_cli(cluster: Cluster, channel: str, *flags: str):
+    return cluster.run(
+        [
+            "-m",
+            "publisher",
+            "publish",
+            *cluster.ns,
+            "--channel",
+            channel,
+            "--id",
+            "PUB",
+            "--json",
+            *flags,
+        ]
+    )
+
+
+def seqs(records: list[dict]) -> list[int]:
+    return [int(r["id"].split("-")[1]) for r in records]
+
+
+def test_a11_kill_queues_rebuilds_from_the_backup(cluster: Cluster) -> None:
+    broker = cluster.broker("a11", extra=FAULTS)
+    result = publish_cli(
+        cluster, "a11", "--count", "10", "--batch-size", "1", "--kill-queues-at", "5"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["accepted"] == 10
+    broker.wait_for(r"a11: fault kill_queues fired: 5 queued events dropped")
+    broker.wait_for(r"a11: the queues lost 5 events .*publishing halted")
+    broker.wait_for(r"a11: rebuilt 5 events in timestamp order; publishing resumed")
+    stats = channel_stats(cluster, "a11")
+    assert (stats["unacked"], stats["stored"]) == (10, 10)
+    cluster.subscriber("a11", "s1")
+    got = cluster.wait_for_records("a11", ("s1",), 10)["s1"]
+    assert seqs(got) == list(range(1, 11))
+    wait_until(lambda: channel_stats(cluster, "a11")["stored"] == 0, what="backup emptied")
+
+
+def test_a12_after_processing_the_backup_holds_only_the_unacknowledged(
+    cluster: Cluster,
+) -> None:
+    broker = cluster.broker("a12", extra=FAULTS)
+    cluster.subscriber("a12", "s1", "--prefetch", "1", "--fault", "delay:1:0.05")
+    result = publish_cli(
+        cluster, "a12", "--count", "10", "--batch-size", "1", "--kill-queues-at", "5"
+    )
+    assert result.returncode == 0, result.stderr
+    broker.wait_for(r"a12: fault kill_queues fired")
+    got = cluster.wait_for_records("a12", ("s1",), 10)["s1"]
+    assert seqs(got) == list(range(1, 11))
+    wait_until(lambda: channel_stats(cluster, "a12")["stored"] == 0, what="backup emptied")
+    stats = channel_stats(cluster, "a12")
+    assert (stats["unacked"], stats["acked"]) == (0, 10)
+
+
+def test_kill_queues_is_refused_without_fault_injection(cluster: Cluster) -> None:
+    cluster.broker("safe")
+    result = publish_cli(
+        cluster, "safe", "--count", "3", "--batch-size", "1", "--kill-queues-at", "1"
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: kill_queues refused: the broker was not started with --allow-fault-injection"
+    )
+
+
+def restart(cluster: Cluster, old, *channels: str):
+    old.popen.send_signal(signal.SIGKILL)
+    old.popen.wait(10)
+    return cluster.broker(*channels, name="broker")
+
+
+def test_a_killed_broker_restores_events_and_members(cluster: Cluster) -> None:
+    broker = cluster.broker("keep")
+    with publisher_for(cluster, "keep") as pub:
+        pub.publish([pub.event(i, partition=i % 2) for i in range(6)])
+    broker = restart(cluster, broker)
+    broker.wait_for(r"keep: restored 6 unacknowledged events, 0 members")
+    assert channel_stats(cluster, "keep")["unacked"] == 6
+    with publisher_for(cluster, "keep", next_seq=1) as pub:  # the window survived too
+        assert len(pub.publish([pub.event(0, partition=0)])["duplicates"]) == 1
+    cluster.subscriber("keep", "s1")
+    assert len(cluster.wait_for_records("keep", ("s1",), 6)["s1"]) == 6
+
+
+def test_a21_sigkill_mid_stream_every_event_processed_exactly_once(cluster: Cluster) -> None:
+    broker = cluster.broker("a21")
+    cluster.subscriber("a21", "s1", "--quiet")
+    cluster.subscriber("a21", "s2", "--quiet")
+    total = 3000
+    publisher = cluster.start(
+        "publisher",
+        [
+            "-m",
+            "publisher",
+            "publish",
+            *cluster.ns,
+            "--channel",
+            "a21",
+            "--id",
+            "PUB",
+            "--count",
+            str(total),
+            "--partitions",
+            "4",
+            "--batch-size",
+            "1",
+            "--retry-for",
+            "60",
+            "--json",
+        ],
+        ready=None,
+    )
+    wait_until(lambda: channel_stats(cluster, "a21")["acked"] >= 300, what="stream running")
+    restart(cluster, broker, "a21")
+    assert publisher.popen.wait(90) == 0, publisher.output()
+    figures = json.loads(publisher.output().splitlines()[-1])
+    assert figures["accepted"] + figures["duplicates"] == total
+    assert figures["refused"] == 0
+    got = cluster.wait_for_records("a21", ("s1", "s2"), total, timeout_s=60)
+    everything = seqs(got["s1"]) + seqs(got["s2"])
+    assert sorted(everything) == list(range(1, total + 1))  # each exactly once
+    for records in got.values():
+        for partition in range(4):
+            mine = [s for s in seqs(records) if s % 4 == partition]
+            assert mine == sorted(mine)
+    wait_until(lambda: channel_stats(cluster, "a21")["stored"] == 0, what="backup emptied")
+
+
+def test_a_damaged_database_is_a_clear_start_up_error(cluster: Cluster) -> None:
+    data = cluster.data_dir("torn")
+    data.mkdir()
+    (data / "channels.sqlite").write_bytes(b"this is not a database" * 100)
+    result = cluster.run(["-m", "channel_server", "serve", *cluster.ns, "--data-dir", str(data)])
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "cannot be opened" in lines[0]
+    assert "move it away" in lines[0]
+
+
+def test_a_data_dir_in_use_is_refused(cluster: Cluster) -> None:
+    cluster.broker("x")
+    other_ns = ["--ns-port", str(cluster.ns_port + 1)]
+    result = cluster.run(
+        ["-m", "channel_server", "serve", *other_ns, "--data-dir", str(cluster.data_dir("broker"))]
+    )
+    assert result.returncode == 3
+    assert "in use by another broker (pid" in result.stderr.strip().splitlines()[-1]

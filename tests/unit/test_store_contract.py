@@ -1,0 +1,169 @@
+"""The store contract (DESIGN §7): the same tests against every store implementation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from channel_server.events import Event
+from channel_server.store import MemoryStore, Store
+from channel_server.store.base import ChannelRecord, DeadLetterRecord, MemberRecord
+from channel_server.store.sqlite import SQLiteStore
+
+Opener = Callable[[], Store]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the store under test; for a durable store, opening again reads the same data."""
+    opened: list[Store] = []
+    memory = MemoryStore()
+
+    def open_store() -> Store:
+        if request.param == "memory":
+            return memory
+        if opened:
+            opened[-1].close()
+        opened.append(SQLiteStore(tmp_path / "data"))
+        return opened[-1]
+
+    yield open_store
+    if opened:
+        opened[-1].close()
+
+
+@pytest.fixture
+def store(opener: Opener) -> Store:
+    return opener()
+
+
+def ev(offset: int, ts: float, payload: object = "p", partition: object = 0) -> Event:
+    return Event(f"id-{offset}", "pub", partition, ts, payload, offset)
+
+
+def test_channels_are_saved_once_in_creation_order(store: Store) -> None:
+    store.save_channel(ChannelRecord("b", "queue"))
+    store.save_channel(ChannelRecord("a", "topic"))
+    store.save_channel(ChannelRecord("b", "topic"))
+    assert store.channels() == [ChannelRecord("b", "queue"), ChannelRecord("a", "topic")]
+
+
+def test_events_come_back_in_timestamp_offset_order_with_their_types(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
+    events = [
+        ev(0, 3.0, b"\x00bytes"),
+        ev(1, 1.0, {"k": [1, 2.5, None, True]}, partition="7"),
+        ev(2, 1.0, None, partition=-5),
+        ev(3, 2.0, "text", partition="eu"),
+    ]
+    store.append("c", events, next_offset=4, accepted_at=100.0)
+    snap = store.load("c")
+    assert [e.offset for e in snap.events] == [1, 2, 3, 0]
+    back = {e.offset: e for e in snap.events}
+    for original in events:
+        restored = back[original.offset]
+        assert (restored.id, restored.publisher_id, restored.timestamp) == (
+            original.id,
+            original.publisher_id,
+            original.timestamp,
+        )
+        assert restored.payload == original.payload
+        assert restored.partition == original.partition
+        assert type(restored.partition) is type(original.partition)
+    assert snap.next_offset == 4
+    assert store.count("c") == 4
+
+
+def test_ack_is_remembered_and_delete_forgets_events_and_acks(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
+    store.append("c", [ev(i, float(i)) for i in range(4)], 4, 0.0)
+    store.ack("c", "g1", [0, 1])
+    assert store.load("c").acks == {"g1": {0, 1}}
+    store.delete("c", [0, 2])
+    snap = store.load("c")
+    assert [e.offset for e in snap.events] == [1, 3]
+    assert snap.acks == {"g1": {1}}
+    assert store.count("c") == 2
+
+
+def test_channels_do_not_see_each_other(store: Store) -> None:
+    store.append("x", [ev(0, 1.0)], 1, 0.0)
+    store.append("y", [ev(0, 2.0), ev(1, 3.0)], 2, 0.0)
+    store.delete("x", [0])
+    assert store.count("x") == 0
+    assert [e.offset for e in store.load("y").events] == [0, 1]
+
+
+def test_groups_keep_their_first_creation_offset(store: Store) -> None:
+    store.save_group("c", "default", 0)
+    store.save_group("c", "late", 10)
+    store.save_group("c", "late", 20)
+    assert store.load("c").groups == {"default": 0, "late": 10}
+
+
+def test_removing_a_group_forgets_its_acks_owners_and_dead_letters(store: Store) -> None:
+    store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, 0.0)
+    store.save_group("c", "g", 0)
+    store.ack("c", "g", [0])
+    store.save_owners("c", "g", {("pub", 0): "s1"})
+    store.add_dead_letters("c", [DeadLetterRecord("g", ev(1, 2.0), "boom")])
+    store.remove_group("c", "g")
+    snap = store.load("c")
+    assert (snap.groups, snap.acks, snap.dead_letters) == ({}, {}, [])
+    assert snap.owners.get("g", {}) == {}
+    assert len(snap.events) == 2
+
+
+def test_members_are_saved_replaced_and_removed(store: Store) -> None:
+    store.save_member(MemberRecord("c", "g", "s1", "PYRO:a@127.0.0.1:1", 10))
+    store.save_member(MemberRecord("c", "g", "s1", "PYRO:b@127.0.0.1:2", 5))
+    store.save_member(MemberRecord("c", "g", "s2", "PYRO:c@127.0.0.1:3", 1))
+    assert store.load("c").members == [
+        MemberRecord("c", "g", "s1", "PYRO:b@127.0.0.1:2", 5),
+        MemberRecord("c", "g", "s2", "PYRO:c@127.0.0.1:3", 1),
+    ]
+    store.remove_member("c", "g", "s1")
+    assert [m.member_id for m in store.load("c").members] == ["s2"]
+
+
+def test_owners_follow_the_changes(store: Store) -> None:
+    store.save_owners("c", "g", {("pub", 0): "s1", ("pub", "eu"): "s2"})
+    store.save_owners("c", "g", {("pub", 0): None, ("pub", "eu"): "s3"})
+    assert store.load("c").owners == {"g": {("pub", "eu"): "s3"}}
+
+
+def test_dead_letters_keep_a_full_copy_until_replayed(store: Store) -> None:
+    poison = ev(5, 1.0, {"bad": True}, partition="p")
+    store.append("c", [poison], 6, 0.0)
+    store.add_dead_letters("c", [DeadLetterRecord("g", poison, "ValueError: bad")])
+    store.delete("c", [5])
+    (letter,) = store.load("c").dead_letters
+    assert (letter.group, letter.error, letter.event.id) == ("g", "ValueError: bad", "id-5")
+    assert letter.event.payload == {"bad": True}
+    store.reinsert("c", [letter.event])
+    store.remove_dead_letters("c", "g", [5])
+    snap = store.load("c")
+    assert snap.dead_letters == []
+    assert [e.id for e in snap.events] == ["id-5"]
+
+
+def test_a_durable_store_reads_back_everything_after_reopening(opener: Opener) -> None:
+    store = opener()
+    if not store.durable:  # nothing outlives it: it keeps no delivered window either
+        store.append("c", [ev(0, 1.0)], 1, accepted_at=50.0)
+        assert store.load("c").delivered == []
+        return
+    store.save_channel(ChannelRecord("c", "queue"))
+    store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, accepted_at=50.0)
+    store.append("c", [ev(2, 3.0)], 3, accepted_at=60.0)
+    store.trim_delivered("c", 1)
+    store.save_member(MemberRecord("c", "default", "s1", "PYRO:x@127.0.0.1:9", 100))
+    reopened = opener()
+    snap = reopened.load("c")
+    assert reopened.channels() == [ChannelRecord("c", "queue")]
+    assert [e.offset for e in snap.events] == [0, 1, 2]
+    assert snap.delivered == [("id-1", 50.0), ("id-2", 60.0)]
+    assert snap.next_offset == 3
+    assert [m.member_id for m in snap.members] == ["s1"]
