@@ -22,7 +22,7 @@ from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, Batch, ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.dispatcher import Dispatcher, DispatchStopped
-from channel_server.errors import InvalidArgument, QueueFull, SubscriberIdInUse
+from channel_server.errors import InvalidArgument, NotSubscribed, QueueFull, SubscriberIdInUse
 from channel_server.events import Event
 from channel_server.store.base import DeadLetterRecord, MemberRecord, Store
 from channel_server.wire import DEFAULT_GROUP, check_name, make_proxy
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 MemberKey = tuple[str, str]
 """(group, member id)"""
 STOP_TIMEOUT_S = 5.0
+PULL = ""
+"""The callback of a pull member: it has none, it calls ``get``."""
 
 
 class EventChannel:
@@ -60,6 +62,8 @@ class EventChannel:
         self._closed = False
         self._trimmed = 0
         """Delivered ids already trimmed from the store's window."""
+        self._pulls: dict[MemberKey, Batch | None] = {}
+        """The one unacknowledged event of each pull member (handed out by ``get``)."""
 
     def restore(self) -> int:
         """Load what the store kept (a restart) and resume pushing to the saved members.
@@ -71,9 +75,10 @@ class EventChannel:
             for grp in self._core.groups.values():
                 self._store.save_group(self._name, grp.name, grp.created_offset)
                 for member in grp.members.values():
-                    self._start_dispatcher(
-                        grp.name, member.member_id, member.session, member.callback
-                    )
+                    if member.callback != PULL:
+                        self._start_dispatcher(
+                            grp.name, member.member_id, member.session, member.callback
+                        )
             self._persist_owners()
             self._wake_ready()
         if snapshot.events or snapshot.members:
@@ -89,6 +94,11 @@ class EventChannel:
     @Pyro5.api.expose
     @property
     def name(self) -> str:
+        return self._name
+
+    @Pyro5.api.expose
+    def ping(self) -> str:
+        """Liveness check for clients; returns the channel name."""
         return self._name
 
     # -- publishing ----------------------------------------------------------------------
@@ -125,15 +135,17 @@ class EventChannel:
     def subscribe(
         self,
         subscriber_id: str,
-        callback: str,
-        group: str = DEFAULT_GROUP,
+        callback: str | None = None,
+        group: str | None = None,
         prefetch: int | None = None,
     ) -> dict[str, Any]:
-        """Join (or resume) ``group`` as a push subscriber reached at ``callback``."""
+        """Join (or resume: it is idempotent) a group as a push subscriber reached at
+        ``callback``, or as a pull subscriber (``get``) without one. The group defaults to
+        ``default`` on a queue and to a group of the subscriber's own on a topic."""
         check_name("subscriber_id", subscriber_id)
-        check_name("group", group)
-        callback = _check_callback(callback)
-        prefetch = self._check_prefetch(prefetch)
+        group = self._group_of(subscriber_id, group)
+        callback = PULL if callback is None else _check_callback(callback)
+        prefetch = 1 if callback == PULL else self._check_prefetch(prefetch)
         claimed_by = self._active_elsewhere(group, subscriber_id, callback)
         if claimed_by and _answers(claimed_by, self._config.liveness_timeout_s):
             raise SubscriberIdInUse(subscriber_id, group)
@@ -156,18 +168,34 @@ class EventChannel:
             self._store.save_member(
                 MemberRecord(self._name, group, subscriber_id, callback, prefetch)
             )
-            self._start_dispatcher(group, subscriber_id, member.session, callback)
+            if callback != PULL:
+                self._start_dispatcher(group, subscriber_id, member.session, callback)
             self._persist_owners()
             self._wake_ready()
             partitions = sorted(member.partitions, key=str)
-        log.info("%s: %s joined group %s (prefetch %d)", self._name, subscriber_id, group, prefetch)
+        mode = "pull" if callback == PULL else "push"
+        log.info(
+            "%s: %s joined group %s (%s, prefetch %d)",
+            self._name,
+            subscriber_id,
+            group,
+            mode,
+            prefetch,
+        )
         return {
             "channel": self._name,
+            "kind": self._core.kind.value,
             "group": group,
             "subscriber_id": subscriber_id,
+            "mode": mode,
             "prefetch": prefetch,
             "partitions": [list(key) for key in partitions],
         }
+
+    def _group_of(self, subscriber_id: str, group: str | None) -> str:
+        if group is None:
+            return self._core.default_group_for(subscriber_id)
+        return check_name("group", group)
 
     def _add_group(self, group: str) -> ConsumerGroup:
         if group not in self._core.groups:
@@ -185,20 +213,82 @@ class EventChannel:
         return None
 
     @Pyro5.api.expose
-    def unsubscribe(self, subscriber_id: str, group: str = DEFAULT_GROUP) -> bool:
-        """Leave the group; its partitions go back to the pool. False if not a member."""
+    def unsubscribe(self, subscriber_id: str, group: str | None = None) -> bool:
+        """Leave the group (idempotent: False if not a member). In ``default`` its
+        partitions go back to the pool; the last member of another group takes the group
+        and its backlog with it."""
         check_name("subscriber_id", subscriber_id)
-        check_name("group", group)
+        group = self._group_of(subscriber_id, group)
         with self._lock:
             grp = self._core.groups.get(group)
             if grp is None or subscriber_id not in grp.members:
                 return False
+            self._pulls.pop((group, subscriber_id), None)
             grp.leave(subscriber_id)
             self._store.remove_member(self._name, group, subscriber_id)
+            if group != DEFAULT_GROUP and not grp.members:
+                self._drop_group(group)
             self._persist_owners()
             self._wake_all()
         log.info("%s: %s left group %s", self._name, subscriber_id, group)
         return True
+
+    def _drop_group(self, group: str) -> None:
+        gone = self._core.drop_group(group)
+        self._store.remove_group(self._name, group)
+        if gone:
+            self._store.delete(self._name, self._store.offsets(gone))
+        log.info("%s: group %s dropped with %d events only it held", self._name, group, len(gone))
+
+    # -- pull mode -----------------------------------------------------------------------
+    @Pyro5.api.expose
+    def get(
+        self, subscriber_id: str, last_id: str | None = None, group: str | None = None
+    ) -> dict[str, Any]:
+        """The classic exactly-once get. ``last_id`` (the id the client got last) is
+        acknowledged and the next event returned; a retried get with the same ``last_id``
+        returns the same event again. Answers ``{"status": "message", "event": {...}}`` or
+        ``{"status": "empty"}``; raises NotSubscribed."""
+        check_name("subscriber_id", subscriber_id)
+        group = self._group_of(subscriber_id, group)
+        if last_id is not None and (type(last_id) is not str or not last_id):
+            raise InvalidArgument("last_id", "must be an event id string or None")
+        with self._lock:
+            grp = self._core.groups.get(group)
+            if grp is None or subscriber_id not in grp.members:
+                raise NotSubscribed(subscriber_id, self._name)
+            self._check_queues()
+            key = (group, subscriber_id)
+            batch = self._pulls.get(key)
+            if last_id is not None and batch is None:  # got before a broker restart
+                batch = grp.take_event(subscriber_id, last_id)
+            if batch is not None and batch.events[0].id == last_id:
+                outcome, retired = self._core.complete(grp, batch, {last_id}, {})
+                self._persist_outcome(group, outcome, retired)
+                batch = None
+            if batch is None:
+                batch = grp.take_batch(subscriber_id)
+            self._pulls[key] = batch
+            self._persist_owners()
+        if batch is None:
+            return {"status": "empty"}
+        return {"status": "message", "event": batch.to_wire()[0]}
+
+    @Pyro5.api.expose
+    def memberships(self, subscriber_id: str) -> list[dict[str, Any]]:
+        """The groups of this channel the subscriber belongs to."""
+        check_name("subscriber_id", subscriber_id)
+        with self._lock:
+            return [
+                {
+                    "channel": self._name,
+                    "kind": self._core.kind.value,
+                    "group": name,
+                    "mode": "pull" if grp.members[subscriber_id].callback == PULL else "push",
+                }
+                for name, grp in self._core.groups.items()
+                if subscriber_id in grp.members
+            ]
 
     def _check_prefetch(self, prefetch: Any) -> int:
         if prefetch is None:
@@ -361,7 +451,8 @@ class EventChannel:
     def _wake_ready(self) -> None:
         for name, grp in self._core.groups.items():
             for member_id in grp.ready_members():
-                self._wakeups[(name, member_id)].notify()
+                if wakeup := self._wakeups.get((name, member_id)):  # pull members have none
+                    wakeup.notify()
 
     def _wake_all(self) -> None:
         for wakeup in self._wakeups.values():

@@ -174,6 +174,18 @@ def _add_serve(sub: Any) -> None:
         "many above it (default %(default)s)",
     )
     serve.add_argument(
+        "--dedupe-max-ids",
+        type=cc.positive_int,
+        default=defaults.dedupe_max_ids,
+        help="ids remembered for duplicate detection (default %(default)s)",
+    )
+    serve.add_argument(
+        "--dedupe-max-age",
+        type=cc.positive_float,
+        default=defaults.dedupe_max_age_s,
+        help="seconds an id is remembered for duplicate detection (default %(default)s)",
+    )
+    serve.add_argument(
         "--allow-fault-injection",
         action="store_true",
         help="accept fault-injection admin calls (tests and demos only)",
@@ -193,6 +205,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         long_delay_count=args.long_delay_count,
         long_delay_window_s=args.long_delay_window,
         rebalance_threshold=args.rebalance_threshold,
+        dedupe_max_ids=args.dedupe_max_ids,
+        dedupe_max_age_s=args.dedupe_max_age,
     )
     return BrokerConfig(
         broker_id=check_name("broker-id", args.broker_id),

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
@@ -20,6 +21,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_REFUSED = 4
+EXIT_NOT_SUBSCRIBED = 5
 
 
 class Parser(argparse.ArgumentParser):
@@ -44,6 +46,38 @@ def add_ns_flags(parser: argparse.ArgumentParser) -> None:
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity on stderr (default %(default)s)",
+    )
+
+
+def add_client_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags of the classic clients (put / get / scripts): retries, state, fault."""
+    parser.add_argument(
+        "--attempts",
+        type=positive_int,
+        default=5,
+        help="tries per request before giving up on the broker (default %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=10.0,
+        help="seconds one try may take (default %(default)s)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="client state (sequences, last ids, script progress); default "
+        "$PUBSUB_STATE_DIR or ~/.local/state/pubsub-channels",
+    )
+    parser.add_argument(
+        "--drop-replies",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="fault injection: drop the first N replies as if lost on the way (the client "
+        "then retries)",
     )
 
 

@@ -1,4 +1,4 @@
-"""``python -m publisher``: publish synthetic events to a channel."""
+"""``python -m publisher``: publish events, put messages, run scenario files."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ import Pyro5.errors
 from channel_server import cli_common as cc
 from channel_server.errors import ChannelError, ClientError, TransportError
 from channel_server.lookup import broker_of_channel
+from channel_server.scenario import ScenarioRunner, load_steps
+from channel_server.statefile import default_state_dir
 from channel_server.wire import check_name, make_proxy
 from publisher.client import Publisher
-from publisher.state import SequenceFile, default_state_dir
+from publisher.state import PublisherState
+from publisher.topics import PutOptions, Putter
 
 log = logging.getLogger("publisher")
 DEFAULT_BATCH = 100
@@ -100,7 +103,67 @@ def build_parser() -> argparse.ArgumentParser:
         help="on QueueFull wait for the channel's retry hint and publish the rest again",
     )
     pub.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    put = sub.add_parser(
+        "put",
+        help="classic put: one message to a topic, stored exactly once",
+        description="Put MESSAGE on TOPIC (created as a topic when new). A topic keeps a "
+        "message only for its current subscribers; with none it says so and stores nothing.",
+    )
+    put.add_argument("topic", help="topic name")
+    put.add_argument("message", help="the message (a string payload)")
+    put.add_argument("--id", required=True, dest="publisher_id", help="publisher id")
+    cc.add_ns_flags(put)
+    cc.add_client_flags(put)
+    script = sub.add_parser(
+        "script",
+        help="run a YAML scenario of puts, resuming where it stopped",
+        description="Run the steps of a YAML file in order: each step has a topic and a "
+        "message, and optionally repeat, sleep_between and sleep_after (seconds); '{n}' in "
+        "a message becomes the repetition number. A client restarted with the same file "
+        "resumes after its last completed step.",
+    )
+    script.add_argument("file", type=Path, help="the scenario (YAML)")
+    script.add_argument("--id", required=True, dest="publisher_id", help="publisher id")
+    cc.add_ns_flags(script)
+    cc.add_client_flags(script)
     return parser
+
+
+def _putter(args: argparse.Namespace) -> Putter:
+    check_name("id", args.publisher_id)
+    state = PublisherState(args.state_dir or default_state_dir(), args.publisher_id)
+    options = PutOptions(args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies)
+    return Putter(args.publisher_id, state, options)
+
+
+def put(args: argparse.Namespace) -> int:
+    check_name("topic", args.topic)
+    putter = _putter(args)
+    try:
+        if line := putter.resend_pending():
+            print(f"resent an interrupted put: {line}")
+        print(putter.put(args.topic, args.message))
+    finally:
+        putter.close()
+    return cc.EXIT_OK
+
+
+def run_script(args: argparse.Namespace) -> int:
+    try:
+        steps = load_steps(args.file, ("put",), "put")
+    except ValueError as exc:
+        return cc.fail(str(exc), cc.EXIT_USAGE)
+    putter = _putter(args)
+    stop = cc.stop_on_signals()
+    runner = ScenarioRunner(args.file, steps, putter.state.file, stop)
+    try:
+        if line := putter.resend_pending():
+            print(f"resent an interrupted put: {line}")
+        ran = runner.run(lambda step, n: print(putter.put(step.topic, step.text(n)), flush=True))
+    finally:
+        putter.close()
+    print(f"script {args.file}: {ran} steps run{' (stopped)' if stop.is_set() else ''}")
+    return cc.EXIT_OK
 
 
 def synthetic_events(
@@ -122,7 +185,7 @@ def publish(args: argparse.Namespace) -> int:
         ns_port=args.ns_port,
         create=args.create,
         next_seq=args.start_seq,
-        sequence=SequenceFile(state_dir, args.channel, args.publisher_id),
+        state=PublisherState(state_dir, args.publisher_id),
         retry_for_s=args.retry_for,
     ) as publisher:
         started = time.perf_counter()
@@ -169,8 +232,9 @@ def _kill_queues_hook(args: argparse.Namespace) -> Callable[[int], None]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cc.setup_logging(args.log_level)
+    commands = {"publish": publish, "put": put, "script": run_script}
     try:
-        return publish(args)
+        return commands[args.command](args)
     except ClientError as exc:
         return cc.fail(str(exc), cc.EXIT_USAGE)
     except (TransportError, Pyro5.errors.CommunicationError) as exc:

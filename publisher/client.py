@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-import Pyro5.errors
+from channel_server.errors import QueueFull
+from channel_server.remote import RemoteChannel
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
+from publisher.state import PublisherState
 
-from channel_server.errors import BrokerUnavailable, ChannelError, QueueFull
-from channel_server.lookup import resolve_channel
-from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, make_proxy
-from publisher.state import SequenceFile
-
-log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
 FIRST_SEQ = 1
 RETRY_PAUSE_S = 0.2
@@ -53,26 +49,37 @@ class Publisher:
         ns_host: str = DEFAULT_HOST,
         ns_port: int = DEFAULT_NS_PORT,
         create: bool = False,
+        kind: str = "queue",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         next_seq: int | None = None,
-        sequence: SequenceFile | None = None,
+        state: PublisherState | None = None,
         retry_for_s: float = 0.0,
+        drop_replies: int = 0,
     ) -> None:
-        """``sequence`` persists the id sequence (``next_seq`` overrides what it holds);
+        """``state`` persists the id sequence (``next_seq`` overrides what it holds);
         ``retry_for_s`` > 0 retries a batch through the name server for that long when
         the broker is unreachable (safe: a batch that did arrive comes back duplicate)."""
         self.channel = check_name("channel", channel)
         self.publisher_id = check_name("publisher_id", publisher_id)
-        self._sequence = sequence
-        stored = sequence.load() if sequence is not None else None
+        self.state = state
+        stored = state.next_seq(channel) if state is not None else None
         self.next_seq = next_seq if next_seq is not None else stored or FIRST_SEQ
-        self._ns = (ns_host, ns_port)
-        self._timeout_s = timeout_s
-        self._retry_for_s = retry_for_s
-        self._proxy = make_proxy(
-            resolve_channel(ns_host, ns_port, channel, create=create), timeout_s
+        self._remote = RemoteChannel(
+            ns_host,
+            ns_port,
+            channel,
+            create=create,
+            kind=kind,
+            timeout_s=timeout_s,
+            attempts=1 + int(retry_for_s / RETRY_PAUSE_S),
+            pause_s=RETRY_PAUSE_S,
+            drop_replies=drop_replies,
         )
-        self.retries = 0
+        self._remote.call("ping")  # fail fast on a wrong name or a missing broker
+
+    @property
+    def retries(self) -> int:
+        return self._remote.retries
 
     def __enter__(self) -> Publisher:
         return self
@@ -81,7 +88,7 @@ class Publisher:
         self.close()
 
     def close(self) -> None:
-        self._proxy._pyroRelease()
+        self._remote.release()
 
     def event(
         self, payload: Any = None, partition: str | int = 0, timestamp: float | None = None
@@ -99,30 +106,11 @@ class Publisher:
 
     def publish(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         """Publish one batch. Returns the channel's summary (accepted, duplicates, refused,
-        unrouted); raises InvalidEvent (nothing stored) or QueueFull (the front stored)."""
-        if self._sequence is not None:
-            self._sequence.reserve(self.next_seq)
-        deadline = time.monotonic() + self._retry_for_s
-        while True:
-            try:
-                return self._proxy.publish(events)
-            except Pyro5.errors.CommunicationError as exc:
-                if time.monotonic() >= deadline:
-                    raise BrokerUnavailable(f"channel {self.channel}", str(exc)) from exc
-                log.warning("publish to %s failed (%s); retrying", self.channel, exc)
-                self.retries += 1
-                time.sleep(RETRY_PAUSE_S)
-                self._reconnect()
-
-    def _reconnect(self) -> None:
-        """Find the channel again through the name server (the broker may have moved)."""
-        self._proxy._pyroRelease()
-        try:
-            uri = resolve_channel(*self._ns, self.channel)
-        except ChannelError as exc:
-            log.warning("channel %s not found yet: %s", self.channel, exc)
-            return
-        self._proxy = make_proxy(uri, self._timeout_s)
+        unrouted); raises InvalidEvent (nothing stored), QueueFull (the front stored) or
+        BrokerUnavailable (after the retries)."""
+        if self.state is not None:
+            self.state.reserve(self.channel, self.next_seq)
+        return self._remote.call("publish", events)
 
     def publish_all(
         self,

@@ -1,46 +1,40 @@
-"""The publisher's sequence file: a restarted publisher never reuses an event id.
+"""The publisher's state file: id sequences per channel and an interrupted put.
 
-Before a batch is sent, the sequence number after it is written (atomically, by rename),
-so a crash mid-batch skips numbers rather than repeating them.
+Before a batch is sent, the sequence number after it is saved, so a restarted publisher
+never reuses an id (a crash mid-batch skips numbers rather than repeating them). A put is
+journaled with its id before it is sent; a restarted client sends it again first, and the
+channel's duplicate detection makes sure it is stored once.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any
 
-STATE_DIR_ENV = "PUBSUB_STATE_DIR"
-
-
-def default_state_dir() -> Path:
-    """``$PUBSUB_STATE_DIR``, else ``$XDG_STATE_HOME/pubsub-channels``, else
-    ``~/.local/state/pubsub-channels``."""
-    if env := os.environ.get(STATE_DIR_ENV):
-        return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "pubsub-channels"
+from channel_server.statefile import StateFile
 
 
-class SequenceFile:
-    """The next sequence number of one publisher on one channel."""
+class PublisherState:
+    def __init__(self, state_dir: Path, publisher_id: str) -> None:
+        self.file = StateFile(state_dir / f"publisher-{publisher_id}.json")
 
-    def __init__(self, state_dir: Path, channel: str, publisher_id: str) -> None:
-        self.path = state_dir / f"publisher-{channel}-{publisher_id}.seq"
+    def next_seq(self, channel: str) -> int | None:
+        return self.file.load().get("seq", {}).get(channel)
 
-    def load(self) -> int | None:
-        try:
-            return int(self.path.read_text(encoding="ascii").strip())
-        except FileNotFoundError:
-            return None
-        except ValueError:
-            raise ValueError(f"{self.path}: not a sequence number; fix or remove it") from None
+    def reserve(self, channel: str, next_seq: int) -> None:
+        """Record that numbers below ``next_seq`` are (about to be) used on ``channel``."""
+        data = self.file.load()
+        data.setdefault("seq", {})[channel] = next_seq
+        self.file.save(data)
 
-    def reserve(self, next_seq: int) -> None:
-        """Record that numbers below ``next_seq`` are (about to be) used."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", encoding="ascii") as f:
-            f.write(f"{next_seq}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+    def pending_put(self) -> tuple[str, dict[str, Any]] | None:
+        """(topic, event) of a put that was sent but not confirmed, if any."""
+        pending = self.file.load().get("pending_put")
+        return (pending["topic"], pending["event"]) if pending else None
+
+    def journal_put(self, topic: str, event: dict[str, Any] | None, next_seq: int) -> None:
+        """Save the put about to be sent (None once it is confirmed) with the sequence."""
+        data = self.file.load()
+        data.setdefault("seq", {})[topic] = next_seq
+        data["pending_put"] = {"topic": topic, "event": event} if event else None
+        self.file.save(data)

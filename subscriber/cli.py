@@ -1,8 +1,9 @@
-"""``python -m subscriber``: run a push subscriber."""
+"""``python -m subscriber``: a push subscriber, the classic pull commands, scenario files."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import sys
@@ -12,15 +13,19 @@ from typing import Any
 import Pyro5.errors
 
 from channel_server import cli_common as cc
-from channel_server.errors import ChannelError, ClientError, TransportError
-from channel_server.wire import DEFAULT_GROUP, check_name
+from channel_server.errors import ChannelError, ClientError, NotSubscribed, TransportError
+from channel_server.scenario import ScenarioRunner, load_steps
+from channel_server.statefile import default_state_dir
+from channel_server.wire import check_name
 from subscriber.client import Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
 from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
+from subscriber.pull import PullClient, PullOptions
 from subscriber.record import Recorder
 
 log = logging.getLogger("subscriber")
 STOP_POLL_S = 1.0
+SCRIPT_ACTIONS = ("subscribe", "unsubscribe", "get", "topics")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_ns_flags(run)
     run.add_argument("--channel", required=True, help="channel name")
     run.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
-    run.add_argument("--group", default=DEFAULT_GROUP, help="consumer group (default %(default)s)")
+    run.add_argument(
+        "--group",
+        default=None,
+        help="consumer group (default: 'default' on a queue, a group of its own on a topic)",
+    )
     run.add_argument(
         "--prefetch",
         type=cc.positive_int,
@@ -77,7 +86,115 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_WINDOW,
         help="processed ids remembered for effectively-once processing (default %(default)s)",
     )
+    _add_pull_commands(sub)
     return parser
+
+
+def _add_pull_commands(sub: Any) -> None:
+    helps = {
+        "subscribe": "subscribe to a topic (created when new); idempotent",
+        "unsubscribe": "leave a topic; its pending messages are dropped; idempotent",
+        "get": "the next message of a topic, or say there is none yet / not subscribed",
+    }
+    for name, text in helps.items():
+        cmd = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        cmd.add_argument("topic", help="topic name")
+        cmd.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
+        cmd.add_argument("--group", default=None, help="group (default: one of its own)")
+        cc.add_ns_flags(cmd)
+        cc.add_client_flags(cmd)
+    topics = sub.add_parser("topics", help="the topics a subscriber is subscribed to")
+    topics.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
+    topics.add_argument("--json", action="store_true", help="print JSON")
+    cc.add_ns_flags(topics)
+    cc.add_client_flags(topics)
+    script = sub.add_parser(
+        "script",
+        help="run a YAML scenario of subscribe/unsubscribe/get/topics steps",
+        description="Run the steps of a YAML file in order: each step has a topic and an "
+        "action (subscribe, unsubscribe, get, topics), and optionally repeat, "
+        "sleep_between and sleep_after (seconds). A client restarted with the same file "
+        "resumes after its last completed step.",
+    )
+    script.add_argument("file", type=Path, help="the scenario (YAML)")
+    script.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
+    cc.add_ns_flags(script)
+    cc.add_client_flags(script)
+
+
+def _pull_client(args: argparse.Namespace) -> PullClient:
+    check_name("id", args.subscriber_id)
+    if getattr(args, "topic", None) is not None:
+        check_name("topic", args.topic)
+    options = PullOptions(
+        args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies
+    )
+    return PullClient(args.subscriber_id, args.state_dir or default_state_dir(), options)
+
+
+def pull_action(
+    client: PullClient, action: str, topic: str, group: str | None = None
+) -> tuple[str, int]:
+    """Run one classic action; returns the line to print and the exit code."""
+    sid = client.subscriber_id
+    if action == "subscribe":
+        info = client.subscribe(topic, group)
+        return f"{sid} subscribed to {topic} (group {info['group']}, pull)", cc.EXIT_OK
+    if action == "unsubscribe":
+        left = client.unsubscribe(topic, group)
+        return (
+            f"{sid} {'unsubscribed from' if left else 'was not subscribed to'} {topic}",
+            cc.EXIT_OK,
+        )
+    if action == "topics":
+        return _topics_line(sid, client.topics()), cc.EXIT_OK
+    try:
+        reply = client.get(topic, group)
+    except NotSubscribed:
+        return f"{sid} is not subscribed to {topic}: no message consumed", cc.EXIT_NOT_SUBSCRIBED
+    if reply["status"] == "empty":
+        return f"no messages yet on {topic}", cc.EXIT_OK
+    event = reply["event"]
+    return f"{event['id']}: {event['payload']}", cc.EXIT_OK
+
+
+def _topics_line(sid: str, found: list[dict[str, Any]]) -> str:
+    names = [f["channel"] for f in found if not f.get("unreachable")]
+    away = [f["channel"] for f in found if f.get("unreachable")]
+    line = f"{sid} is subscribed to: {', '.join(names) if names else '(nothing)'}"
+    return line + (f" (brokers unreachable for: {', '.join(away)})" if away else "")
+
+
+def pull(args: argparse.Namespace) -> int:
+    client = _pull_client(args)
+    try:
+        if args.command == "topics" and args.json:
+            print(json.dumps(client.topics()))
+            return cc.EXIT_OK
+        topic, group = getattr(args, "topic", ""), getattr(args, "group", None)
+        line, code = pull_action(client, args.command, topic, group)
+    finally:
+        client.close()
+    print(line)
+    return code
+
+
+def run_script(args: argparse.Namespace) -> int:
+    try:
+        steps = load_steps(args.file, SCRIPT_ACTIONS, None)
+    except ValueError as exc:
+        return cc.fail(str(exc), cc.EXIT_USAGE)
+    client = _pull_client(args)
+    stop = cc.stop_on_signals()
+    runner = ScenarioRunner(args.file, steps, client.state, stop)
+    try:
+        ran = runner.run(
+            lambda step, n: print(pull_action(client, step.action, step.topic)[0], flush=True)
+        )
+    finally:
+        client.close()
+    print(f"script {args.file}: {ran} steps run{' (stopped)' if stop.is_set() else ''}")
+    return cc.EXIT_OK
 
 
 def _fault_arg(text: str) -> FaultSpec:
@@ -90,7 +207,8 @@ def _fault_arg(text: str) -> FaultSpec:
 def _window_file(args: argparse.Namespace) -> Path | None:
     if args.state_dir is None:
         return None
-    return args.state_dir / f"processed-{args.channel}-{args.group}-{args.subscriber_id}.txt"
+    group = args.group or "auto"
+    return args.state_dir / f"processed-{args.channel}-{group}-{args.subscriber_id}.txt"
 
 
 def make_handler(subscriber_id: str, quiet: bool) -> Any:
@@ -145,8 +263,9 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cc.setup_logging(args.log_level)
+    commands = {"run": run, "script": run_script}
     try:
-        return run(args)
+        return commands.get(args.command, pull)(args)
     except ClientError as exc:
         return cc.fail(str(exc), cc.EXIT_USAGE)
     except (TransportError, Pyro5.errors.CommunicationError) as exc:

@@ -17,7 +17,6 @@ import Pyro5.server
 
 from channel_server.lookup import resolve_channel
 from channel_server.wire import (
-    DEFAULT_GROUP,
     DEFAULT_HOST,
     DEFAULT_NS_PORT,
     check_name,
@@ -59,7 +58,7 @@ class Subscriber:
         subscriber_id: str,
         handler: Handler,
         *,
-        group: str = DEFAULT_GROUP,
+        group: str | None = None,
         prefetch: int | None = None,
         ns_host: str = DEFAULT_HOST,
         ns_port: int = DEFAULT_NS_PORT,
@@ -72,7 +71,8 @@ class Subscriber:
     ) -> None:
         self.channel = check_name("channel", channel)
         self.subscriber_id = check_name("subscriber_id", subscriber_id)
-        self.group = check_name("group", group)
+        self.group = None if group is None else check_name("group", group)
+        """None: the channel's choice (``default`` on a queue, an own group on a topic)."""
         self.prefetch = prefetch
         self._handler = handler
         self._ns = (ns_host, ns_port)
@@ -102,7 +102,9 @@ class Subscriber:
         self._loop.start()
         channel_uri = resolve_channel(*self._ns, self.channel)
         self._proxy = make_proxy(channel_uri, self._timeout_s)
-        return self._proxy.subscribe(self.subscriber_id, self.uri, self.group, self.prefetch)
+        info = self._proxy.subscribe(self.subscriber_id, self.uri, self.group, self.prefetch)
+        self.group = info["group"]
+        return info
 
     def stop(self, unsubscribe: bool = True) -> None:
         """Graceful stop: finish the event in hand, reply with what was done, unsubscribe

@@ -90,6 +90,19 @@ class ChannelCore:
             )
         return group
 
+    def default_group_for(self, subscriber_id: str) -> str:
+        """A queue's subscribers share ``default``; on a topic each has a group of its own
+        (named after it), so each gets every event published after it subscribed."""
+        return DEFAULT_GROUP if self.kind is ChannelKind.QUEUE else subscriber_id
+
+    def drop_group(self, name: str) -> list[Event]:
+        """Forget a group and its backlog (its last member left). Returns the events no
+        group holds any more (the facade deletes them from the store)."""
+        group = self.groups.pop(name)
+        backlog = [ev for pq in group.partitions.values() for ev in (*pq.pending, *pq.in_flight)]
+        self.dead_letters = [d for d in self.dead_letters if d.group != name]
+        return self._retire(backlog, count_acked=False)
+
     # -- publish -------------------------------------------------------------------------
     def prepare(self, raw_batch: Any) -> PublishOutcome:
         """Validate the whole batch, drop known ids, and pick what fits; changes nothing but
@@ -147,7 +160,7 @@ class ChannelCore:
         resolved = outcome.done + [ev for ev, _ in outcome.dead]
         return outcome, self._retire(resolved)
 
-    def _retire(self, events: list[Event]) -> list[Event]:
+    def _retire(self, events: list[Event], count_acked: bool = True) -> list[Event]:
         finished = []
         for ev in events:
             left = self._groups_left.get(ev.offset)
@@ -159,7 +172,8 @@ class ChannelCore:
             else:
                 self._groups_left[ev.offset] = left - 1
         self.unacked -= len(finished)
-        self.acked_total += len(finished)
+        if count_acked:
+            self.acked_total += len(finished)
         return finished
 
     # -- dead letters --------------------------------------------------------------------

@@ -288,6 +288,26 @@ class ConsumerGroup:
                 self._take_away(pq)
         self.assign_unowned()
 
+    def take_event(self, member_id: str, event_id: str) -> Batch | None:
+        """A one-event batch of ``event_id`` when it is next in one of the member's
+        partitions (a pull client acknowledging what it got before a broker restart)."""
+        member = self.members.get(member_id)
+        if member is None:
+            return None
+        for key in member.partitions:
+            pq = self.partitions[key]
+            if pq.ready and pq.pending[0].id == event_id:
+                return self._launch(member, pq.take(1))
+        return None
+
+    def _launch(self, member: Member, events: list[Event]) -> Batch:
+        """Account a batch taken from the member's partitions as in flight."""
+        member.queued -= len(events)
+        member.in_flight += len(events)
+        member.delivered += len(events)
+        attempts = [self._attempts.pop(ev.offset, 0) + 1 for ev in events]
+        return Batch(member.member_id, member.session, events, attempts)
+
     # -- dispatch ------------------------------------------------------------------------
     def take_batch(self, member_id: str) -> Batch | None:
         """The next push for a member: ready partitions, up to its free prefetch."""
@@ -309,13 +329,7 @@ class ConsumerGroup:
                 taken = pq.take(budget)
                 events.extend(taken)
                 budget -= len(taken)
-        if not events:
-            return None
-        member.queued -= len(events)
-        member.in_flight += len(events)
-        member.delivered += len(events)
-        attempts = [self._attempts.pop(ev.offset, 0) + 1 for ev in events]
-        return Batch(member_id, member.session, events, attempts)
+        return self._launch(member, events) if events else None
 
     def complete(self, batch: Batch, acked: set[str], nacked: dict[str, str]) -> AckOutcome:
         """Apply a member's reply: acked ids are done, nacked ones are retried or

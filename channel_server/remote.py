@@ -1,0 +1,107 @@
+"""A channel reached by name, with client-side retries (DESIGN §12).
+
+Each call is tried up to ``attempts`` times, ``pause_s`` apart, finding the channel again
+through the name server between tries (the broker may have restarted elsewhere). When it
+stays away the caller gets BrokerUnavailable saying so in one line. Retrying is safe:
+publishing is deduplicated by event id and ``get`` is idempotent for the same last id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import Pyro5.api
+import Pyro5.errors
+
+from channel_server.errors import BrokerUnavailable
+from channel_server.lookup import resolve_channel
+from channel_server.wire import check_name, make_proxy
+
+log = logging.getLogger(__name__)
+DEFAULT_ATTEMPTS = 5
+DEFAULT_PAUSE_S = 0.5
+DEFAULT_TIMEOUT_S = 10.0
+DROPPABLE = frozenset({"publish", "get"})
+"""Calls whose replies the drop-reply fault may drop (the ones whose retry it shows)."""
+
+
+class LostReply(Exception):
+    """A reply dropped on purpose (the drop-reply fault): the call is retried."""
+
+
+class RemoteChannel:
+    """Calls on one channel's RPC object; owned by one thread (its proxy is)."""
+
+    def __init__(
+        self,
+        ns_host: str,
+        ns_port: int,
+        channel: str,
+        *,
+        create: bool = False,
+        kind: str = "queue",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        attempts: int = DEFAULT_ATTEMPTS,
+        pause_s: float = DEFAULT_PAUSE_S,
+        drop_replies: int = 0,
+    ) -> None:
+        self.channel = check_name("channel", channel)
+        self._ns = (ns_host, ns_port)
+        self._create, self._kind = create, kind
+        self._timeout_s = timeout_s
+        self._attempts = max(1, attempts)
+        self._pause_s = pause_s
+        self._drop_replies = drop_replies
+        self._proxy: Pyro5.api.Proxy | None = None
+        self.retries = 0
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call ``method`` remotely; errors of the service itself are raised at once."""
+        last: Exception | None = None
+        for attempt in range(1, self._attempts + 1):
+            try:
+                result = getattr(self._connect(), method)(*args)
+                self._maybe_drop(method)
+                return result
+            except (Pyro5.errors.CommunicationError, BrokerUnavailable, LostReply) as exc:
+                last = exc
+                self.release()
+                if attempt < self._attempts:
+                    self.retries += 1
+                    log.warning(
+                        "%s on %s failed (%s); retry %d of %d",
+                        method,
+                        self.channel,
+                        exc,
+                        attempt,
+                        self._attempts - 1,
+                    )
+                    time.sleep(self._pause_s)  # client-side back-off between attempts
+        raise BrokerUnavailable(
+            f"channel {self.channel}", f"no answer after {self._attempts} attempts ({last})"
+        )
+
+    def _connect(self) -> Pyro5.api.Proxy:
+        if self._proxy is None:
+            uri = resolve_channel(*self._ns, self.channel, create=self._create, kind=self._kind)
+            self._proxy = make_proxy(uri, self._timeout_s)
+        return self._proxy
+
+    def _maybe_drop(self, method: str) -> None:
+        if self._drop_replies > 0 and method in DROPPABLE:
+            self._drop_replies -= 1
+            log.warning("fault drop-reply fired: the reply to %s was dropped", method)
+            raise LostReply(f"reply to {method} dropped")
+
+    def release(self) -> None:
+        if self._proxy is not None:
+            self._proxy._pyroRelease()
+            self._proxy = None
+
+    def __enter__(self) -> RemoteChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

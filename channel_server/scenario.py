@@ -1,0 +1,127 @@
+"""Scenario files: YAML steps run in order by a publisher or subscriber client (DESIGN §12).
+
+```yaml
+steps:
+  - {topic: news, action: subscribe}
+  - {topic: news, message: "hello {n}", repeat: 3, sleep_between: 0.1, sleep_after: 1}
+  - {topic: news, action: get, repeat: 3}
+```
+
+Each repetition of a step is one unit of work. After each unit the number done is saved
+in the client's state file, so a client restarted with the same file resumes after its
+last completed unit (a changed file starts over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from channel_server.statefile import StateFile
+from channel_server.wire import check_name
+
+log = logging.getLogger(__name__)
+STEP_KEYS = {"topic", "message", "action", "repeat", "sleep_between", "sleep_after"}
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int
+    topic: str
+    action: str
+    message: str | None = None
+    repeat: int = 1
+    sleep_between_s: float = 0.0
+    sleep_after_s: float = 0.0
+
+    def text(self, n: int) -> str:
+        """The message of repetition ``n`` (1-based); ``{n}`` in it becomes the number."""
+        return (self.message or "").replace("{n}", str(n))
+
+
+def load_steps(path: Path, actions: tuple[str, ...], message_action: str | None) -> list[Step]:
+    """Parse and check a scenario; ValueError names the step and what is wrong."""
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: {exc}".splitlines()[0]) from None
+    raw_steps = doc.get("steps") if isinstance(doc, dict) else doc
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise ValueError(f"{path}: expected a non-empty list of steps (under 'steps:')")
+    return [_step(i, raw, actions, message_action) for i, raw in enumerate(raw_steps, 1)]
+
+
+def _step(number: int, raw: Any, actions: tuple[str, ...], message_action: str | None) -> Step:
+    where = f"step {number}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a mapping of {sorted(STEP_KEYS)}")
+    if unknown := set(raw) - STEP_KEYS:
+        raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    action = raw.get("action") or (message_action if "message" in raw else None)
+    if action not in actions:
+        raise ValueError(f"{where}: action must be one of {', '.join(actions)}, got {action!r}")
+    if action == message_action and not isinstance(raw.get("message"), str | int | float):
+        raise ValueError(f"{where}: {action} needs a message")
+    try:
+        check_name("topic", raw.get("topic"))
+    except Exception:
+        raise ValueError(f"{where}: topic must be 1-128 characters of [A-Za-z0-9._-]") from None
+    repeat = raw.get("repeat", 1)
+    if type(repeat) is not int or repeat < 1:
+        raise ValueError(f"{where}: repeat must be a whole number >= 1")
+    sleeps = [raw.get(k, 0) for k in ("sleep_between", "sleep_after")]
+    if any(type(v) not in (int, float) or not 0 <= v < float("inf") for v in sleeps):
+        raise ValueError(f"{where}: sleep_between and sleep_after are seconds >= 0")
+    message = None if raw.get("message") is None else str(raw["message"])
+    return Step(number, raw["topic"], action, message, repeat, *map(float, sleeps))
+
+
+class ScenarioRunner:
+    """Runs steps unit by unit, saving progress after each one."""
+
+    def __init__(
+        self, path: Path, steps: list[Step], state: StateFile, stop: threading.Event
+    ) -> None:
+        self.steps = steps
+        self._state = state
+        self._stop = stop
+        self._key = str(path.resolve())
+        self._digest = hashlib.sha256(path.read_bytes()).hexdigest()
+
+    def _done(self) -> int:
+        entry = self._state.load().get("scripts", {}).get(self._key, {})
+        return entry.get("done", 0) if entry.get("digest") == self._digest else 0
+
+    def _save(self, done: int) -> None:
+        data = self._state.load()
+        data.setdefault("scripts", {})[self._key] = {"digest": self._digest, "done": done}
+        self._state.save(data)
+
+    def run(self, execute: Callable[[Step, int], None]) -> int:
+        """Execute every unit not done yet; returns how many ran. Stops early (and can be
+        resumed) when the stop event is set."""
+        done = self._done()
+        if done:
+            log.info("resuming after %d completed units", done)
+        unit = ran = 0
+        for step in self.steps:
+            for n in range(1, step.repeat + 1):
+                unit += 1
+                if unit <= done:
+                    continue
+                if self._stop.is_set():
+                    return ran
+                execute(step, n)
+                ran += 1
+                self._save(unit)
+                pause = step.sleep_between_s if n < step.repeat else step.sleep_after_s
+                if pause and self._stop.wait(pause):
+                    return ran
+        return ran

@@ -1,0 +1,83 @@
+"""The classic put (DESIGN §4, §12): one message to a topic, stored exactly once.
+
+The put is journaled with its id before it is sent; a client restarted after a crash sends
+it again first, and the channel's duplicate detection stores it once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from publisher.client import Publisher
+from publisher.state import PublisherState
+
+log = logging.getLogger(__name__)
+TOPIC_KIND = "topic"
+
+
+@dataclass(frozen=True)
+class PutOptions:
+    ns_host: str
+    ns_port: int
+    attempts: int
+    timeout_s: float
+    drop_replies: int = 0
+
+
+class Putter:
+    """Puts messages to topics for one publisher id; topics are created on first use."""
+
+    def __init__(self, publisher_id: str, state: PublisherState, options: PutOptions) -> None:
+        self.publisher_id = publisher_id
+        self.state = state
+        self.options = options
+        self._publishers: dict[str, Publisher] = {}
+        self._drops_left = options.drop_replies
+
+    def _publisher(self, topic: str) -> Publisher:
+        if topic not in self._publishers:
+            o = self.options
+            self._publishers[topic] = Publisher(
+                topic,
+                self.publisher_id,
+                ns_host=o.ns_host,
+                ns_port=o.ns_port,
+                create=True,
+                kind=TOPIC_KIND,
+                timeout_s=o.timeout_s,
+                state=self.state,
+                retry_for_s=(o.attempts - 1) * 0.2,
+                drop_replies=self._drops_left,
+            )
+            self._drops_left = 0
+        return self._publishers[topic]
+
+    def resend_pending(self) -> str | None:
+        """Send again a put a crash interrupted; returns its outcome line, if any."""
+        pending = self.state.pending_put()
+        if pending is None:
+            return None
+        topic, event = pending
+        return self._send(self._publisher(topic), topic, event)
+
+    def put(self, topic: str, message: Any) -> str:
+        """Put one message; returns a line saying what happened to it."""
+        publisher = self._publisher(topic)
+        event = publisher.event(message)
+        self.state.journal_put(topic, event, publisher.next_seq)
+        return self._send(publisher, topic, event)
+
+    def _send(self, publisher: Publisher, topic: str, event: dict[str, Any]) -> str:
+        summary = publisher.publish([event])
+        self.state.journal_put(topic, None, publisher.next_seq)
+        if summary["accepted"]:
+            return f"{event['id']} stored on {topic}"
+        if summary["duplicates"]:
+            return f"{event['id']} was already stored on {topic} (a retried put): stored once"
+        return f"{event['id']} not stored: {topic} has no subscribers"
+
+    def close(self) -> None:
+        for publisher in self._publishers.values():
+            publisher.close()

@@ -1,0 +1,102 @@
+"""The classic pull client: subscribe / unsubscribe / get / topics (DESIGN §4, §12).
+
+``get`` sends the id of the last message received; the channel acknowledges it and hands
+out the next one, or the same one again when the reply was lost and the client retries
+with the same last id. The last id per topic lives in the client's state file, saved
+before a message is shown, so a crash of the client neither loses nor repeats one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import Pyro5.errors
+
+from channel_server.remote import RemoteChannel
+from channel_server.statefile import StateFile
+from channel_server.wire import NS_CHANNEL_PREFIX, locate_ns, make_proxy
+
+log = logging.getLogger(__name__)
+TOPIC_KIND = "topic"
+LISTING_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class PullOptions:
+    ns_host: str
+    ns_port: int
+    attempts: int
+    timeout_s: float
+    drop_replies: int = 0
+
+
+class PullClient:
+    """One subscriber id's classic subscriptions; its proxies belong to the calling thread."""
+
+    def __init__(self, subscriber_id: str, state_dir: Path, options: PullOptions) -> None:
+        self.subscriber_id = subscriber_id
+        self.options = options
+        self.state = StateFile(state_dir / f"subscriber-{subscriber_id}.json")
+        self._remotes: dict[str, RemoteChannel] = {}
+        self._drops_left = options.drop_replies
+
+    def _remote(self, topic: str, create: bool = False) -> RemoteChannel:
+        if topic not in self._remotes:
+            o = self.options
+            self._remotes[topic] = RemoteChannel(
+                o.ns_host,
+                o.ns_port,
+                topic,
+                create=create,
+                kind=TOPIC_KIND,
+                timeout_s=o.timeout_s,
+                attempts=o.attempts,
+                drop_replies=self._drops_left,
+            )
+            self._drops_left = 0
+        return self._remotes[topic]
+
+    def subscribe(self, topic: str, group: str | None = None) -> dict[str, Any]:
+        """Subscribe (idempotent); the topic is created when new."""
+        return self._remote(topic, create=True).call("subscribe", self.subscriber_id, None, group)
+
+    def unsubscribe(self, topic: str, group: str | None = None) -> bool:
+        """Leave (idempotent); pending messages of an own group are dropped with it."""
+        left = self._remote(topic).call("unsubscribe", self.subscriber_id, group)
+        data = self.state.load()
+        data.get("last", {}).pop(topic, None)
+        self.state.save(data)
+        return left
+
+    def get(self, topic: str, group: str | None = None) -> dict[str, Any]:
+        """The next message: ``{"status": "message", "event": ...}`` or ``{"status":
+        "empty"}``; raises NotSubscribed."""
+        last = self.state.load().get("last", {}).get(topic)
+        reply = self._remote(topic).call("get", self.subscriber_id, last, group)
+        if reply["status"] == "message":
+            data = self.state.load()
+            data.setdefault("last", {})[topic] = reply["event"]["id"]
+            data.setdefault("received", {})[topic] = reply["event"]
+            self.state.save(data)  # before it is shown: a crash cannot lose it
+        return reply
+
+    def topics(self) -> list[dict[str, Any]]:
+        """Every subscription of this id, asked of every channel in the name server."""
+        o = self.options
+        with locate_ns(o.ns_host, o.ns_port) as ns:
+            channels = ns.list(prefix=NS_CHANNEL_PREFIX)
+        found: list[dict[str, Any]] = []
+        for name, uri in sorted(channels.items()):
+            try:
+                with make_proxy(uri, LISTING_TIMEOUT_S) as channel:
+                    found.extend(channel.memberships(self.subscriber_id))
+            except Pyro5.errors.CommunicationError:
+                found.append({"channel": name[len(NS_CHANNEL_PREFIX) :], "unreachable": True})
+        return found
+
+    def close(self) -> None:
+        for remote in self._remotes.values():
+            remote.release()
