@@ -95,6 +95,11 @@ class ScenarioRunner:
         self._key = str(path.resolve())
         self._digest = hashlib.sha256(path.read_bytes()).hexdigest()
 
+    @property
+    def key(self) -> str:
+        """Identifies this scenario file and content (units are keyed under it)."""
+        return f"{self._key}@{self._digest[:12]}"
+
     def _done(self) -> int:
         entry = self._state.load().get("scripts", {}).get(self._key, {})
         return entry.get("done", 0) if entry.get("digest") == self._digest else 0

@@ -16,7 +16,7 @@ import Pyro5.errors
 from channel_server import cli_common as cc
 from channel_server.errors import ChannelError, ClientError, TransportError
 from channel_server.lookup import broker_of_channel
-from channel_server.scenario import ScenarioRunner, load_steps
+from channel_server.scenario import ScenarioRunner, Step, load_steps
 from channel_server.statefile import default_state_dir
 from channel_server.wire import check_name, make_proxy
 from publisher.client import Publisher
@@ -156,10 +156,13 @@ def run_script(args: argparse.Namespace) -> int:
     putter = _putter(args)
     stop = cc.stop_on_signals()
     runner = ScenarioRunner(args.file, steps, putter.state.file, stop)
+
+    def execute(step: Step, n: int) -> None:
+        key = f"{runner.key}#{step.number}.{n}"
+        print(putter.put(step.topic, step.text(n), key), flush=True)
+
     try:
-        if line := putter.resend_pending():
-            print(f"resent an interrupted put: {line}")
-        ran = runner.run(lambda step, n: print(putter.put(step.topic, step.text(n)), flush=True))
+        ran = runner.run(execute)
     finally:
         putter.close()
     print(f"script {args.file}: {ran} steps run{' (stopped)' if stop.is_set() else ''}")

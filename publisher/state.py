@@ -27,14 +27,17 @@ class PublisherState:
         data.setdefault("seq", {})[channel] = next_seq
         self.file.save(data)
 
-    def pending_put(self) -> tuple[str, dict[str, Any]] | None:
-        """(topic, event) of a put that was sent but not confirmed, if any."""
-        pending = self.file.load().get("pending_put")
-        return (pending["topic"], pending["event"]) if pending else None
+    def pending_put(self) -> dict[str, Any] | None:
+        """The journaled put (``topic``, ``event``, ``key``) not known to be confirmed."""
+        return self.file.load().get("pending_put")
 
-    def journal_put(self, topic: str, event: dict[str, Any] | None, next_seq: int) -> None:
-        """Save the put about to be sent (None once it is confirmed) with the sequence."""
+    def journal_put(
+        self, topic: str, event: dict[str, Any] | None, next_seq: int, key: str | None = None
+    ) -> None:
+        """Save the put about to be sent (None once it is confirmed) with the sequence.
+        ``key`` names the unit of work it belongs to (a scenario step), so a rerun of that
+        unit sends the same event again instead of a new one."""
         data = self.file.load()
         data.setdefault("seq", {})[topic] = next_seq
-        data["pending_put"] = {"topic": topic, "event": event} if event else None
+        data["pending_put"] = {"topic": topic, "event": event, "key": key} if event else None
         self.file.save(data)

@@ -55,23 +55,31 @@ class Putter:
         return self._publishers[topic]
 
     def resend_pending(self) -> str | None:
-        """Send again a put a crash interrupted; returns its outcome line, if any."""
+        """Send again a plain put a crash interrupted; returns its outcome line, if any."""
         pending = self.state.pending_put()
-        if pending is None:
+        if pending is None or pending.get("key"):
             return None
-        topic, event = pending
-        return self._send(self._publisher(topic), topic, event)
+        topic, event = pending["topic"], pending["event"]
+        return self._send(self._publisher(topic), topic, event, keep_journal=False)
 
-    def put(self, topic: str, message: Any) -> str:
-        """Put one message; returns a line saying what happened to it."""
+    def put(self, topic: str, message: Any, key: str | None = None) -> str:
+        """Put one message; returns a line saying what happened to it. With ``key`` (a
+        unit of work), a journaled put of the same key is sent again as it was."""
         publisher = self._publisher(topic)
-        event = publisher.event(message)
-        self.state.journal_put(topic, event, publisher.next_seq)
-        return self._send(publisher, topic, event)
+        pending = self.state.pending_put()
+        if key is not None and pending and pending.get("key") == key:
+            event = pending["event"]
+        else:
+            event = publisher.event(message)
+            self.state.journal_put(topic, event, publisher.next_seq, key)
+        return self._send(publisher, topic, event, keep_journal=key is not None)
 
-    def _send(self, publisher: Publisher, topic: str, event: dict[str, Any]) -> str:
+    def _send(
+        self, publisher: Publisher, topic: str, event: dict[str, Any], keep_journal: bool
+    ) -> str:
         summary = publisher.publish([event])
-        self.state.journal_put(topic, None, publisher.next_seq)
+        if not keep_journal:  # a keyed put stays journaled until the next unit replaces it
+            self.state.journal_put(topic, None, publisher.next_seq)
         if summary["accepted"]:
             return f"{event['id']} stored on {topic}"
         if summary["duplicates"]:
