@@ -20,22 +20,21 @@ import Pyro5.errors
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, Batch, ConsumerGroup
-from channel_server.core.health import Delay
-from channel_server.dispatcher import Dispatcher, DispatchStopped
-from channel_server.errors import InvalidArgument, NotSubscribed, QueueFull, SubscriberIdInUse
+from channel_server.dispatcher import Dispatcher
+from channel_server.errors import InvalidArgument, QueueFull, SubscriberIdInUse
 from channel_server.events import Event
+from channel_server.pull import PULL, PullSide
+from channel_server.push import PushSide, answers, check_callback
 from channel_server.store.base import DeadLetterRecord, MemberRecord, Store
-from channel_server.wire import DEFAULT_GROUP, check_name, make_proxy
+from channel_server.wire import DEFAULT_GROUP, check_name
 
 log = logging.getLogger(__name__)
 MemberKey = tuple[str, str]
 """(group, member id)"""
 STOP_TIMEOUT_S = 5.0
-PULL = ""
-"""The callback of a pull member: it has none, it calls ``get``."""
 
 
-class EventChannel:
+class EventChannel(PushSide, PullSide):
     """A named channel: publish events, subscribe push consumers, read its state.
 
     Only the methods marked ``@expose`` are reachable over RPC; the dispatcher side
@@ -144,10 +143,10 @@ class EventChannel:
         ``default`` on a queue and to a group of the subscriber's own on a topic."""
         check_name("subscriber_id", subscriber_id)
         group = self._group_of(subscriber_id, group)
-        callback = PULL if callback is None else _check_callback(callback)
+        callback = PULL if callback is None else check_callback(callback)
         prefetch = 1 if callback == PULL else self._check_prefetch(prefetch)
         claimed_by = self._active_elsewhere(group, subscriber_id, callback)
-        if claimed_by and _answers(claimed_by, self._config.liveness_timeout_s):
+        if claimed_by and answers(claimed_by, self._config.liveness_timeout_s):
             raise SubscriberIdInUse(subscriber_id, group)
         with self._lock:
             self._check_queues()
@@ -240,122 +239,12 @@ class EventChannel:
             self._store.delete(self._name, self._store.offsets(gone))
         log.info("%s: group %s dropped with %d events only it held", self._name, group, len(gone))
 
-    # -- pull mode -----------------------------------------------------------------------
-    @Pyro5.api.expose
-    def get(
-        self, subscriber_id: str, last_id: str | None = None, group: str | None = None
-    ) -> dict[str, Any]:
-        """The classic exactly-once get. ``last_id`` (the id the client got last) is
-        acknowledged and the next event returned; a retried get with the same ``last_id``
-        returns the same event again. Answers ``{"status": "message", "event": {...}}`` or
-        ``{"status": "empty"}``; raises NotSubscribed."""
-        check_name("subscriber_id", subscriber_id)
-        group = self._group_of(subscriber_id, group)
-        if last_id is not None and (type(last_id) is not str or not last_id):
-            raise InvalidArgument("last_id", "must be an event id string or None")
-        with self._lock:
-            grp = self._core.groups.get(group)
-            if grp is None or subscriber_id not in grp.members:
-                raise NotSubscribed(subscriber_id, self._name)
-            self._check_queues()
-            key = (group, subscriber_id)
-            batch = self._pulls.get(key)
-            if last_id is not None and batch is None:  # got before a broker restart
-                batch = grp.take_event(subscriber_id, last_id)
-            if batch is not None and batch.events[0].id == last_id:
-                outcome, retired = self._core.complete(grp, batch, {last_id}, {})
-                self._persist_outcome(group, outcome, retired)
-                batch = None
-            if batch is None:
-                batch = grp.take_batch(subscriber_id)
-            self._pulls[key] = batch
-            self._persist_owners()
-        if batch is None:
-            return {"status": "empty"}
-        return {"status": "message", "event": batch.to_wire()[0]}
-
-    @Pyro5.api.expose
-    def memberships(self, subscriber_id: str) -> list[dict[str, Any]]:
-        """The groups of this channel the subscriber belongs to."""
-        check_name("subscriber_id", subscriber_id)
-        with self._lock:
-            return [
-                {
-                    "channel": self._name,
-                    "kind": self._core.kind.value,
-                    "group": name,
-                    "mode": "pull" if grp.members[subscriber_id].callback == PULL else "push",
-                }
-                for name, grp in self._core.groups.items()
-                if subscriber_id in grp.members
-            ]
-
     def _check_prefetch(self, prefetch: Any) -> int:
         if prefetch is None:
             return self._config.default_prefetch
         if type(prefetch) is not int or not 1 <= prefetch <= self._config.max_prefetch:
             raise InvalidArgument("prefetch", f"must be an integer 1-{self._config.max_prefetch}")
         return prefetch
-
-    def _start_dispatcher(self, group: str, member_id: str, session: int, callback: str) -> None:
-        key = (group, member_id)
-        self._wakeups.setdefault(key, threading.Condition(self._lock))
-        old = self._dispatchers.get(key)
-        if old is not None:
-            old.stop()  # it notices the new session and ends after its current push
-        dispatcher = Dispatcher(self, self._name, group, member_id, session, callback, self._config)
-        self._dispatchers[key] = dispatcher
-        dispatcher.start()
-
-    # -- the dispatchers' side (BatchSource) ---------------------------------------------
-    def next_batch(self, group: str, member_id: str, session: int) -> Batch | None:
-        deadline = time.monotonic() + self._config.dispatch_wait_s
-        with self._lock:
-            wakeup = self._wakeups[(group, member_id)]
-            while True:
-                grp = self._live_group(group, member_id, session)
-                batch = grp.take_batch(member_id)
-                if batch is not None:
-                    return batch
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._housekeep(grp)
-                    return None
-                wakeup.wait(remaining)
-
-    def _live_group(self, group: str, member_id: str, session: int) -> ConsumerGroup:
-        grp = self._core.groups.get(group)
-        member = grp.members.get(member_id) if grp else None
-        if self._closed or member is None or member.session != session or not member.active:
-            raise DispatchStopped
-        return grp
-
-    def push_done(self, group: str, batch: Batch, reply: Any, elapsed_s: float) -> None:
-        acked, nacked = _parse_reply(reply)
-        with self._lock:
-            grp = self._core.groups[group]
-            outcome, retired = self._core.complete(grp, batch, acked, nacked)
-            self._persist_outcome(group, outcome, retired)
-            self._observe_delay(grp, batch.member_id, elapsed_s)
-            self._persist_owners()
-            self._wake_ready()
-        if outcome.missing:
-            log.warning(
-                "%s: %s left %d of %d events unacknowledged; they will be redelivered%s",
-                self._name,
-                batch.member_id,
-                outcome.missing,
-                len(batch.events),
-                "; member marked inactive" if outcome.deactivated else "",
-            )
-        for ev, error in outcome.dead:
-            log.warning(
-                "%s: %s dead-lettered after %d failures: %s",
-                self._name,
-                ev.id,
-                self._config.max_attempts,
-                error,
-            )
 
     def _persist_owners(self) -> None:
         for grp in self._core.groups.values():
@@ -372,47 +261,6 @@ class EventChannel:
             self._store.ack(self._name, group, kept)
         if gone:
             self._store.delete(self._name, sorted(gone))
-
-    def _observe_delay(self, grp: ConsumerGroup, member_id: str, elapsed_s: float) -> None:
-        member = grp.members.get(member_id)
-        if member is None:
-            return
-        delay, offload = member.delays.observe(elapsed_s, self._clock())
-        if delay is not Delay.NONE:
-            log.info("%s: %s delay from %s: %.3f s", self._name, delay, member_id, elapsed_s)
-        if offload and member.active:
-            moved = grp.offload(member_id)
-            log.warning(
-                "%s: %d long delays of %s within %g s: moved %d queued partitions to others",
-                self._name,
-                self._config.long_delay_count,
-                member_id,
-                self._config.long_delay_window_s,
-                len(moved),
-            )
-
-    def push_failed(self, group: str, batch: Batch, error: Exception) -> bool:
-        with self._lock:
-            gave_up = self._core.groups[group].fail(batch)
-            self._persist_owners()
-            self._wake_ready()
-        log.warning(
-            "%s: push of %d events to %s failed: %s%s",
-            self._name,
-            len(batch.events),
-            batch.member_id,
-            error,
-            "; member marked inactive" if gave_up else "",
-        )
-        return gave_up
-
-    def _housekeep(self, grp: ConsumerGroup) -> None:
-        self._check_queues()
-        for key in grp.sweep_idle(self._clock(), self._config.partition_idle_s):
-            log.debug("%s: dropped idle partition %s", self._name, key)
-        self._core.delivered.expire(self._clock())
-        self._trim_delivered()
-        self._persist_owners()
 
     def _trim_delivered(self) -> None:
         expired = self._core.delivered.expired_total - self._trimmed
@@ -515,42 +363,6 @@ class EventChannel:
             self._wake_all()
         for dispatcher in dispatchers:
             dispatcher.join(STOP_TIMEOUT_S)
-
-
-def _check_callback(callback: Any) -> str:
-    if isinstance(callback, Pyro5.core.URI):
-        return str(callback)
-    if type(callback) is not str:
-        raise InvalidArgument("callback", "must be a PYRO: URI string")
-    try:
-        uri = Pyro5.core.URI(callback)
-    except Pyro5.errors.PyroError as exc:
-        raise InvalidArgument("callback", f"not a Pyro URI: {exc}") from None
-    if uri.protocol != "PYRO":
-        raise InvalidArgument("callback", "must be a direct PYRO: URI")
-    return callback
-
-
-def _answers(callback: str, timeout_s: float) -> bool:
-    """Whether a subscriber's callback object still answers a ping."""
-    try:
-        with make_proxy(callback, timeout_s) as proxy:
-            proxy.ping()
-    except Exception:
-        return False
-    return True
-
-
-def _parse_reply(reply: Any) -> tuple[set[str], dict[str, str]]:
-    """A subscriber's reply, ``{"acked": [ids], "nacked": {id: error}}``; anything malformed
-    acknowledges nothing (so everything is redelivered)."""
-    if not isinstance(reply, dict):
-        return set(), {}
-    acked = reply.get("acked", [])
-    nacked = reply.get("nacked", {})
-    acked_ids = {i for i in acked if type(i) is str} if isinstance(acked, list) else set()
-    nacked_ids = {str(k): str(v) for k, v in nacked.items()} if isinstance(nacked, dict) else {}
-    return acked_ids, nacked_ids
 
 
 def _group_stats(grp: ConsumerGroup) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Helper processes of ``scripts/bench.py`` (run by path, one process each)."""
