@@ -58,6 +58,8 @@ class EventChannel(PushSide, PullSide):
         self._core = ChannelCore(name, config, kind)
         self._wakeups: dict[MemberKey, threading.Condition] = {}
         self._dispatchers: dict[MemberKey, Dispatcher] = {}
+        self._waiting: set[MemberKey] = set()
+        """Dispatchers waiting on their wake-up condition right now."""
         self._closed = False
         self._trimmed = 0
         """Delivered ids already trimmed from the store's window."""
@@ -297,10 +299,11 @@ class EventChannel(PushSide, PullSide):
         return dropped
 
     def _wake_ready(self) -> None:
-        for name, grp in self._core.groups.items():
-            for member_id in grp.ready_members():
-                if wakeup := self._wakeups.get((name, member_id)):  # pull members have none
-                    wakeup.notify()
+        """Notify the waiting dispatchers that have a partition ready to send."""
+        for name, member_id in list(self._waiting):
+            grp = self._core.groups.get(name)
+            if grp is not None and grp.has_ready(member_id):
+                self._wakeups[(name, member_id)].notify()
 
     def _wake_all(self) -> None:
         for wakeup in self._wakeups.values():

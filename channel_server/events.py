@@ -25,6 +25,8 @@ PUBLISHER_ID_PATTERN = r"[A-Za-z0-9._-]{1,128}"
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 DEFAULT_PARTITION = 0
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+UINT64_MAX = 2**64 - 1
+MAX_PAYLOAD_DEPTH = 64
 
 PUBLISHED_FIELDS = frozenset({"id", "publisher_id", "partition", "timestamp", "payload"})
 REQUIRED_FIELDS = ("id", "publisher_id", "timestamp")
@@ -97,14 +99,19 @@ def validate_batch(
     if max_batch is not None and len(batch) > max_batch:
         raise InvalidEvent("batch", f"{len(batch)} events exceed the limit of {max_batch}")
     step = 1 if first_offset >= 0 else 0
+    known: dict[str, str] = {}  # publisher ids checked in this batch (usually one)
     return [
-        validate_event(raw, max_payload_bytes, index, first_offset + index * step)
+        validate_event(raw, max_payload_bytes, index, first_offset + index * step, known)
         for index, raw in enumerate(batch)
     ]
 
 
 def validate_event(
-    raw: Any, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, index: int = -1, offset: int = -1
+    raw: Any,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    index: int = -1,
+    offset: int = -1,
+    known_publishers: dict[str, str] | None = None,
 ) -> Event:
     """Turn one published dict into an Event or raise InvalidEvent naming the field."""
     if not isinstance(raw, dict):
@@ -117,7 +124,7 @@ def validate_event(
             raise InvalidEvent(name, "is required", index)
     return Event(
         id=_check_id(raw["id"], index),
-        publisher_id=_check_publisher_id(raw["publisher_id"], index),
+        publisher_id=_check_publisher_id(raw["publisher_id"], index, known_publishers),
         partition=_check_partition(raw.get("partition", DEFAULT_PARTITION), index),
         timestamp=_check_timestamp(raw["timestamp"], index),
         payload=_check_payload(raw.get("payload"), max_payload_bytes, index),
@@ -133,11 +140,16 @@ def _check_id(value: Any, index: int) -> str:
     return value
 
 
-def _check_publisher_id(value: Any, index: int) -> str:
+def _check_publisher_id(value: Any, index: int, known: dict[str, str] | None) -> str:
+    if known is not None and type(value) is str and value in known:
+        return known[value]
     if type(value) is not str or not _PUBLISHER_ID_RE.fullmatch(value):
         raise InvalidEvent("publisher_id", "must be 1-128 characters of [A-Za-z0-9._-]", index)
     # Interned: a channel holds millions of events from a handful of publishers.
-    return sys.intern(value)
+    interned = sys.intern(value)
+    if known is not None:
+        known[value] = interned
+    return interned
 
 
 def _check_partition(value: Any, index: int) -> Partition:
@@ -154,6 +166,25 @@ def _check_partition(value: Any, index: int) -> Partition:
     raise InvalidEvent(
         "partition", f"must be a string or an integer, not {type(value).__name__}", index
     )
+
+
+def _check_json_like(value: Any, index: int, depth: int = 0) -> None:
+    """Integers must fit 64 bits and map keys must be strings: what msgpack (the wire and
+    the store) can carry back unchanged."""
+    if depth > MAX_PAYLOAD_DEPTH:
+        raise InvalidEvent("payload", f"nested deeper than {MAX_PAYLOAD_DEPTH} levels", index)
+    if type(value) is int and not INT64_MIN <= value <= UINT64_MAX:
+        raise InvalidEvent("payload", "an integer does not fit 64 bits", index)
+    if type(value) is float and not math.isfinite(value):
+        raise InvalidEvent("payload", "numbers must be finite (no NaN or infinity)", index)
+    if isinstance(value, dict):
+        if not all(type(k) is str for k in value):
+            raise InvalidEvent("payload", "map keys must be strings", index)
+        for item in value.values():
+            _check_json_like(item, index, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_json_like(item, index, depth + 1)
 
 
 def _check_timestamp(value: Any, index: int) -> float:
@@ -174,8 +205,10 @@ def _check_payload(value: Any, limit: int, index: int) -> Any:
     elif isinstance(value, bytes | bytearray):
         value, size = bytes(value), len(value)
     elif isinstance(value, _JSON_SCALARS):
+        _check_json_like(value, index)
         return value
     else:
+        _check_json_like(value, index)
         try:
             size = len(json.dumps(value, allow_nan=False, separators=(",", ":")))
         except (TypeError, ValueError) as exc:

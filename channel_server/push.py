@@ -53,7 +53,11 @@ class PushSide:
                 if remaining <= 0:
                     self._housekeep(grp)
                     return None
-                wakeup.wait(remaining)
+                self._waiting.add((group, member_id))
+                try:
+                    wakeup.wait(remaining)
+                finally:
+                    self._waiting.discard((group, member_id))
 
     def _live_group(self, group: str, member_id: str, session: int) -> ConsumerGroup:
         grp = self._core.groups.get(group)

@@ -104,6 +104,13 @@ class ConsumerGroup:
     def active_members(self) -> list[Member]:
         return [m for m in self.members.values() if m.active]
 
+    def has_ready(self, member_id: str) -> bool:
+        """Whether the member is active and owns a partition ready to send."""
+        member = self.members.get(member_id)
+        if member is None or not member.active or member.in_flight >= member.prefetch:
+            return False
+        return any(self.partitions[key].ready for key in member.partitions)
+
     def ready_members(self) -> set[str]:
         """Members that have a partition ready to send."""
         return {

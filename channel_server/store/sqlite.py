@@ -9,6 +9,7 @@ A lock file keeps two brokers off one data directory.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -29,12 +30,14 @@ from channel_server.store.base import (
     Store,
 )
 
+log = logging.getLogger(__name__)
 DB_FILE = "channels.sqlite"
 LOCK_FILE = "broker.lock"
 SCHEMA_VERSION = "1"
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
+CHECKPOINT_INTERVAL_S = 1.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -105,6 +108,8 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         """Guards _db (one connection for every channel and thread)."""
         self._lock_file = _take_dir_lock(Path(data_dir))
+        self._stop = threading.Event()
+        self._checkpointer: threading.Thread | None = None
         try:
             self._db = self._open(synchronous.upper())
         except sqlite3.DatabaseError as exc:
@@ -126,10 +131,28 @@ class SQLiteStore(Store):
                 raise sqlite3.DatabaseError(f"integrity check failed: {check}")
             db.executescript(SCHEMA)
             db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in their own thread
         except BaseException:
             db.close()
             raise
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
         return db
+
+    def _checkpoint_loop(self) -> None:
+        """Copy the WAL into the database every CHECKPOINT_INTERVAL_S from a connection of
+        its own, so no commit under the channel lock pays for a checkpoint's fsync."""
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        try:
+            while not self._stop.wait(CHECKPOINT_INTERVAL_S):
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as exc:
+                    log.warning("checkpoint of %s failed: %s", self.path, exc)
+        finally:
+            db.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -139,10 +162,12 @@ class SQLiteStore(Store):
                 self._db.execute("BEGIN IMMEDIATE")
                 yield self._db
                 self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
+            except BaseException as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-                raise StoreError(str(self.path), str(exc)) from exc
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(str(self.path), str(exc)) from exc
+                raise
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
@@ -312,7 +337,11 @@ class SQLiteStore(Store):
         return self._query("SELECT COUNT(*) FROM events WHERE channel = ?", (channel,))[0][0]
 
     def close(self) -> None:
+        self._stop.set()
+        if self._checkpointer is not None:
+            self._checkpointer.join(BUSY_TIMEOUT_S)
         with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
         self._lock_file.close()
 

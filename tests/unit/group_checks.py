@@ -1,0 +1,76 @@
+"""Shared helpers: build events and check a ConsumerGroup's bookkeeping invariants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.events import Event, Partition
+
+
+def make_event(offset: int, partition: Partition = 0, ts: float | None = None, pub: str = "p"):
+    """Event ``e<offset>``; its timestamp defaults to its offset."""
+    return Event(f"e{offset}", pub, partition, float(offset) if ts is None else ts, None, offset)
+
+
+def ids(events: Iterable[Event]) -> list[str]:
+    return [ev.id for ev in events]
+
+
+def owners(group: ConsumerGroup) -> dict:
+    return {key: pq.owner for key, pq in group.partitions.items()}
+
+
+def pending_ids(group: ConsumerGroup, key) -> list[str]:
+    return ids(group.partitions[key].pending)
+
+
+def check_group(group: ConsumerGroup, outstanding: Iterable[Batch] = ()) -> None:
+    """Assert the structural invariants of a group given the batches not yet resolved.
+
+    - every partition's events carry its key; pending is sorted; no event is held twice;
+    - each in-flight list is exactly the events of one outstanding batch for that partition,
+      and the batch belongs to the partition's owner;
+    - ownership is symmetric: ``pq.owner`` names a member that lists the partition, and a
+      member lists only partitions it owns (so no partition has two owners);
+    - an inactive member keeps only partitions with a batch in flight;
+    - with an active member, no partition with pending events is left without an owner;
+    - ``queued`` / ``in_flight`` counters match the queues and the outstanding batches.
+    """
+    outstanding = list(outstanding)
+    held: set[int] = set()
+    for key, pq in group.partitions.items():
+        events = list(pq.pending) + list(pq.in_flight)
+        assert all(ev.key == key for ev in events), key
+        assert list(pq.pending) == sorted(pq.pending), key
+        offsets = [ev.offset for ev in events]
+        assert len(set(offsets)) == len(offsets), f"{key} holds an event twice"
+        assert held.isdisjoint(offsets), f"{key} shares an event with another partition"
+        held.update(offsets)
+        if pq.owner is not None:
+            assert pq.owner in group.members, f"{key} owned by departed {pq.owner}"
+            member = group.members[pq.owner]
+            assert key in member.partitions, f"{key} not listed by its owner {pq.owner}"
+            if not member.active:
+                assert pq.in_flight, f"inactive {pq.owner} keeps idle {key}"
+        if pq.in_flight:
+            assert pq.owner is not None, f"{key} in flight without an owner"
+    for member in group.members.values():
+        for key in member.partitions:
+            assert key in group.partitions, f"{member.member_id} lists dropped {key}"
+            assert group.partitions[key].owner == member.member_id, (key, member.member_id)
+        queued = sum(len(group.partitions[k].pending) for k in member.partitions)
+        assert member.queued == queued, (member.member_id, member.queued, queued)
+        in_flight = sum(len(b.events) for b in outstanding if b.member_id == member.member_id)
+        assert member.in_flight == in_flight, (member.member_id, member.in_flight, in_flight)
+    in_flight_by_key: dict = {}
+    for batch in outstanding:
+        assert batch.member_id in group.members, f"batch of departed {batch.member_id}"
+        for ev in batch.events:
+            in_flight_by_key.setdefault(ev.key, []).append(ev)
+            assert group.partitions[ev.key].owner == batch.member_id
+    for key, pq in group.partitions.items():
+        assert ids(pq.in_flight) == ids(in_flight_by_key.get(key, [])), key
+    if group.active_members():
+        for key, pq in group.partitions.items():
+            assert not pq.pending or pq.owner is not None, f"{key} waits with no owner"

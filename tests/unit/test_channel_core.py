@@ -1,0 +1,227 @@
+"""ChannelCore: publish preparation, dedupe, capacity, routing and multi-group retention."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from channel_server.config import ChannelConfig
+from channel_server.core.channel_core import ChannelCore, ChannelKind
+from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.errors import InvalidEvent
+from channel_server.wire import DEFAULT_GROUP
+from tests.unit.group_checks import ids
+
+
+def config(**overrides: object) -> ChannelConfig:
+    return dataclasses.replace(ChannelConfig(), **overrides)
+
+
+def raw(event_id: str, ts: float = 1.0, partition: int | str = 0, pub: str = "pub") -> dict:
+    return {"id": event_id, "publisher_id": pub, "partition": partition, "timestamp": ts}
+
+
+def publish(core: ChannelCore, batch: list[dict], now: float = 0.0):
+    outcome = core.prepare(batch)
+    core.enqueue(outcome.accepted, now)
+    return outcome
+
+
+def take(group: ConsumerGroup, member_id: str) -> Batch:
+    batch = group.take_batch(member_id)
+    assert batch is not None
+    return batch
+
+
+# -- publish ------------------------------------------------------------------------------
+def test_queue_channel_has_the_default_group() -> None:
+    core = ChannelCore("c", config())
+    assert list(core.groups) == [DEFAULT_GROUP]
+    assert core.add_group(DEFAULT_GROUP) is core.groups[DEFAULT_GROUP]
+
+
+def test_prepare_assigns_offsets_and_enqueue_routes_in_order() -> None:
+    core = ChannelCore("c", config())
+    outcome = publish(core, [raw("a", ts=3.0), raw("b", ts=1.0), raw("c", ts=2.0)])
+    assert [(ev.id, ev.offset) for ev in outcome.accepted] == [("a", 0), ("b", 1), ("c", 2)]
+    assert core.next_offset == 3
+    assert (core.unacked, core.accepted_total, core.acked_total) == (3, 3, 0)
+    group = core.groups[DEFAULT_GROUP]
+    assert group.backlog == 3
+    group.join("s", "cb", 10)
+    assert ids(take(group, "s").events) == ["b", "c", "a"]
+    assert outcome.summary() == {"accepted": 3, "duplicates": [], "refused": 0, "unrouted": 0}
+
+
+def test_prepare_changes_nothing_but_the_offset_counter() -> None:
+    core = ChannelCore("c", config())
+    first = core.prepare([raw("a"), raw("b")])
+    assert len(first.accepted) == 2
+    assert "a" not in core.delivered
+    assert (core.unacked, core.groups[DEFAULT_GROUP].backlog) == (0, 0)
+    second = core.prepare([raw("a")])  # not a duplicate: the first was never enqueued
+    assert ids(second.accepted) == ["a"]
+    assert second.accepted[0].offset == 2  # offsets are never reused
+
+
+def test_invalid_batch_raises_and_keeps_nothing() -> None:
+    core = ChannelCore("c", config())
+    with pytest.raises(InvalidEvent) as info:
+        core.prepare([raw("a"), {"id": "b", "publisher_id": "pub", "timestamp": "soon"}])
+    assert (info.value.field, info.value.index) == ("timestamp", 1)
+    assert core.next_offset == 0
+    assert "a" not in core.delivered
+
+
+def test_max_publish_batch_and_payload_limit_come_from_config() -> None:
+    core = ChannelCore("c", config(max_publish_batch=2, max_payload_bytes=4))
+    with pytest.raises(InvalidEvent) as info:
+        core.prepare([raw("a"), raw("b"), raw("c")])
+    assert info.value.field == "batch"
+    with pytest.raises(InvalidEvent) as info:
+        core.prepare([dict(raw("a"), payload="12345")])
+    assert info.value.field == "payload"
+
+
+def test_duplicates_against_delivered_set_and_within_batch() -> None:
+    core = ChannelCore("c", config())
+    publish(core, [raw("a"), raw("b")])
+    outcome = publish(core, [raw("a"), raw("c"), raw("c"), raw("d"), raw("b")])
+    assert outcome.duplicates == ["a", "c", "b"]
+    assert ids(outcome.accepted) == ["c", "d"]
+    assert outcome.accepted[0].offset == 3  # the first "c" of the batch is kept
+    assert (core.unacked, core.accepted_total) == (4, 4)
+    assert core.groups[DEFAULT_GROUP].backlog == 4
+    again = publish(core, [raw("d")])
+    assert again.duplicates == ["d"]
+    assert again.accepted == []
+
+
+def test_acknowledged_id_is_still_a_duplicate() -> None:
+    core = ChannelCore("c", config())
+    group = core.groups[DEFAULT_GROUP]
+    group.join("s", "cb", 10)
+    publish(core, [raw("a")])
+    batch = take(group, "s")
+    _, retired = core.complete(group, batch, {"a"}, {})
+    assert ids(retired) == ["a"]
+    assert core.prepare([raw("a")]).duplicates == ["a"]
+
+
+def test_capacity_accepts_the_front_and_lists_refused_ids() -> None:
+    core = ChannelCore("c", config(capacity=4))
+    publish(core, [raw("a")])
+    outcome = publish(core, [raw("a"), raw("b"), raw("c"), raw("d"), raw("e"), raw("f")])
+    assert outcome.duplicates == ["a"]
+    assert ids(outcome.accepted) == ["b", "c", "d"]
+    assert outcome.refused == ["e", "f"]
+    assert outcome.summary()["refused"] == 2
+    assert core.unacked == 4
+    assert "e" not in core.delivered  # refused ids may be published again later
+    full = core.prepare([raw("e")])
+    assert (full.accepted, full.refused) == ([], ["e"])
+
+
+def test_capacity_frees_up_as_events_retire() -> None:
+    core = ChannelCore("c", config(capacity=2))
+    group = core.groups[DEFAULT_GROUP]
+    group.join("s", "cb", 1)
+    publish(core, [raw("a"), raw("b")])
+    assert core.prepare([raw("c")]).refused == ["c"]
+    core.complete(group, take(group, "s"), {"a"}, {})
+    assert ids(publish(core, [raw("c")]).accepted) == ["c"]
+
+
+def test_topic_without_group_reports_unrouted_and_stores_nothing() -> None:
+    core = ChannelCore("t", config(), kind=ChannelKind.TOPIC)
+    assert core.groups == {}
+    outcome = core.prepare([raw("a"), raw("b"), raw("a")])
+    assert outcome.unrouted == 2
+    assert outcome.duplicates == ["a"]
+    assert (outcome.accepted, outcome.refused) == ([], [])
+    assert outcome.summary()["unrouted"] == 2
+    core.enqueue(outcome.accepted, 0.0)
+    assert core.unacked == 0
+    assert "a" not in core.delivered
+
+
+def test_topic_keeps_events_only_for_groups_that_exist_at_publish() -> None:
+    core = ChannelCore("t", config(), kind=ChannelKind.TOPIC)
+    early = core.add_group("early")
+    publish(core, [raw("a")])
+    late = core.add_group("late")
+    publish(core, [raw("b")])
+    assert (early.backlog, late.backlog) == (2, 1)
+    late.join("s", "cb", 10)
+    assert ids(take(late, "s").events) == ["b"]
+
+
+# -- retention ----------------------------------------------------------------------------
+def test_event_retires_only_when_every_group_at_publish_has_acked() -> None:
+    core = ChannelCore("c", config())
+    default, audit = core.groups[DEFAULT_GROUP], core.add_group("audit")
+    default.join("d", "cb", 10)
+    audit.join("x", "cb", 10)
+    publish(core, [raw("a", ts=1.0), raw("b", ts=2.0)])
+    late = core.add_group("late")  # created after the publish: holds nothing of it
+    late.join("l", "cb", 10)
+    assert late.take_batch("l") is None
+    _, retired = core.complete(default, take(default, "d"), {"a", "b"}, {})
+    assert retired == []
+    assert (core.unacked, core.acked_total) == (2, 0)
+    _, retired = core.complete(audit, take(audit, "x"), {"b"}, {})
+    assert ids(retired) == ["b"]
+    assert (core.unacked, core.acked_total) == (1, 1)
+    _, retired = core.complete(audit, take(audit, "x"), {"a"}, {})
+    assert ids(retired) == ["a"]
+    assert (core.unacked, core.accepted_total, core.acked_total) == (0, 2, 2)
+
+
+def test_redelivery_in_one_group_does_not_retire_early() -> None:
+    core = ChannelCore("c", config())
+    default, audit = core.groups[DEFAULT_GROUP], core.add_group("audit")
+    default.join("d", "cb", 10)
+    audit.join("x", "cb", 10)
+    publish(core, [raw("a")])
+    core.complete(default, take(default, "d"), set(), {})  # missing: redelivered
+    _, retired = core.complete(audit, take(audit, "x"), {"a"}, {})
+    assert retired == []
+    _, retired = core.complete(default, take(default, "d"), {"a"}, {})
+    assert ids(retired) == ["a"]
+    assert core.unacked == 0
+
+
+def test_dead_letter_resolves_the_event_for_its_group() -> None:
+    core = ChannelCore("c", config(max_attempts=2))
+    group = core.groups[DEFAULT_GROUP]
+    group.join("s", "cb", 10)
+    publish(core, [raw("poison"), raw("fine", ts=2.0, partition=1)])
+    outcome, retired = core.complete(group, take(group, "s"), {"fine"}, {"poison": "bad"})
+    assert ids(retired) == ["fine"]
+    assert ids(outcome.retried) == ["poison"]
+    outcome, retired = core.complete(group, take(group, "s"), set(), {"poison": "still bad"})
+    assert ids(retired) == ["poison"]
+    assert [(d.event.id, d.group, d.error) for d in core.dead_letters] == [
+        ("poison", DEFAULT_GROUP, "still bad")
+    ]
+    assert (core.unacked, core.acked_total) == (0, 2)
+
+
+def test_delivered_window_uses_the_given_clock() -> None:
+    core = ChannelCore("c", config(dedupe_max_age_s=10.0))
+    publish(core, [raw("a")], now=0.0)
+    publish(core, [raw("b")], now=5.0)
+    assert core.prepare([raw("a"), raw("b")]).duplicates == ["a", "b"]
+    core.delivered.expire(now=16.0)
+    assert "a" not in core.delivered  # 16 s old: out of the 10 s window
+    assert ids(core.prepare([raw("a")]).accepted) == ["a"]
+
+
+def test_retry_right_after_a_quiet_spell_is_a_duplicate() -> None:
+    # One publish, then another after more than the window: the second id was accepted
+    # a moment ago, so republishing it (a retry after a lost reply) is a duplicate.
+    core = ChannelCore("c", config(dedupe_max_age_s=10.0))
+    publish(core, [raw("a")], now=0.0)
+    publish(core, [raw("b")], now=20.0)
+    assert core.prepare([raw("b")]).duplicates == ["b"]

@@ -1,0 +1,172 @@
+"""The error tree crosses the wire as itself; names are checked at the RPC boundary."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import Pyro5.api
+import Pyro5.serializers
+import pytest
+
+from channel_server import errors
+from channel_server.errors import ALL_ERRORS, ChannelError, InvalidArgument, QueueFull
+from channel_server.wire import (
+    SERIALIZER,
+    broker_ns_name,
+    channel_ns_name,
+    check_name,
+    make_proxy,
+    register_errors,
+)
+
+SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
+    errors.ChannelError: lambda: errors.ChannelError("root trouble", hint="h", count=3),
+    errors.ClientError: lambda: errors.ClientError("client trouble", detail=[1, 2]),
+    errors.InvalidEvent: lambda: errors.InvalidEvent("timestamp", "must be finite", 4),
+    errors.InvalidArgument: lambda: errors.InvalidArgument("prefetch", "must be 1-10000"),
+    errors.UnknownChannel: lambda: errors.UnknownChannel("orders"),
+    errors.SubscriberIdInUse: lambda: errors.SubscriberIdInUse("sub-1", "default"),
+    errors.NotSubscribed: lambda: errors.NotSubscribed("sub-2", "news"),
+    errors.FaultInjectionDisabled: lambda: errors.FaultInjectionDisabled("kill_queues"),
+    errors.CapacityError: lambda: errors.CapacityError("busy", retry_after_s=1.5),
+    errors.QueueFull: lambda: errors.QueueFull(
+        "orders", 10, 3, ["e4", "e5"], duplicates=["e1"], retry_after_s=0.25
+    ),
+    errors.TransportError: lambda: errors.TransportError("peer gone", peer="PYRO:x@h:1"),
+    errors.BrokerUnavailable: lambda: errors.BrokerUnavailable("name server", "not reachable"),
+    errors.StoreError: lambda: errors.StoreError("/data/c.db", "database is locked"),
+}
+
+EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
+    errors.InvalidEvent: {"field": "timestamp", "reason": "must be finite", "index": 4},
+    errors.InvalidArgument: {"argument": "prefetch", "reason": "must be 1-10000"},
+    errors.UnknownChannel: {"channel": "orders"},
+    errors.SubscriberIdInUse: {"subscriber_id": "sub-1", "group": "default"},
+    errors.NotSubscribed: {"subscriber_id": "sub-2", "channel": "news"},
+    errors.FaultInjectionDisabled: {"call": "kill_queues"},
+    errors.QueueFull: {
+        "channel": "orders",
+        "capacity": 10,
+        "accepted": 3,
+        "refused": 2,
+        "refused_ids": ["e4", "e5"],
+        "duplicates": ["e1"],
+        "retry_after_s": 0.25,
+    },
+    errors.BrokerUnavailable: {"what": "name server", "reason": "not reachable"},
+    errors.StoreError: {"path": "/data/c.db", "reason": "database is locked"},
+}
+
+
+def test_samples_cover_every_error_class() -> None:
+    assert set(SAMPLES) == set(ALL_ERRORS)
+    assert len(set(ALL_ERRORS)) == len(ALL_ERRORS)
+    assert all(issubclass(cls, ChannelError) for cls in ALL_ERRORS)
+
+
+def test_tree_branches() -> None:
+    assert issubclass(errors.InvalidEvent, errors.ClientError)
+    assert issubclass(errors.QueueFull, errors.CapacityError)
+    assert issubclass(errors.BrokerUnavailable, errors.TransportError)
+    assert not issubclass(errors.TransportError, ConnectionError)  # no shadowed builtin
+
+
+def test_queue_full_message_and_attributes() -> None:
+    err = SAMPLES[errors.QueueFull]()
+    assert err.message == str(err)
+    assert "3 accepted, 2 refused" in err.message
+    assert "0.25" in err.message
+
+
+def test_invalid_event_message_names_the_index() -> None:
+    assert str(errors.InvalidEvent("id", "is required", 2)) == "event #2: id: is required"
+    assert str(errors.InvalidEvent("id", "is required")) == "id: is required"
+
+
+@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
+def test_error_survives_the_msgpack_serializer(cls: type[ChannelError]) -> None:
+    register_errors()
+    serializer = Pyro5.serializers.serializers[SERIALIZER]
+    original = SAMPLES[cls]()
+    original._pyroTraceback = ["Traceback (most recent call last):\n", "remote\n"]  # as a daemon
+    copy = serializer.loads(serializer.dumps(original))
+    assert type(copy) is cls
+    assert copy.args == original.args
+    assert str(copy) == str(original)
+    assert copy.message == original.message
+    assert vars(copy) == vars(original)
+    for name, value in EXPECTED_ATTRIBUTES.get(cls, {}).items():
+        assert getattr(copy, name) == value
+
+
+def test_register_errors_is_idempotent() -> None:
+    register_errors()
+    register_errors()
+    serializer = Pyro5.serializers.serializers[SERIALIZER]
+    copy = serializer.loads(serializer.dumps(errors.UnknownChannel("c")))
+    assert type(copy) is errors.UnknownChannel
+    assert copy.channel == "c"
+
+
+@Pyro5.api.expose
+class FullChannel:
+    def publish(self, batch: list) -> int:
+        raise QueueFull("orders", 2, 1, [ev["id"] for ev in batch[1:]], retry_after_s=0.75)
+
+
+def test_queue_full_round_trip_through_a_real_daemon() -> None:
+    daemon = Pyro5.api.Daemon(host="127.0.0.1", port=0)
+    uri = daemon.register(FullChannel())
+    ready = threading.Event()
+
+    def serve() -> None:
+        ready.set()
+        daemon.requestLoop()
+
+    thread = threading.Thread(target=serve, name="test-daemon", daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(5)
+        with make_proxy(uri, 5) as proxy:
+            assert proxy._pyroSerializer == "msgpack"
+            assert proxy._pyroTimeout == 5
+            with pytest.raises(QueueFull) as info:
+                proxy.publish([{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    finally:
+        daemon.shutdown()
+        thread.join(5)
+    err = info.value
+    assert type(err) is QueueFull
+    assert (err.channel, err.capacity, err.accepted) == ("orders", 2, 1)
+    assert err.refused_ids == ["b", "c"]
+    assert err.refused == 2
+    assert err.retry_after_s == 0.75
+    assert "retry in 0.75 s" in str(err)
+    assert not thread.is_alive()
+
+
+# -- names --------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["a", "orders", "A.b_c-9", "x" * 128])
+def test_check_name_accepts(value: str) -> None:
+    assert check_name("channel", value) == value
+
+
+@pytest.mark.parametrize(
+    "value", ["", "x" * 129, "with space", "a/b", "ü", "\nabc", None, 7, b"orders"]
+)
+def test_check_name_rejects(value: object) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        check_name("channel", value)
+    assert info.value.argument == "channel"
+
+
+def test_check_name_rejects_trailing_newline() -> None:
+    # A name becomes part of a name-server entry; "orders\n" must not pass as "orders".
+    with pytest.raises(InvalidArgument):
+        check_name("group", "orders\n")
+
+
+def test_name_server_names() -> None:
+    assert channel_ns_name("orders") == "pubsub.channel.orders"
+    assert broker_ns_name("b1") == "pubsub.broker.b1"

@@ -1,0 +1,72 @@
+"""Global queue and partition sub-queues keep (timestamp, offset) order."""
+
+from __future__ import annotations
+
+from channel_server.core.queues import GlobalQueue, PartitionQueue
+from channel_server.events import Event
+
+
+def ev(offset: int, ts: float, partition: int = 0) -> Event:
+    return Event(f"e{offset}", "pub", partition, ts, None, offset)
+
+
+def order(events: list[Event]) -> list[int]:
+    return [e.offset for e in events]
+
+
+def test_global_queue_drains_in_timestamp_then_offset_order() -> None:
+    q = GlobalQueue()
+    q.add_many([ev(0, 3.0), ev(1, 1.0), ev(2, 2.0)])
+    q.add_many([ev(3, 1.0), ev(4, 0.5)])
+    assert len(q) == 5
+    assert order(q.drain()) == [4, 1, 3, 2, 0]
+    assert len(q) == 0
+    assert q.drain() == []
+
+
+def test_global_queue_clear() -> None:
+    q = GlobalQueue()
+    q.add_many([ev(0, 1.0)])
+    q.clear()
+    assert len(q) == 0
+
+
+def test_partition_queue_take_returns_oldest_first() -> None:
+    pq = PartitionQueue(("pub", 0))
+    assert pq.put_back([ev(5, 2.0), ev(1, 1.0), ev(3, 1.0), ev(0, 9.0)]) == 4
+    assert pq.ready and not pq.idle
+    batch = pq.take(3)
+    assert order(batch) == [1, 3, 5]
+    assert pq.in_flight is batch
+    assert order(list(pq.pending)) == [0]
+    assert not pq.ready  # a batch is in flight
+    assert not pq.idle
+
+
+def test_put_back_restores_order_before_newer_events() -> None:
+    pq = PartitionQueue(("pub", 0))
+    pq.put_back([ev(i, float(i)) for i in range(6)])
+    batch = pq.take(2)
+    pq.put_back([ev(6, 0.5)])  # published late with an early timestamp
+    pq.in_flight = []
+    assert pq.put_back(batch) == 2
+    assert order(list(pq.pending)) == [0, 6, 1, 2, 3, 4, 5]
+    assert order(pq.take(10)) == [0, 6, 1, 2, 3, 4, 5]
+    assert not pq.pending
+
+
+def test_take_limit_and_empty_queue() -> None:
+    pq = PartitionQueue(("pub", "k"))
+    assert pq.idle and not pq.ready
+    assert pq.take(5) == []
+    pq.put_back([ev(0, 1.0), ev(1, 1.0)])
+    assert order(pq.take(1)) == [0]
+    pq.in_flight = []
+    assert order(pq.take(1)) == [1]
+
+
+def test_new_partition_has_no_owner() -> None:
+    pq = PartitionQueue(("pub", 3))
+    assert pq.owner is None
+    assert pq.idle_since is None
+    assert pq.key == ("pub", 3)
