@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 MemberKey = tuple[str, str]
 """(group, member id)"""
 STOP_TIMEOUT_S = 5.0
+RETIRE_FLUSH_EVENTS = 10_000
+"""Retired events that are deleted at once rather than with the next publish."""
 
 
 class EventChannel(PushSide, PullSide):
@@ -58,6 +60,8 @@ class EventChannel(PushSide, PullSide):
         self._core = ChannelCore(name, config, kind)
         self._wakeups: dict[MemberKey, threading.Condition] = {}
         self._dispatchers: dict[MemberKey, Dispatcher] = {}
+        self._retired: list[int] = []
+        """Offsets every group has acknowledged, not yet deleted from the store."""
         self._waiting: set[MemberKey] = set()
         """Dispatchers waiting on their wake-up condition right now."""
         self._closed = False
@@ -115,7 +119,10 @@ class EventChannel(PushSide, PullSide):
             outcome = self._core.prepare(batch)
             if outcome.accepted:
                 now = self._clock()
-                self._store.append(self._name, outcome.accepted, self._core.next_offset, now)
+                self._store.append(
+                    self._name, outcome.accepted, self._core.next_offset, now, self._retired
+                )
+                self._retired = []
                 self._core.enqueue(outcome.accepted, now)
                 self._trim_delivered()
                 self._persist_owners()
@@ -261,8 +268,17 @@ class EventChannel(PushSide, PullSide):
         kept = [ev.offset for ev in outcome.done if ev.offset not in gone]
         if kept:
             self._store.ack(self._name, group, kept)
-        if gone:
-            self._store.delete(self._name, sorted(gone))
+        self._retired.extend(gone)
+        if len(self._retired) >= RETIRE_FLUSH_EVENTS:
+            self._flush_retired()
+
+    def _flush_retired(self) -> None:
+        """Delete retired events from the store now (they usually ride along with the next
+        publish's transaction: group commit). Deleting late is safe: a restart redelivers
+        such an event, and the subscriber's processed-ID window acknowledges it again."""
+        if self._retired:
+            self._store.delete(self._name, self._retired)
+            self._retired = []
 
     def _trim_delivered(self) -> None:
         expired = self._core.delivered.expired_total - self._trimmed
@@ -282,6 +298,7 @@ class EventChannel(PushSide, PullSide):
             self._name,
             lost,
         )
+        self._flush_retired()
         refilled = self._core.rebuild(self._store.load(self._name))
         log.warning(
             "%s: rebuilt %d events in timestamp order; publishing resumed", self._name, refilled
@@ -314,6 +331,7 @@ class EventChannel(PushSide, PullSide):
     def stats(self) -> dict[str, Any]:
         """A JSON-friendly snapshot: counters, groups, members and partitions."""
         with self._lock:
+            self._flush_retired()
             core = self._core
             return {
                 "name": self._name,
@@ -366,6 +384,8 @@ class EventChannel(PushSide, PullSide):
             self._wake_all()
         for dispatcher in dispatchers:
             dispatcher.join(STOP_TIMEOUT_S)
+        with self._lock:
+            self._flush_retired()
 
 
 def _group_stats(grp: ConsumerGroup) -> dict[str, Any]:

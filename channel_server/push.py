@@ -127,6 +127,7 @@ class PushSide:
         return gave_up
 
     def _housekeep(self, grp: ConsumerGroup) -> None:
+        self._flush_retired()
         self._check_queues()
         for key in grp.sweep_idle(self._clock(), self._config.partition_idle_s):
             log.debug("%s: dropped idle partition %s", self._name, key)

@@ -80,10 +80,16 @@ class Store(ABC):
 
     @abstractmethod
     def append(
-        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
+        self,
+        channel: str,
+        events: Sequence[Event],
+        next_offset: int,
+        accepted_at: float,
+        retire: Sequence[int] = (),
     ) -> None:
         """Store one accepted publish batch, its ids in the delivered window and the
-        channel's next offset, atomically."""
+        channel's next offset, and delete the ``retire`` offsets, atomically (one
+        transaction for a publish and the acks since the last one: group commit)."""
 
     @abstractmethod
     def reinsert(self, channel: str, events: Sequence[Event]) -> None:

@@ -64,12 +64,19 @@ class MemoryStore(Store):
             data.dead = {k: v for k, v in data.dead.items() if k[0] != group}
 
     def append(
-        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
+        self,
+        channel: str,
+        events: Sequence[Event],
+        next_offset: int,
+        accepted_at: float,
+        retire: Sequence[int] = (),
     ) -> None:
         with self._lock:
             data = self._of(channel)
             data.events.update((ev.offset, ev) for ev in events)
             data.next_offset = max(data.next_offset, next_offset)
+        if retire:
+            self.delete(channel, retire)
 
     def reinsert(self, channel: str, events: Sequence[Event]) -> None:
         with self._lock:

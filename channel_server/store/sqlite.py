@@ -215,7 +215,12 @@ class SQLiteStore(Store):
 
     # -- events --------------------------------------------------------------------------
     def append(
-        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
+        self,
+        channel: str,
+        events: Sequence[Event],
+        next_offset: int,
+        accepted_at: float,
+        retire: Sequence[int] = (),
     ) -> None:
         with self._tx() as db:
             db.executemany(
@@ -230,6 +235,7 @@ class SQLiteStore(Store):
                 "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE name = ?",
                 (next_offset, channel),
             )
+            self._delete(db, channel, retire)
 
     def reinsert(self, channel: str, events: Sequence[Event]) -> None:
         with self._tx() as db:
@@ -248,10 +254,14 @@ class SQLiteStore(Store):
 
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
         if offsets:
-            rows = [(channel, o) for o in offsets]
             with self._tx() as db:
-                db.executemany("DELETE FROM events WHERE channel = ? AND offset = ?", rows)
-                db.executemany("DELETE FROM acks WHERE channel = ? AND offset = ?", rows)
+                self._delete(db, channel, offsets)
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, channel: str, offsets: Sequence[int]) -> None:
+        rows = [(channel, o) for o in offsets]
+        db.executemany("DELETE FROM events WHERE channel = ? AND offset = ?", rows)
+        db.executemany("DELETE FROM acks WHERE channel = ? AND offset = ?", rows)
 
     def trim_delivered(self, channel: str, count: int) -> None:
         if count > 0:

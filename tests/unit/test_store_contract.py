@@ -167,3 +167,12 @@ def test_a_durable_store_reads_back_everything_after_reopening(opener: Opener) -
     assert snap.delivered == [("id-1", 50.0), ("id-2", 60.0)]
     assert snap.next_offset == 3
     assert [m.member_id for m in snap.members] == ["s1"]
+
+
+def test_append_can_retire_earlier_events_in_the_same_transaction(store: Store) -> None:
+    store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, 0.0)
+    store.ack("c", "g", [0])
+    store.append("c", [ev(2, 3.0)], 3, 0.0, retire=[0, 1])
+    snap = store.load("c")
+    assert [e.offset for e in snap.events] == [2]
+    assert snap.acks.get("g", set()) == set()
