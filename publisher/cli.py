@@ -15,13 +15,15 @@ import Pyro5.errors
 
 from channel_server import cli_common as cc
 from channel_server.errors import ChannelError, ClientError, TransportError
-from channel_server.lookup import broker_of_channel
+from channel_server.lookup import broker_of_channel, resolve_channel
 from channel_server.scenario import ScenarioRunner, Step, load_steps
 from channel_server.statefile import default_state_dir
 from channel_server.wire import check_name, make_proxy
+from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, FileReport, SparkMode, publish_file
 from publisher.client import Publisher
 from publisher.state import PublisherState
 from publisher.topics import PutOptions, Putter
+from spark_partitions.errors import PlanError
 
 log = logging.getLogger("publisher")
 DEFAULT_BATCH = 100
@@ -44,7 +46,36 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_ns_flags(pub)
     pub.add_argument("--channel", required=True, help="channel name")
     pub.add_argument("--id", required=True, dest="publisher_id", help="publisher id (PUB)")
-    pub.add_argument("--count", type=cc.positive_int, required=True, help="events to publish")
+    source = pub.add_mutually_exclusive_group(required=True)
+    source.add_argument("--count", type=cc.positive_int, help="synthetic events to publish")
+    source.add_argument(
+        "--file",
+        metavar="PATH",
+        help="publish a batch file instead (JSON lines, CSV or Parquet; a directory of them)",
+    )
+    pub.add_argument(
+        "--spark",
+        choices=[m.value for m in SparkMode],
+        default=SparkMode.AUTO.value,
+        help="with --file: plan the batch with the spark_partitions job first (always), "
+        "publish it as it is (never), or plan from --spark-threshold rows on (auto, default)",
+    )
+    pub.add_argument(
+        "--spark-threshold",
+        type=cc.positive_int,
+        default=DEFAULT_SPARK_THRESHOLD_ROWS,
+        metavar="ROWS",
+        help="rows from which --spark auto plans with Spark (default %(default)s)",
+    )
+    pub.add_argument(
+        "--subscribers",
+        type=cc.positive_int,
+        default=None,
+        help="slots the plan balances blocks over (default: the channel's active members)",
+    )
+    pub.add_argument(
+        "--no-progress", action="store_true", help="no progress bar while publishing a file"
+    )
     pub.add_argument(
         "--partitions",
         type=cc.positive_int,
@@ -192,22 +223,27 @@ def publish(args: argparse.Namespace) -> int:
         retry_for_s=args.retry_for,
     ) as publisher:
         started = time.perf_counter()
-        events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
-        after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
-        totals = publisher.publish_all(
-            events, args.batch_size, args.wait_when_full, after_batch=after_batch
-        )
+        if args.file:
+            report = _publish_file(args, publisher)
+            totals, count = report.totals, report.rows
+        else:
+            events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
+            after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
+            totals = publisher.publish_all(
+                events, args.batch_size, args.wait_when_full, after_batch=after_batch
+            )
+            count = args.count
         elapsed = time.perf_counter() - started
     figures = {
         "channel": args.channel,
-        "published": args.count,
+        "published": count,
         "accepted": totals.accepted,
         "duplicates": totals.duplicates,
         "refused": totals.refused,
         "unrouted": totals.unrouted,
         "retries": publisher.retries,
         "seconds": round(elapsed, 4),
-        "events_per_s": round(args.count / elapsed, 1) if elapsed > 0 else None,
+        "events_per_s": round(count / elapsed, 1) if elapsed > 0 else None,
     }
     print(
         f"{args.publisher_id} -> {args.channel}: {totals.accepted} accepted, "
@@ -217,6 +253,33 @@ def publish(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(figures))
     return cc.EXIT_REFUSED if totals.refused else cc.EXIT_OK
+
+
+def _publish_file(args: argparse.Namespace, publisher: Publisher) -> FileReport:
+    slots = args.subscribers or _active_members(args)
+    report = publish_file(
+        publisher,
+        args.file,
+        SparkMode(args.spark),
+        args.batch_size,
+        slots,
+        args.spark_threshold,
+        progress=not args.no_progress,
+    )
+    if report.planned:
+        print(f"plan: {report.plan_summary}")
+    if report.rejected:
+        print(f"{report.rejected} invalid rows not published, e.g.:")
+        for example in report.reject_examples:
+            print(f"  {example}")
+    return report
+
+
+def _active_members(args: argparse.Namespace) -> int:
+    """Active members of the channel's groups (at least 1): the plan's default slots."""
+    with make_proxy(resolve_channel(args.ns_host, args.ns_port, args.channel), 10) as channel:
+        groups = channel.stats()["groups"].values()
+    return max(1, max((sum(m["active"] for m in g["members"]) for g in groups), default=1))
 
 
 def _kill_queues_hook(args: argparse.Namespace) -> Callable[[int], None]:
@@ -244,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         return cc.fail(f"broker unavailable: {exc}", cc.EXIT_UNAVAILABLE)
     except ChannelError as exc:
         return cc.fail(str(exc))
+    except PlanError as exc:  # a batch file that cannot be read or planned
+        return cc.fail(str(exc), cc.EXIT_USAGE)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,13 @@ class PublishTotals:
     unrouted: int = 0
     duplicate_ids: list[str] = field(default_factory=list)
 
+    def merge(self, other: PublishTotals) -> None:
+        self.accepted += other.accepted
+        self.duplicates += other.duplicates
+        self.refused += other.refused
+        self.unrouted += other.unrouted
+        self.duplicate_ids.extend(other.duplicate_ids)
+
     def add(self, summary: dict[str, Any]) -> None:
         self.accepted += summary["accepted"]
         self.duplicates += len(summary["duplicates"])
