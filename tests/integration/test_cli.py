@@ -18,6 +18,18 @@ HELP_COMMANDS = [
     ["-m", "publisher", "publish", "--help"],
     ["-m", "subscriber", "--help"],
     ["-m", "subscriber", "run", "--help"],
+    ["-m", "channel_server", "status", "--help"],
+    ["-m", "channel_server", "dead-letters", "--help"],
+    ["-m", "publisher", "put", "--help"],
+    ["-m", "publisher", "script", "--help"],
+    ["-m", "subscriber", "subscribe", "--help"],
+    ["-m", "subscriber", "unsubscribe", "--help"],
+    ["-m", "subscriber", "get", "--help"],
+    ["-m", "subscriber", "topics", "--help"],
+    ["-m", "subscriber", "script", "--help"],
+    ["-m", "spark_partitions", "--help"],
+    ["-m", "spark_partitions", "plan", "--help"],
+    ["-m", "spark_partitions", "generate", "--help"],
 ]
 
 BAD_FLAGS = [
@@ -29,6 +41,43 @@ BAD_FLAGS = [
     (["-m", "publisher", "publish", "--channel", "c", "--id", "P"], "--count"),
     (["-m", "subscriber", "run", "--channel", "c", "--id", "s", "--prefetch", "x"], "--prefetch"),
     (["-m", "subscriber", "run", "--channel", "c", "--id", "bad/id"], "id"),
+    (["-m", "subscriber", "run", "--channel", "c", "--id", "s", "--fault", "boom:1"], "boom"),
+    (["-m", "channel_server", "serve", "--sync", "sometimes"], "--sync"),
+    (["-m", "channel_server", "serve", "--memory", "--data-dir", "x"], "--data-dir"),
+    (
+        [
+            "-m",
+            "publisher",
+            "publish",
+            "--channel",
+            "c",
+            "--id",
+            "P",
+            "--count",
+            "1",
+            "--file",
+            "f",
+        ],
+        "--file",
+    ),
+    (
+        [
+            "-m",
+            "publisher",
+            "publish",
+            "--channel",
+            "c",
+            "--id",
+            "P",
+            "--file",
+            "f",
+            "--spark",
+            "maybe",
+        ],
+        "--spark",
+    ),
+    (["-m", "publisher", "put", "t", "m", "--id", "P", "--attempts", "0"], "--attempts"),
+    (["-m", "subscriber", "get", "bad topic", "--id", "s"], "topic"),
 ]
 
 
