@@ -69,6 +69,83 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+CHANNEL_FLAGS = (
+    ("--capacity", cc.positive_int, "capacity", "most unacknowledged events per channel"),
+    (
+        "--ack-timeout",
+        cc.positive_float,
+        "ack_timeout_s",
+        "seconds a push may take before it counts as failed",
+    ),
+    (
+        "--max-attempts",
+        cc.positive_int,
+        "max_attempts",
+        "failed pushes in a row before a subscriber is inactive; handler failures before an "
+        "event is dead-lettered",
+    ),
+    (
+        "--partition-weight",
+        cc.non_negative_int,
+        "partition_weight",
+        "load of owning one partition, in events",
+    ),
+    (
+        "--partition-idle",
+        cc.positive_float,
+        "partition_idle_s",
+        "seconds an empty partition is kept",
+    ),
+    (
+        "--small-delay",
+        cc.positive_float,
+        "small_delay_s",
+        "a push slower than this many seconds is a small delay",
+    ),
+    (
+        "--long-delay",
+        cc.positive_float,
+        "long_delay_s",
+        "a push slower than this many seconds is a long delay",
+    ),
+    (
+        "--long-delay-count",
+        cc.positive_int,
+        "long_delay_count",
+        "long delays within the window that move a member's queued partitions",
+    ),
+    (
+        "--long-delay-window",
+        cc.positive_float,
+        "long_delay_window_s",
+        "seconds over which long delays are counted",
+    ),
+    (
+        "--rebalance-threshold",
+        cc.non_negative_int,
+        "rebalance_threshold",
+        "a joining member takes idle partitions from members owning more than this many above it",
+    ),
+    (
+        "--dedupe-max-ids",
+        cc.positive_int,
+        "dedupe_max_ids",
+        "ids remembered for duplicate detection",
+    ),
+    (
+        "--dedupe-max-age",
+        cc.positive_float,
+        "dedupe_max_age_s",
+        "seconds an id is remembered for duplicate detection",
+    ),
+)
+"""(flag, parser, ChannelConfig field, help) of every channel setting ``serve`` takes."""
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
 def _add_serve(sub: Any) -> None:
     defaults = ChannelConfig()
     serve = sub.add_parser(
@@ -111,80 +188,10 @@ def _add_serve(sub: Any) -> None:
         help="SQLite synchronous level: normal loses nothing on a process crash, full "
         "nothing on power loss either (default %(default)s)",
     )
-    serve.add_argument(
-        "--capacity",
-        type=cc.positive_int,
-        default=defaults.capacity,
-        help="most unacknowledged events per channel (default %(default)s)",
-    )
-    serve.add_argument(
-        "--ack-timeout",
-        type=cc.positive_float,
-        default=defaults.ack_timeout_s,
-        help="seconds a push may take before it counts as failed (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-attempts",
-        type=cc.positive_int,
-        default=defaults.max_attempts,
-        help="failed pushes in a row before a subscriber is inactive (default %(default)s)",
-    )
-    serve.add_argument(
-        "--partition-weight",
-        type=cc.non_negative_int,
-        default=defaults.partition_weight,
-        help="load of owning one partition, in events (default %(default)s)",
-    )
-    serve.add_argument(
-        "--partition-idle",
-        type=cc.positive_float,
-        default=defaults.partition_idle_s,
-        help="seconds an empty partition is kept (default %(default)s)",
-    )
-    serve.add_argument(
-        "--small-delay",
-        type=cc.positive_float,
-        default=defaults.small_delay_s,
-        help="a push slower than this many seconds is a small delay (default %(default)s)",
-    )
-    serve.add_argument(
-        "--long-delay",
-        type=cc.positive_float,
-        default=defaults.long_delay_s,
-        help="a push slower than this many seconds is a long delay (default %(default)s)",
-    )
-    serve.add_argument(
-        "--long-delay-count",
-        type=cc.positive_int,
-        default=defaults.long_delay_count,
-        help="long delays within the window that move a member's queued partitions "
-        "(default %(default)s)",
-    )
-    serve.add_argument(
-        "--long-delay-window",
-        type=cc.positive_float,
-        default=defaults.long_delay_window_s,
-        help="seconds over which long delays are counted (default %(default)s)",
-    )
-    serve.add_argument(
-        "--rebalance-threshold",
-        type=cc.non_negative_int,
-        default=defaults.rebalance_threshold,
-        help="a joining member takes idle partitions from members owning more than this "
-        "many above it (default %(default)s)",
-    )
-    serve.add_argument(
-        "--dedupe-max-ids",
-        type=cc.positive_int,
-        default=defaults.dedupe_max_ids,
-        help="ids remembered for duplicate detection (default %(default)s)",
-    )
-    serve.add_argument(
-        "--dedupe-max-age",
-        type=cc.positive_float,
-        default=defaults.dedupe_max_age_s,
-        help="seconds an id is remembered for duplicate detection (default %(default)s)",
-    )
+    for flag, kind, field, text in CHANNEL_FLAGS:
+        serve.add_argument(
+            flag, type=kind, default=getattr(defaults, field), help=f"{text} (default %(default)s)"
+        )
     serve.add_argument(
         "--allow-fault-injection",
         action="store_true",
@@ -193,21 +200,8 @@ def _add_serve(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    channel = replace(
-        ChannelConfig(),
-        capacity=args.capacity,
-        ack_timeout_s=args.ack_timeout,
-        max_attempts=args.max_attempts,
-        partition_weight=args.partition_weight,
-        partition_idle_s=args.partition_idle,
-        small_delay_s=args.small_delay,
-        long_delay_s=args.long_delay,
-        long_delay_count=args.long_delay_count,
-        long_delay_window_s=args.long_delay_window,
-        rebalance_threshold=args.rebalance_threshold,
-        dedupe_max_ids=args.dedupe_max_ids,
-        dedupe_max_age_s=args.dedupe_max_age,
-    )
+    tuning = {field: getattr(args, _dest(flag)) for flag, _, field, _ in CHANNEL_FLAGS}
+    channel = replace(ChannelConfig(), **tuning)
     return BrokerConfig(
         broker_id=check_name("broker-id", args.broker_id),
         host=args.host,

@@ -81,6 +81,31 @@ def add_client_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_client_command(
+    sub: Any, name: str, help_text: str, description: str, id_dest: str
+) -> argparse.ArgumentParser:
+    """A classic-client subcommand with ``--id`` and the name-server and client flags."""
+    cmd = sub.add_parser(name, help=help_text, description=description)
+    cmd.add_argument("--id", required=True, dest=id_dest, help="client id")
+    add_ns_flags(cmd)
+    add_client_flags(cmd)
+    return cmd
+
+
+def add_script_command(sub: Any, actions: str, id_dest: str) -> None:
+    """The ``script FILE.yaml`` subcommand of the publisher and the subscriber."""
+    cmd = add_client_command(
+        sub,
+        "script",
+        f"run a YAML scenario of {actions} steps, resuming where it stopped",
+        f"Run the steps of a YAML file in order: each step has a topic and an action "
+        f"({actions}), and optionally repeat, sleep_between and sleep_after (seconds). A "
+        "client restarted with the same file resumes after its last completed step.",
+        id_dest,
+    )
+    cmd.add_argument("file", type=Path, help="the scenario (YAML)")
+
+
 def positive_int(text: str) -> int:
     return _bounded(int, text, 1)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import Pyro5.api
@@ -25,6 +26,22 @@ DEFAULT_PAUSE_S = 0.5
 DEFAULT_TIMEOUT_S = 10.0
 DROPPABLE = frozenset({"publish", "get"})
 """Calls whose replies the drop-reply fault may drop (the ones whose retry it shows)."""
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How a classic client (put / get / scripts) reaches its channels."""
+
+    ns_host: str
+    ns_port: int
+    attempts: int = DEFAULT_ATTEMPTS
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    drop_replies: int = 0
+
+    @classmethod
+    def from_args(cls, args: Any) -> ClientOptions:
+        """From the flags of cli_common.add_ns_flags and add_client_flags."""
+        return cls(args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies)
 
 
 class LostReply(Exception):

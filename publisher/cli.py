@@ -16,13 +16,14 @@ import Pyro5.errors
 from channel_server import cli_common as cc
 from channel_server.errors import ChannelError, ClientError, TransportError
 from channel_server.lookup import broker_of_channel, resolve_channel
+from channel_server.remote import ClientOptions
 from channel_server.scenario import ScenarioRunner, Step, load_steps
 from channel_server.statefile import default_state_dir
 from channel_server.wire import check_name, make_proxy
 from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, FileReport, SparkMode, publish_file
 from publisher.client import Publisher
 from publisher.state import PublisherState
-from publisher.topics import PutOptions, Putter
+from publisher.topics import Putter
 from spark_partitions.errors import PlanError
 
 log = logging.getLogger("publisher")
@@ -134,37 +135,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="on QueueFull wait for the channel's retry hint and publish the rest again",
     )
     pub.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
-    put = sub.add_parser(
+    put = cc.add_client_command(
+        sub,
         "put",
-        help="classic put: one message to a topic, stored exactly once",
-        description="Put MESSAGE on TOPIC (created as a topic when new). A topic keeps a "
-        "message only for its current subscribers; with none it says so and stores nothing.",
+        "classic put: one message to a topic, stored exactly once",
+        "Put MESSAGE on TOPIC (created as a topic when new). A topic keeps a message only "
+        "for its current subscribers; with none it says so and stores nothing.",
+        "publisher_id",
     )
     put.add_argument("topic", help="topic name")
     put.add_argument("message", help="the message (a string payload)")
-    put.add_argument("--id", required=True, dest="publisher_id", help="publisher id")
-    cc.add_ns_flags(put)
-    cc.add_client_flags(put)
-    script = sub.add_parser(
-        "script",
-        help="run a YAML scenario of puts, resuming where it stopped",
-        description="Run the steps of a YAML file in order: each step has a topic and a "
-        "message, and optionally repeat, sleep_between and sleep_after (seconds); '{n}' in "
-        "a message becomes the repetition number. A client restarted with the same file "
-        "resumes after its last completed step.",
+    cc.add_script_command(
+        sub, "put: a topic and a message, '{n}' in it the repetition", "publisher_id"
     )
-    script.add_argument("file", type=Path, help="the scenario (YAML)")
-    script.add_argument("--id", required=True, dest="publisher_id", help="publisher id")
-    cc.add_ns_flags(script)
-    cc.add_client_flags(script)
     return parser
 
 
 def _putter(args: argparse.Namespace) -> Putter:
     check_name("id", args.publisher_id)
     state = PublisherState(args.state_dir or default_state_dir(), args.publisher_id)
-    options = PutOptions(args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies)
-    return Putter(args.publisher_id, state, options)
+    return Putter(args.publisher_id, state, ClientOptions.from_args(args))
 
 
 def put(args: argparse.Namespace) -> int:

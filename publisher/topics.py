@@ -7,9 +7,9 @@ it again first, and the channel's duplicate detection stores it once.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
+from channel_server.remote import ClientOptions
 from publisher.client import Publisher
 from publisher.state import PublisherState
 
@@ -17,19 +17,10 @@ log = logging.getLogger(__name__)
 TOPIC_KIND = "topic"
 
 
-@dataclass(frozen=True)
-class PutOptions:
-    ns_host: str
-    ns_port: int
-    attempts: int
-    timeout_s: float
-    drop_replies: int = 0
-
-
 class Putter:
     """Puts messages to topics for one publisher id; topics are created on first use."""
 
-    def __init__(self, publisher_id: str, state: PublisherState, options: PutOptions) -> None:
+    def __init__(self, publisher_id: str, state: PublisherState, options: ClientOptions) -> None:
         self.publisher_id = publisher_id
         self.state = state
         self.options = options

@@ -14,13 +14,14 @@ import Pyro5.errors
 
 from channel_server import cli_common as cc
 from channel_server.errors import ChannelError, ClientError, NotSubscribed, TransportError
+from channel_server.remote import ClientOptions
 from channel_server.scenario import ScenarioRunner, load_steps
 from channel_server.statefile import default_state_dir
 from channel_server.wire import check_name
 from subscriber.client import Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
 from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
-from subscriber.pull import PullClient, PullOptions
+from subscriber.pull import PullClient
 from subscriber.record import Recorder
 
 log = logging.getLogger("subscriber")
@@ -97,39 +98,27 @@ def _add_pull_commands(sub: Any) -> None:
         "get": "the next message of a topic, or say there is none yet / not subscribed",
     }
     for name, text in helps.items():
-        cmd = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        description = text[0].upper() + text[1:] + "."
+        cmd = cc.add_client_command(sub, name, text, description, "subscriber_id")
         cmd.add_argument("topic", help="topic name")
-        cmd.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
         cmd.add_argument("--group", default=None, help="group (default: one of its own)")
-        cc.add_ns_flags(cmd)
-        cc.add_client_flags(cmd)
-    topics = sub.add_parser("topics", help="the topics a subscriber is subscribed to")
-    topics.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
-    topics.add_argument("--json", action="store_true", help="print JSON")
-    cc.add_ns_flags(topics)
-    cc.add_client_flags(topics)
-    script = sub.add_parser(
-        "script",
-        help="run a YAML scenario of subscribe/unsubscribe/get/topics steps",
-        description="Run the steps of a YAML file in order: each step has a topic and an "
-        "action (subscribe, unsubscribe, get, topics), and optionally repeat, "
-        "sleep_between and sleep_after (seconds). A client restarted with the same file "
-        "resumes after its last completed step.",
+    topics = cc.add_client_command(
+        sub,
+        "topics",
+        "the topics a subscriber is subscribed to",
+        "List the topics (channels) a subscriber id belongs to, asked of every broker.",
+        "subscriber_id",
     )
-    script.add_argument("file", type=Path, help="the scenario (YAML)")
-    script.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
-    cc.add_ns_flags(script)
-    cc.add_client_flags(script)
+    topics.add_argument("--json", action="store_true", help="print JSON")
+    cc.add_script_command(sub, ", ".join(SCRIPT_ACTIONS), "subscriber_id")
 
 
 def _pull_client(args: argparse.Namespace) -> PullClient:
     check_name("id", args.subscriber_id)
     if getattr(args, "topic", None) is not None:
         check_name("topic", args.topic)
-    options = PullOptions(
-        args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies
-    )
-    return PullClient(args.subscriber_id, args.state_dir or default_state_dir(), options)
+    state_dir = args.state_dir or default_state_dir()
+    return PullClient(args.subscriber_id, state_dir, ClientOptions.from_args(args))
 
 
 def pull_action(

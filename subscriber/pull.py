@@ -9,13 +9,12 @@ before a message is shown, so a crash of the client neither loses nor repeats on
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import Pyro5.errors
 
-from channel_server.remote import RemoteChannel
+from channel_server.remote import ClientOptions, RemoteChannel
 from channel_server.statefile import StateFile
 from channel_server.wire import NS_CHANNEL_PREFIX, locate_ns, make_proxy
 
@@ -24,19 +23,10 @@ TOPIC_KIND = "topic"
 LISTING_TIMEOUT_S = 3.0
 
 
-@dataclass(frozen=True)
-class PullOptions:
-    ns_host: str
-    ns_port: int
-    attempts: int
-    timeout_s: float
-    drop_replies: int = 0
-
-
 class PullClient:
     """One subscriber id's classic subscriptions; its proxies belong to the calling thread."""
 
-    def __init__(self, subscriber_id: str, state_dir: Path, options: PullOptions) -> None:
+    def __init__(self, subscriber_id: str, state_dir: Path, options: ClientOptions) -> None:
         self.subscriber_id = subscriber_id
         self.options = options
         self.state = StateFile(state_dir / f"subscriber-{subscriber_id}.json")
