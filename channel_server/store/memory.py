@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.events import Event, PartitionKey
 from channel_server.store.base import (
     ChannelRecord,
@@ -134,7 +135,7 @@ class MemoryStore(Store):
                 next_offset=data.next_offset,
                 groups=dict(data.groups),
                 members=list(data.members.values()),
-                events=sorted(data.events.values()),
+                events=sorted(data.events.values(), key=DELIVERY_ORDER),
                 acks={g: set(a) for g, a in data.acks.items()},
                 dead_letters=list(data.dead.values()),
                 owners={g: dict(o) for g, o in data.owners.items()},

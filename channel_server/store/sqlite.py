@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import msgpack
 
+from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.errors import StoreError
 from channel_server.events import Event, PartitionKey
 from channel_server.store.base import (
@@ -33,7 +34,7 @@ from channel_server.store.base import (
 log = logging.getLogger(__name__)
 DB_FILE = "channels.sqlite"
 LOCK_FILE = "broker.lock"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
@@ -42,21 +43,19 @@ CHECKPOINT_INTERVAL_S = 1.0
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS channels(
-    name TEXT PRIMARY KEY, kind TEXT NOT NULL, next_offset INTEGER NOT NULL DEFAULT 0,
-    created INTEGER NOT NULL);
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
+    next_offset INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS groups(
     channel TEXT NOT NULL, name TEXT NOT NULL, created_offset INTEGER NOT NULL,
     PRIMARY KEY(channel, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events(
-    channel TEXT NOT NULL, offset INTEGER NOT NULL, id TEXT NOT NULL,
-    publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload BLOB,
-    PRIMARY KEY(channel, offset)) WITHOUT ROWID;
+    key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
+    timestamp REAL NOT NULL, payload);
 CREATE TABLE IF NOT EXISTS acks(
     channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS delivered(channel TEXT NOT NULL, id TEXT NOT NULL,
-    accepted_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS delivered_by_channel ON delivered(channel);
+CREATE TABLE IF NOT EXISTS delivered(
+    key INTEGER PRIMARY KEY, id TEXT NOT NULL, accepted_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS members(
     channel TEXT NOT NULL, grp TEXT NOT NULL, member_id TEXT NOT NULL,
     callback TEXT NOT NULL, prefetch INTEGER NOT NULL,
@@ -66,34 +65,33 @@ CREATE TABLE IF NOT EXISTS owners(
     owner TEXT NOT NULL, PRIMARY KEY(channel, grp, publisher_id, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters(
     channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL, id TEXT NOT NULL,
-    publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload BLOB,
+    publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload,
     error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
 """
-EVENT_COLUMNS = "offset, id, publisher_id, partition, timestamp, payload"
+OFFSET_BITS = 40
+"""events and delivered are keyed by ``channel id << OFFSET_BITS | offset``: one integer
+primary key (SQLite's fastest), each channel a contiguous key range in offset order."""
+OFFSET_MASK = (1 << OFFSET_BITS) - 1
+EVENT_COLUMNS = "id, publisher_id, partition, timestamp, payload"
 GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 
 
-def _pack(payload: Any) -> bytes:
-    return msgpack.packb(payload, use_bin_type=True)
+def _pack(payload: Any) -> Any:
+    """Strings are stored as TEXT; anything else as msgpack in a BLOB."""
+    return payload if type(payload) is str else msgpack.packb(payload, use_bin_type=True)
 
 
-def _event_row(channel: str, ev: Event) -> tuple:
-    return (
-        channel,
-        ev.offset,
-        ev.id,
-        ev.publisher_id,
-        ev.partition,
-        ev.timestamp,
-        _pack(ev.payload),
-    )
+def _unpack(stored: Any) -> Any:
+    return msgpack.unpackb(stored, raw=False) if isinstance(stored, bytes) else stored
 
 
-def _event(row: Sequence[Any]) -> Event:
-    offset, event_id, publisher_id, partition, timestamp, payload = row[:6]
-    return Event(
-        event_id, publisher_id, partition, timestamp, msgpack.unpackb(payload, raw=False), offset
-    )
+def _event_fields(ev: Event) -> tuple:
+    return (ev.id, ev.publisher_id, ev.partition, ev.timestamp, _pack(ev.payload))
+
+
+def _event(offset: int, row: Sequence[Any]) -> Event:
+    event_id, publisher_id, partition, timestamp, payload = row
+    return Event(event_id, publisher_id, partition, timestamp, _unpack(payload), offset)
 
 
 class SQLiteStore(Store):
@@ -110,6 +108,10 @@ class SQLiteStore(Store):
         self._lock_file = _take_dir_lock(Path(data_dir))
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
+        self._bases: dict[str, int] = {}
+        self._acked: set[str] = set()
+        """Channels that have (or had) rows in ``acks``."""
+        """channel name -> key base; a channel's id never changes."""
         try:
             self._db = self._open(synchronous.upper())
         except sqlite3.DatabaseError as exc:
@@ -131,6 +133,11 @@ class SQLiteStore(Store):
                 raise sqlite3.DatabaseError(f"integrity check failed: {check}")
             db.executescript(SCHEMA)
             db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if version != SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(
+                    f"written with store schema {version}, this broker reads {SCHEMA_VERSION}"
+                )
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in their own thread
         except BaseException:
             db.close()
@@ -175,16 +182,26 @@ class SQLiteStore(Store):
 
     # -- channels, groups, members -------------------------------------------------------
     def save_channel(self, record: ChannelRecord) -> None:
+        base = self._base(record.name)
         with self._tx() as db:
             db.execute(
-                "INSERT OR IGNORE INTO channels(name, kind, created) VALUES "
-                "(?, ?, (SELECT COUNT(*) FROM channels))",
-                (record.name, record.kind),
+                "UPDATE channels SET kind = ? WHERE id = ? AND kind IS NULL",
+                (record.kind, base >> OFFSET_BITS),
             )
 
     def channels(self) -> list[ChannelRecord]:
-        rows = self._query("SELECT name, kind FROM channels ORDER BY created")
+        rows = self._query("SELECT name, kind FROM channels WHERE kind IS NOT NULL ORDER BY id")
         return [ChannelRecord(name, kind) for name, kind in rows]
+
+    def _base(self, channel: str) -> int:
+        """The key base of a channel (its id << OFFSET_BITS), given an id on first use."""
+        base = self._bases.get(channel)
+        if base is None:
+            with self._tx() as db:
+                db.execute("INSERT OR IGNORE INTO channels(name) VALUES (?)", (channel,))
+                (cid,) = db.execute("SELECT id FROM channels WHERE name = ?", (channel,)).fetchone()
+            base = self._bases[channel] = cid << OFFSET_BITS
+        return base
 
     def save_group(self, channel: str, group: str, created_offset: int) -> None:
         with self._tx() as db:
@@ -222,30 +239,33 @@ class SQLiteStore(Store):
         accepted_at: float,
         retire: Sequence[int] = (),
     ) -> None:
+        base = self._base(channel)
         with self._tx() as db:
             db.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [_event_row(channel, ev) for ev in events],
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
+                [(base | ev.offset, *_event_fields(ev)) for ev in events],
             )
             db.executemany(
                 "INSERT INTO delivered VALUES (?, ?, ?)",
-                [(channel, ev.id, accepted_at) for ev in events],
+                [(base | ev.offset, ev.id, accepted_at) for ev in events],
             )
             db.execute(
-                "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE name = ?",
-                (next_offset, channel),
+                "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
+                (next_offset, base >> OFFSET_BITS),
             )
-            self._delete(db, channel, retire)
+            self._delete(db, channel, base, retire)
 
     def reinsert(self, channel: str, events: Sequence[Event]) -> None:
+        base = self._base(channel)
         with self._tx() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [_event_row(channel, ev) for ev in events],
+                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?, ?)",
+                [(base | ev.offset, *_event_fields(ev)) for ev in events],
             )
 
     def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
         if offsets:
+            self._acked.add(channel)
             with self._tx() as db:
                 db.executemany(
                     "INSERT OR IGNORE INTO acks VALUES (?, ?, ?)",
@@ -254,22 +274,27 @@ class SQLiteStore(Store):
 
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
         if offsets:
+            base = self._base(channel)
             with self._tx() as db:
-                self._delete(db, channel, offsets)
+                self._delete(db, channel, base, offsets)
 
-    @staticmethod
-    def _delete(db: sqlite3.Connection, channel: str, offsets: Sequence[int]) -> None:
-        rows = [(channel, o) for o in offsets]
-        db.executemany("DELETE FROM events WHERE channel = ? AND offset = ?", rows)
-        db.executemany("DELETE FROM acks WHERE channel = ? AND offset = ?", rows)
+    def _delete(
+        self, db: sqlite3.Connection, channel: str, base: int, offsets: Sequence[int]
+    ) -> None:
+        db.executemany("DELETE FROM events WHERE key = ?", [(base | o,) for o in offsets])
+        if channel in self._acked:  # acks exist only for channels with several groups
+            db.executemany(
+                "DELETE FROM acks WHERE channel = ? AND offset = ?", [(channel, o) for o in offsets]
+            )
 
     def trim_delivered(self, channel: str, count: int) -> None:
         if count > 0:
+            base = self._base(channel)
             with self._tx() as db:
                 db.execute(
-                    "DELETE FROM delivered WHERE rowid IN (SELECT rowid FROM delivered "
-                    "WHERE channel = ? ORDER BY rowid LIMIT ?)",
-                    (channel, count),
+                    "DELETE FROM delivered WHERE key IN (SELECT key FROM delivered "
+                    "WHERE key BETWEEN ? AND ? ORDER BY key LIMIT ?)",
+                    (base, base | OFFSET_MASK, count),
                 )
 
     def save_owners(
@@ -289,7 +314,10 @@ class SQLiteStore(Store):
         with self._tx() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(channel, d.group, *_event_row(channel, d.event)[1:], d.error) for d in letters],
+                [
+                    (channel, d.group, d.event.offset, *_event_fields(d.event), d.error)
+                    for d in letters
+                ],
             )
 
     def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
@@ -302,6 +330,8 @@ class SQLiteStore(Store):
     # -- reading back --------------------------------------------------------------------
     def load(self, channel: str) -> ChannelSnapshot:
         snapshot = ChannelSnapshot()
+        base = self._base(channel)
+        key_range = (base, base | OFFSET_MASK)
         row = self._query("SELECT next_offset FROM channels WHERE name = ?", (channel,))
         snapshot.next_offset = row[0][0] if row else 0
         snapshot.groups = dict(
@@ -315,23 +345,26 @@ class SQLiteStore(Store):
                 (channel,),
             )
         ]
-        snapshot.events = sorted(
-            _event(r)
+        snapshot.events = [
+            _event(r[0] & OFFSET_MASK, r[1:])
             for r in self._query(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE channel = ?", (channel,)
+                f"SELECT key, {EVENT_COLUMNS} FROM events WHERE key BETWEEN ? AND ?", key_range
             )
-        )
+        ]
+        snapshot.events.sort(key=DELIVERY_ORDER)
         for group, offset in self._query(
             "SELECT grp, offset FROM acks WHERE channel = ?", (channel,)
         ):
             snapshot.acks.setdefault(group, set()).add(offset)
+            self._acked.add(channel)
         snapshot.delivered = self._query(
-            "SELECT id, accepted_at FROM delivered WHERE channel = ? ORDER BY rowid", (channel,)
+            "SELECT id, accepted_at FROM delivered WHERE key BETWEEN ? AND ? ORDER BY key",
+            key_range,
         )
         snapshot.dead_letters = [
-            DeadLetterRecord(r[0], _event(r[1:7]), r[7])
+            DeadLetterRecord(r[0], _event(r[1], r[2:7]), r[7])
             for r in self._query(
-                f"SELECT grp, {EVENT_COLUMNS}, error FROM dead_letters WHERE channel = ? "
+                f"SELECT grp, offset, {EVENT_COLUMNS}, error FROM dead_letters WHERE channel = ? "
                 "ORDER BY offset",
                 (channel,),
             )
@@ -344,7 +377,11 @@ class SQLiteStore(Store):
         return snapshot
 
     def count(self, channel: str) -> int:
-        return self._query("SELECT COUNT(*) FROM events WHERE channel = ?", (channel,))[0][0]
+        base = self._base(channel)
+        rows = self._query(
+            "SELECT COUNT(*) FROM events WHERE key BETWEEN ? AND ?", (base, base | OFFSET_MASK)
+        )
+        return rows[0][0]
 
     def close(self) -> None:
         self._stop.set()
