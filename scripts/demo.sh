@@ -19,7 +19,8 @@ wait_for() {  # wait_for FILE PATTERN: until a line matches, 20 s at most
 }
 
 echo "== broker (embedded name server on 127.0.0.1:$ns_port) with channels orders, payments"
-$py -m channel_server serve "${ns[@]}" --channel orders --channel payments --log-level WARNING \
+$py -m channel_server serve "${ns[@]}" --channel orders --channel payments --data-dir "$out/data" \
+  --log-level WARNING \
   >"$out/broker.log" 2>&1 & pids+=($!)
 wait_for "$out/broker.log" "ready at"
 head -1 "$out/broker.log"
