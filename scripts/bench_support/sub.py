@@ -1,6 +1,6 @@
 """A bench subscriber: records per-event latency in memory, writes a JSON summary on stop.
 
-Run by ``scripts/bench.py`` (by path)::
+Run by ``scripts/bench.py`` and ``scripts/bench_faults.py`` (by path)::
 
     python scripts/bench_support/sub.py --ns-port P --channel bench --id s1 --out s1.json
 
@@ -8,7 +8,9 @@ Latency is ``time.time() - event["timestamp"]`` measured in the handler (publish
 handler, same machine clock). Prints ``bench-sub <id> ready`` once subscribed, stops on
 SIGTERM / SIGINT (the library's graceful stop: finish the batch in hand, ack, unsubscribe),
 then writes ``--out``: count, duplicates, first/last receive time and the latencies (all of
-them up to ``--max-samples``, then a uniform reservoir sample).
+them up to ``--max-samples``, then a uniform reservoir sample). ``--keep-ids`` adds the ids
+processed (``ids``), ``--trace`` a row per event in arrival order (``trace``: receive time,
+publisher id, partition, id, attempt), both for the fault benchmarks.
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ STOP_CHECK_S = 1.0
 class Recorder:
     """Counts events and keeps their latencies; called from the subscriber's worker."""
 
-    def __init__(self, skip_prefix: str, max_samples: int) -> None:
+    def __init__(
+        self, skip_prefix: str, max_samples: int, keep_ids: bool = False, trace: bool = False
+    ) -> None:
         self.skip_prefix = skip_prefix
         self.max_samples = max_samples
+        self.keep_ids = keep_ids
+        self.trace: list[tuple[float, str, Any, str, int]] | None = [] if trace else None
         self.count = 0
         self.skipped = 0
         self.duplicates = 0
@@ -58,6 +64,10 @@ class Recorder:
         if self.first_recv is None:
             self.first_recv = now
         self.last_recv = now
+        if self.trace is not None:
+            self.trace.append(
+                (now, event["publisher_id"], event["partition"], event_id, event["attempt"])
+            )
         latency = now - event["timestamp"]
         if len(self.latencies) < self.max_samples:
             self.latencies.append(latency)
@@ -67,7 +77,12 @@ class Recorder:
                 self.latencies[slot] = latency
 
     def summary(self, subscriber_id: str) -> dict[str, Any]:
-        return {
+        extra: dict[str, Any] = {}
+        if self.keep_ids:
+            extra["ids"] = sorted(self._seen)
+        if self.trace is not None:
+            extra["trace"] = self.trace
+        return extra | {
             "id": subscriber_id,
             "count": self.count,
             "skipped": self.skipped,
@@ -93,13 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         help="ignore events of publishers whose id starts with this (default %(default)s)",
     )
     parser.add_argument("--max-samples", type=int, default=1_000_000)
+    parser.add_argument("--keep-ids", action="store_true", help="list the ids processed")
+    parser.add_argument("--trace", action="store_true", help="a row per event received")
     args = parser.parse_args(argv)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
-    recorder = Recorder(args.skip_publisher, args.max_samples)
+    recorder = Recorder(args.skip_publisher, args.max_samples, args.keep_ids, args.trace)
     subscriber = Subscriber(
         args.channel,
         args.subscriber_id,

@@ -1,0 +1,235 @@
+"""The service's pieces as the bench scripts drive them: broker and bench-subscriber
+processes, a proxy to the channel, synthetic events, publishing and waiting for acks."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench_support.procs import HOST, BenchError, Proc, ProcGroup, free_port
+
+SUPPORT = Path(__file__).resolve().parent
+CHANNEL = "bench"
+WARMUP_PUBLISHER = "warmup"
+ACK_POLL_S = 0.01
+BROKER_READY = r"broker \S+ ready at"
+
+
+def start_broker(
+    procs: ProcGroup,
+    python: str,
+    store_args: Sequence[str],
+    *,
+    capacity: int,
+    log_level: str = "WARNING",
+    extra_args: Sequence[str] = (),
+    ns_port: int | None = None,
+    name: str = "broker",
+    channel: str = CHANNEL,
+    wait: bool = True,
+) -> tuple[Proc, int]:
+    """``python -m channel_server serve`` hosting ``channel``, with an embedded name server
+    on ``ns_port`` (a free one by default). Waits for its ready line unless ``wait`` is
+    false. ``store_args`` is ``["--memory"]`` or ``["--data-dir", DIR]``; the process name
+    must start with "broker" (the group stops brokers last)."""
+    ns_port = ns_port or free_port()
+    argv = [
+        python, "-m", "channel_server", "serve",
+        "--ns-port", str(ns_port),
+        "--channel", channel,
+        "--capacity", str(capacity),
+        "--log-level", log_level,
+        *store_args,
+        *extra_args,
+    ]  # fmt: skip
+    broker = procs.start(name, argv, BROKER_READY)
+    if wait:
+        broker.wait_ready()
+    return broker, ns_port
+
+
+class RunSettings(Protocol):
+    """What ``start_run_broker`` needs of a script's settings."""
+
+    python: str
+    store: str
+    """sqlite or memory"""
+    log_level: str
+
+    @property
+    def broker_args(self) -> Sequence[str]: ...
+
+
+def start_run_broker(procs: ProcGroup, s: RunSettings, capacity: int) -> tuple[Proc, int]:
+    """A broker with an embedded name server on a free port, hosting the bench channel.
+
+    Its store is fresh every run: SQLite (the service's default) in the run's directory,
+    deleted when the run's processes stop, or ``--memory``."""
+    return start_broker(
+        procs,
+        s.python,
+        fresh_store_args(procs, s.store),
+        capacity=capacity,
+        log_level=s.log_level,
+        extra_args=s.broker_args,
+    )
+
+
+def fresh_store_args(procs: ProcGroup, store: str) -> list[str]:
+    """Broker flags for a fresh store: ``--memory``, or SQLite (the service's default) in
+    the run's directory, deleted when the run's processes stop."""
+    if store == "memory":
+        return ["--memory"]
+    data_dir = procs.workdir / "data"
+    procs.scratch.append(data_dir)
+    return ["--data-dir", str(data_dir)]
+
+
+def bench_subscriber_argv(
+    python: str,
+    ns_port: int,
+    sub_id: str,
+    out: Path,
+    prefetch: int | None = None,
+    extra_args: Sequence[str] = (),
+    channel: str = CHANNEL,
+) -> list[str]:
+    """The command line of one ``bench_support/sub.py`` process."""
+    argv = [
+        python, str(SUPPORT / "sub.py"),
+        "--ns-port", str(ns_port),
+        "--channel", channel,
+        "--id", sub_id,
+        "--out", str(out),
+        "--skip-publisher", WARMUP_PUBLISHER,
+    ]  # fmt: skip
+    if prefetch is not None:
+        argv += ["--prefetch", str(prefetch)]
+    return argv + list(extra_args)
+
+
+def start_bench_subscribers(
+    procs: ProcGroup,
+    python: str,
+    ns_port: int,
+    ids: Sequence[str],
+    prefetch: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[tuple[Proc, Path]]:
+    """Bench subscribers (started in parallel, then waited for); each writes its JSON
+    summary to ``<workdir>/<id>.json`` when stopped."""
+    subs = []
+    for sub_id in ids:
+        out = procs.workdir / f"{sub_id}.json"
+        argv = bench_subscriber_argv(python, ns_port, sub_id, out, prefetch, extra_args)
+        subs.append((procs.start(sub_id, argv, rf"bench-sub {sub_id} ready"), out))
+    for proc, _ in subs:
+        proc.wait_ready()
+    return subs
+
+
+def read_summaries(subs: Sequence[tuple[Proc, Path]]) -> list[dict[str, Any]]:
+    """The JSON summaries of stopped bench subscribers."""
+    summaries = []
+    for proc, out in subs:
+        if not out.exists():
+            raise BenchError(f"{proc.name} wrote no summary:\n{proc.tail()}")
+        summaries.append(json.loads(out.read_text()))
+    return summaries
+
+
+def channel_proxy(ns_port: int, channel: str = CHANNEL, timeout_s: float = 10.0) -> Any:
+    """A Pyro5 proxy to the channel's RPC object, found through the name server."""
+    from channel_server.lookup import resolve_channel
+    from channel_server.wire import make_proxy
+
+    return make_proxy(resolve_channel(HOST, ns_port, channel), timeout_s)
+
+
+class EventMaker:
+    """Event dicts as the publisher library makes them, stamped when the batch is built."""
+
+    def __init__(self, publisher_id: str, partitions: int, payload_size: int) -> None:
+        self.publisher_id = publisher_id
+        self.partitions = partitions
+        self.payload = "x" * payload_size
+        self.seq = 0
+
+    def batch(self, size: int) -> list[dict[str, Any]]:
+        now = time.time()
+        events = []
+        for _ in range(size):
+            self.seq += 1
+            events.append(
+                {
+                    "id": f"{self.publisher_id}-{self.seq}",
+                    "publisher_id": self.publisher_id,
+                    "partition": self.seq % self.partitions,
+                    "timestamp": now,
+                    "payload": self.payload,
+                }
+            )
+        return events
+
+
+def publish_checked(publisher: Any, batch: list[dict[str, Any]]) -> None:
+    summary = publisher.publish(batch)
+    if summary["accepted"] != len(batch):
+        raise BenchError(f"publish accepted {summary['accepted']} of {len(batch)}: {summary}")
+
+
+def publish_count(
+    publisher: Any,
+    maker: EventMaker,
+    count: int,
+    batch_size: int,
+    tick_s: float | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Publish ``count`` events in batches (paced at one batch every ``tick_s`` when
+    given), until done or ``stop`` is set; returns how many were published."""
+    batches = math.ceil(count / batch_size)
+    published = 0
+    next_tick = time.perf_counter()
+    for i in range(batches):
+        if stop is not None and stop.is_set():
+            break
+        if tick_s is not None:
+            delay = next_tick - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            next_tick += tick_s
+        size = min(batch_size, count - i * batch_size)
+        publish_checked(publisher, maker.batch(size))
+        published += size
+    return published
+
+
+def warm_up(publisher: Any, channel: Any, partitions: int, payload_size: int, size: int) -> int:
+    """Publish a batch of ``size`` warm-up events (publisher ``warmup``, which bench
+    subscribers leave out of their figures) and wait for their acks, so connections exist
+    before measuring. Returns ``size``: the acked count the measurement starts from."""
+    warm = EventMaker(WARMUP_PUBLISHER, partitions, payload_size)
+    publish_checked(publisher, warm.batch(size))
+    wait_acked(channel, warm.seq, 30.0)
+    return warm.seq
+
+
+def wait_acked(channel: Any, target: int, timeout_s: float) -> float:
+    """Poll the channel until ``acked >= target``; returns the time.time() it was seen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = channel.stats()
+        if stats["acked"] >= target:
+            return time.time()
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"only {stats['acked']} of {target} events acked after {timeout_s:g} s "
+                f"(accepted {stats['accepted']}, unacked {stats['unacked']})"
+            )
+        time.sleep(ACK_POLL_S)
