@@ -2,8 +2,8 @@
 
 ``get`` sends the id of the last message received; the channel acknowledges it and hands
 out the next one, or the same one again when the reply was lost and the client retries
-with the same last id. The last id per topic lives in the client's state file, saved
-before a message is shown, so a crash of the client neither loses nor repeats one.
+with the same last id. The last message per topic is journaled (subscriber.received) before it
+is shown, so a crash of the client neither loses nor repeats one.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import Pyro5.errors
 from channel_server.remote import ClientOptions, RemoteChannel
 from channel_server.statefile import StateFile
 from channel_server.wire import NS_CHANNEL_PREFIX, locate_ns, make_proxy
+from subscriber.received import ReceivedJournal
 
 log = logging.getLogger(__name__)
 TOPIC_KIND = "topic"
@@ -30,6 +31,8 @@ class PullClient:
         self.subscriber_id = subscriber_id
         self.options = options
         self.state = StateFile(state_dir / f"subscriber-{subscriber_id}.json")
+        """Scenario progress."""
+        self.received = ReceivedJournal(state_dir / f"subscriber-{subscriber_id}.received")
         self._remotes: dict[str, RemoteChannel] = {}
         self._drops_left = options.drop_replies
 
@@ -56,21 +59,16 @@ class PullClient:
     def unsubscribe(self, topic: str, group: str | None = None) -> bool:
         """Leave (idempotent); pending messages of an own group are dropped with it."""
         left = self._remote(topic).call("unsubscribe", self.subscriber_id, group)
-        data = self.state.load()
-        data.get("last", {}).pop(topic, None)
-        self.state.save(data)
+        self.received.record(topic, None)
         return left
 
     def get(self, topic: str, group: str | None = None) -> dict[str, Any]:
         """The next message: ``{"status": "message", "event": ...}`` or ``{"status":
         "empty"}``; raises NotSubscribed."""
-        last = self.state.load().get("last", {}).get(topic)
+        last = self.received.last_id(topic)
         reply = self._remote(topic).call("get", self.subscriber_id, last, group)
         if reply["status"] == "message":
-            data = self.state.load()
-            data.setdefault("last", {})[topic] = reply["event"]["id"]
-            data.setdefault("received", {})[topic] = reply["event"]
-            self.state.save(data)  # before it is shown: a crash cannot lose it
+            self.received.record(topic, reply["event"])  # before it is shown
         return reply
 
     def topics(self) -> list[dict[str, Any]]:
@@ -90,3 +88,4 @@ class PullClient:
     def close(self) -> None:
         for remote in self._remotes.values():
             remote.release()
+        self.received.close()
