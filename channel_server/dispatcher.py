@@ -81,9 +81,8 @@ class Dispatcher:
                 batch = self._source.next_batch(self._group, self._member_id, self._session)
                 if batch is None:
                     continue
-                started = time.monotonic()
                 try:
-                    reply = proxy.receive(batch.to_wire())
+                    reply, elapsed = self._push(proxy, batch, probe_first=failures > 0)
                 except Exception as exc:  # transport or remote failure: both are a failed push
                     failures += 1
                     if self._source.push_failed(self._group, batch, exc):
@@ -91,10 +90,21 @@ class Dispatcher:
                     self._stop.wait(self._config.retry_backoff_s * 2 ** (failures - 1))
                     continue
                 failures = 0
-                self._source.push_done(self._group, batch, reply, time.monotonic() - started)
+                self._source.push_done(self._group, batch, reply, elapsed)
         except DispatchStopped:
             pass
         except Exception:
             log.exception("dispatcher for %s/%s crashed", self._group, self._member_id)
         finally:
             proxy._pyroRelease()
+
+    def _push(self, proxy: Any, batch: Batch, probe_first: bool) -> tuple[Any, float]:
+        """One push; after a failed one, a short ping first, so that a frozen subscriber
+        costs one ack timeout and then ``liveness_timeout_s`` per retry, not a timeout each
+        (a slow but live one answers the ping at once and gets the batch again)."""
+        if probe_first:
+            with make_proxy(self._callback, self._config.liveness_timeout_s) as probe:
+                probe.ping()  # raises when the subscriber does not answer
+        started = time.monotonic()
+        reply = proxy.receive(batch.to_wire())
+        return reply, time.monotonic() - started

@@ -73,6 +73,7 @@ class PushSide:
             outcome, retired = self._core.complete(grp, batch, acked, nacked)
             self._persist_outcome(group, outcome, retired)
             self._observe_delay(grp, batch.member_id, elapsed_s)
+            grp.rebalance()
             self._persist_owners()
             self._wake_ready()
         if outcome.missing:
@@ -98,7 +99,9 @@ class PushSide:
         if member is None:
             return
         delay, offload = member.delays.observe(elapsed_s, self._clock())
-        if delay is not Delay.NONE:
+        if delay is Delay.NONE:
+            member.offloaded = False  # fast again: rebalancing may give it work
+        else:
             log.info("%s: %s delay from %s: %.3f s", self._name, delay, member_id, elapsed_s)
         if offload and member.active:
             moved = grp.offload(member_id)

@@ -34,6 +34,9 @@ class Member:
     acked: int = 0
     failures: int = 0
     delays: DelayTracker = field(default_factory=lambda: DelayTracker(DelayPolicy()))
+    offloaded: bool = False
+    """Its queued work was moved away for slowness; no rebalance hands it more until a
+    push of its is fast again (or it rejoins)."""
 
     def load(self, partition_weight: int) -> int:
         return partition_weight * len(self.partitions) + self.queued + self.in_flight
@@ -226,6 +229,7 @@ class ConsumerGroup:
             member.active, member.leaving = True, False
             member.session += 1
             member.consecutive_failures = 0
+            member.offloaded = False
         self.assign_unowned()
         self.rebalance_to(member)
         return member
@@ -252,10 +256,20 @@ class ConsumerGroup:
             moved.append(pq.key)
         return moved
 
+    def rebalance(self) -> list[PartitionKey]:
+        """Carry on a join's rebalance once partitions have become idle: the active member
+        owning the fewest partitions takes idle ones from the busiest (see rebalance_to)."""
+        active = self.active_members()
+        takers = [m for m in active if not m.offloaded]
+        if len(active) < 2 or not takers:
+            return []
+        return self.rebalance_to(min(takers, key=lambda m: (len(m.partitions), m.member_id)))
+
     def offload(self, member_id: str) -> list[PartitionKey]:
         """Move a slow member's queued partitions that have nothing in flight to the
         least-loaded others; the member stays active (DESIGN §6, long delays)."""
         member = self.members[member_id]
+        member.offloaded = True
         waiting = [
             self.partitions[k]
             for k in member.partitions

@@ -420,3 +420,39 @@ def test_offload_keeps_work_when_nobody_else_is_active() -> None:
     assert g.offload("a") == []
     assert owners(g) == {P0: "a", P1: "a"}
     check_group(g)
+
+
+def test_rebalance_goes_on_when_partitions_become_idle() -> None:
+    # a owns four partitions, all in flight when b joins: b gets nothing yet.
+    g = new_group()
+    g.join("a", "cb", 100)
+    g.enqueue([make_event(i, partition=i % 4) for i in range(8)])
+    busy = take(g, "a")
+    assert {ev.key for ev in busy.events} == {P0, P1, P2, P3}
+    g.join("b", "cb", 100)
+    assert set(owners(g).values()) == {"a"}
+    # once a's batch is acknowledged its partitions are idle and the join's share moves.
+    ack_all(g, busy)
+    g.enqueue([make_event(i, partition=i % 4) for i in range(8, 12)])
+    moved = g.rebalance()
+    assert len(moved) == 2
+    assert sorted(owners(g).values()) == ["a", "a", "b", "b"]
+    assert g.rebalance() == []  # balanced: nothing more moves
+    check_group(g)
+
+
+def test_an_offloaded_member_is_not_rebalanced_work_until_fast_again() -> None:
+    g = new_group()
+    g.join("a", "cb", 1)
+    g.join("b", "cb", 1)
+    g.enqueue([make_event(i, partition=i % 6) for i in range(12)])
+    assert sorted(owners(g).values()) == ["a"] * 3 + ["b"] * 3
+    busy = take(g, "a")
+    assert len(g.offload("a")) == 2  # its two waiting partitions go to b
+    ack_all(g, busy)
+    g.enqueue([make_event(i, partition=i % 6) for i in range(12, 18)])
+    assert g.rebalance() == []  # b owns 5, a 1: still nothing goes back to slow a
+    g.members["a"].offloaded = False  # a fast push clears the mark (the facade does it)
+    assert len(g.rebalance()) == 2
+    assert sorted(owners(g).values()) == ["a"] * 3 + ["b"] * 3
+    check_group(g)
