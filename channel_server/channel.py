@@ -7,10 +7,12 @@ dispatcher table and the wake-up conditions, which all share it. Pushes happen o
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import Pyro5.api
@@ -73,9 +75,11 @@ class EventChannel(PushSide, PullSide):
     def restore(self) -> int:
         """Load what the store kept (a restart) and resume pushing to the saved members.
         Call once, before the channel is published. Returns the events restored."""
-        snapshot = self._store.load(self._name)
+        with _no_gc():  # millions of new objects: no collections until they are all in place
+            snapshot = self._store.load(self._name)
         with self._lock:
-            self._core.restore(snapshot)
+            with _no_gc():
+                self._core.restore(snapshot)
             self._trimmed = self._core.delivered.expired_total
             for grp in self._core.groups.values():
                 self._store.save_group(self._name, grp.name, grp.created_offset)
@@ -386,6 +390,17 @@ class EventChannel(PushSide, PullSide):
             dispatcher.join(STOP_TIMEOUT_S)
         with self._lock:
             self._flush_retired()
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _group_stats(grp: ConsumerGroup) -> dict[str, Any]:

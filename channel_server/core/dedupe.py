@@ -78,7 +78,20 @@ class DeliveredIds:
         return dropped
 
     def restore(self, entries: list[tuple[str, float]]) -> None:
-        """Load a stored window, oldest first: (id, accepted at)."""
+        """Load a stored window, oldest first: (id, accepted at). Expires once at the end."""
+        chunk = self._chunks[-1] if self._chunks else None
         for event_id, accepted_at in entries:
-            if event_id not in self._ids:
-                self.add_many([event_id], accepted_at)
+            if event_id in self._ids:
+                continue
+            if (
+                chunk is None
+                or len(chunk.ids) >= CHUNK_IDS
+                or accepted_at - chunk.first > self._span_s
+            ):
+                chunk = _Chunk(accepted_at)
+                self._chunks.append(chunk)
+            chunk.ids.append(event_id)
+            chunk.last = max(chunk.last, accepted_at)
+            self._ids.add(event_id)
+        if entries:
+            self.expire(max(chunk.last for chunk in self._chunks))

@@ -39,6 +39,8 @@ SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
 CHECKPOINT_INTERVAL_S = 1.0
+WAL_SIZE_LIMIT_BYTES = 64 << 20
+"""After a checkpoint the WAL file is cut back to this size (it grows during bursts)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -139,6 +141,7 @@ class SQLiteStore(Store):
                     f"written with store schema {version}, this broker reads {SCHEMA_VERSION}"
                 )
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in their own thread
+            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         except BaseException:
             db.close()
             raise
