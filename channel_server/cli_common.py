@@ -14,6 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import Pyro5.errors
+
+from channel_server.errors import ChannelError, ClientError, TransportError
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
 EXIT_OK = 0
@@ -160,6 +163,23 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
     return stop
+
+
+def run_client_command(
+    command: Callable[[argparse.Namespace], int],
+    args: argparse.Namespace,
+    usage_errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """Run a client subcommand; our typed errors become a one-line reason and an exit code
+    (``usage_errors``: more exception types that mean bad input)."""
+    try:
+        return command(args)
+    except (ClientError, *usage_errors) as exc:
+        return fail(str(exc), EXIT_USAGE)
+    except (TransportError, Pyro5.errors.CommunicationError) as exc:
+        return fail(f"broker unavailable: {exc}", EXIT_UNAVAILABLE)
+    except ChannelError as exc:
+        return fail(str(exc))
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> int:

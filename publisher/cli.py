@@ -11,10 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import Pyro5.errors
-
 from channel_server import cli_common as cc
-from channel_server.errors import ChannelError, ClientError, TransportError
 from channel_server.lookup import broker_of_channel, resolve_channel
 from channel_server.remote import ClientOptions
 from channel_server.scenario import ScenarioRunner, Step, load_steps
@@ -289,16 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cc.setup_logging(args.log_level)
     commands = {"publish": publish, "put": put, "script": run_script}
-    try:
-        return commands[args.command](args)
-    except ClientError as exc:
-        return cc.fail(str(exc), cc.EXIT_USAGE)
-    except (TransportError, Pyro5.errors.CommunicationError) as exc:
-        return cc.fail(f"broker unavailable: {exc}", cc.EXIT_UNAVAILABLE)
-    except ChannelError as exc:
-        return cc.fail(str(exc))
-    except PlanError as exc:  # a batch file that cannot be read or planned
-        return cc.fail(str(exc), cc.EXIT_USAGE)
+    return cc.run_client_command(commands[args.command], args, (PlanError,))
 
 
 if __name__ == "__main__":

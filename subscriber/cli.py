@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import Pyro5.errors
-
 from channel_server import cli_common as cc
-from channel_server.errors import ChannelError, ClientError, NotSubscribed, TransportError
+from channel_server.errors import NotSubscribed
 from channel_server.remote import ClientOptions
 from channel_server.scenario import ScenarioRunner, load_steps
 from channel_server.statefile import default_state_dir
@@ -253,14 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cc.setup_logging(args.log_level)
     commands = {"run": run, "script": run_script}
-    try:
-        return commands.get(args.command, pull)(args)
-    except ClientError as exc:
-        return cc.fail(str(exc), cc.EXIT_USAGE)
-    except (TransportError, Pyro5.errors.CommunicationError) as exc:
-        return cc.fail(f"broker unavailable: {exc}", cc.EXIT_UNAVAILABLE)
-    except ChannelError as exc:
-        return cc.fail(str(exc))
+    return cc.run_client_command(commands.get(args.command, pull), args)
 
 
 if __name__ == "__main__":
