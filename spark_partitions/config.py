@@ -8,9 +8,9 @@ from spark_partitions.rules import DEFAULT_MAX_PAYLOAD_BYTES
 
 DEFAULT_SHUFFLE_PARTITIONS = 4
 DEFAULT_REJECT_EXAMPLES = 20
-# Below this many input rows ``--engine auto`` uses the reference: Spark's start-up alone
-# (session plus JIT warm-up, 20-30 s here) costs more than the reference spends on about
-# 3M rows; see docs/spark.md for the measured crossover.
+# Below this many input rows ``--engine auto`` uses the reference. On one machine Spark never
+# won on wall time (docs/spark.md: its start-up alone outlasts the reference's whole run),
+# so the bound is the reference's memory: about 1 KB per event, 3 GB here.
 DEFAULT_AUTO_SPARK_ROWS = 3_000_000
 
 

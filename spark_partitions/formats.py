@@ -49,9 +49,7 @@ def data_files(path: str) -> list[Path]:
         return [root]
     if not root.is_dir():
         raise InputError(f"input not found: {path}")
-    files = sorted(
-        p for p in root.rglob("*") if p.is_file() and not p.name.startswith(("_", "."))
-    )
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(("_", ".")))
     if not files:
         raise InputError(f"input directory has no data files: {path}")
     return files

@@ -14,6 +14,8 @@ from spark_partitions.plan import BLOCKS_DIR, PLAN_FILE, REJECTS_DIR
 
 REJECTS_FILE = "part-00000.json"
 BLOCKS_FILE = "part-00000.parquet"
+# Row groups of the reference's block file: small enough that a reader streams them.
+BLOCK_ROW_GROUP_ROWS = 65_536
 
 
 def prepare_local(out_dir: str) -> Path:

@@ -181,4 +181,3 @@ def write_plan_local(plan: Plan, out_dir: str | os.PathLike[str]) -> Path:
     tmp.write_text(plan_json_text(plan), encoding="utf-8")
     os.replace(tmp, path)
     return path
-

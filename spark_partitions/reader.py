@@ -60,10 +60,10 @@ class _Malformed(ValueError):
     pass
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result = dict(pairs)
     if len(result) != len(pairs):
-        raise _Malformed("duplicate key")
+        raise _Malformed("repeated key")
     return result
 
 
@@ -71,7 +71,7 @@ def _no_constant(name: str) -> Any:
     raise _Malformed(f"{name} is not JSON")
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_repeated_keys, parse_constant=_no_constant)
 
 
 def parse_json_line(line: str) -> RawRow:

@@ -10,7 +10,9 @@ Rules beyond ``channel_server.events.validate_event``, forced by a columnar batc
 * a missing field and a null one are the same; a missing or null ``partition`` becomes
   ``DEFAULT_PARTITION``;
 * ``payload`` must be a string or null (a column has one type);
-* a JSON-lines row with a key outside :data:`FIELDS` is rejected (``unknown field``);
+* a JSON-lines row with a key outside :data:`FIELDS` is rejected (``unknown field``), one
+  with a repeated key at any depth is malformed (which value would a reader mean?), and so
+  are NaN and Infinity, which are not JSON;
   CSV and Parquet inputs with such a column are refused whole (:class:`InputError`);
 * ``-0.0`` timestamps become ``0.0`` (JSON parsers disagree on the sign of zero).
 """

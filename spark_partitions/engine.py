@@ -1,0 +1,98 @@
+"""Choosing and running an engine: ``spark``, ``reference``, or ``auto`` by input size."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from spark_partitions.config import DEFAULT_AUTO_SPARK_ROWS, PlanConfig
+from spark_partitions.errors import EngineUnavailable, InputError
+from spark_partitions.formats import Format, data_files, is_local, local_path
+from spark_partitions.outcome import Outcome
+from spark_partitions.session import SparkSettings, require_pyspark
+
+COUNT_CHUNK_BYTES = 1 << 20
+
+
+class Engine(StrEnum):
+    AUTO = "auto"
+    SPARK = "spark"
+    REFERENCE = "reference"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One ``plan`` invocation, already validated by the CLI."""
+
+    input_path: str
+    out_dir: str
+    fmt: Format
+    config: PlanConfig
+    engine: Engine = Engine.AUTO
+    auto_spark_rows: int = DEFAULT_AUTO_SPARK_ROWS
+    spark: SparkSettings = field(default_factory=SparkSettings)
+
+
+def run(request: Request) -> Outcome:
+    """Check the input exists, pick the engine, and plan."""
+    _check_input(request.input_path)
+    engine = choose_engine(request)
+    if engine is Engine.REFERENCE:
+        from spark_partitions.reference import run_reference
+
+        return run_reference(request.input_path, request.fmt, request.out_dir, request.config)
+    return _run_spark(request)
+
+
+def choose_engine(request: Request) -> Engine:
+    """The engine ``auto`` resolves to: the reference below the row threshold (local only)."""
+    if request.engine is Engine.REFERENCE:
+        if not is_local(request.input_path) or not is_local(request.out_dir):
+            raise InputError("the reference engine works on local paths only; use --engine spark")
+        return Engine.REFERENCE
+    if request.engine is Engine.SPARK:
+        require_pyspark()
+        return Engine.SPARK
+    if not (is_local(request.input_path) and is_local(request.out_dir)):
+        require_pyspark()
+        return Engine.SPARK
+    if estimate_rows(request.input_path, request.fmt) < request.auto_spark_rows:
+        return Engine.REFERENCE
+    try:
+        require_pyspark()
+    except EngineUnavailable as exc:
+        print(f"note: {exc}; planning with the reference engine", file=sys.stderr)
+        return Engine.REFERENCE
+    return Engine.SPARK
+
+
+def estimate_rows(path: str, fmt: Format) -> int:
+    """Rows of a local input: exact for Parquet (footers), lines for text formats."""
+    files = data_files(path)
+    if fmt is Format.PARQUET:
+        import pyarrow.parquet as pq
+
+        return sum(pq.ParquetFile(file).metadata.num_rows for file in files)
+    return sum(_count_lines(file) for file in files)
+
+
+def _count_lines(file) -> int:
+    lines = 0
+    with open(file, "rb") as handle:
+        while chunk := handle.read(COUNT_CHUNK_BYTES):
+            lines += chunk.count(b"\n")
+    return lines
+
+
+def _check_input(path: str) -> None:
+    if is_local(path) and not local_path(path).exists():
+        raise InputError(f"input not found: {path}")
+
+
+def _run_spark(request: Request) -> Outcome:
+    from spark_partitions.job import run_spark
+    from spark_partitions.session import spark_session
+
+    with spark_session(request.spark) as spark:
+        return run_spark(spark, request.input_path, request.fmt, request.out_dir, request.config)
