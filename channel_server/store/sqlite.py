@@ -284,7 +284,10 @@ class SQLiteStore(Store):
     def _delete(
         self, db: sqlite3.Connection, channel: str, base: int, offsets: Sequence[int]
     ) -> None:
-        db.executemany("DELETE FROM events WHERE key = ?", [(base | o,) for o in offsets])
+        db.executemany(
+            "DELETE FROM events WHERE key BETWEEN ? AND ?",
+            [(base | first, base | last) for first, last in _runs(offsets)],
+        )
         if channel in self._acked:  # acks exist only for channels with several groups
             db.executemany(
                 "DELETE FROM acks WHERE channel = ? AND offset = ?", [(channel, o) for o in offsets]
@@ -394,6 +397,18 @@ class SQLiteStore(Store):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
         self._lock_file.close()
+
+
+def _runs(offsets: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive offsets as (first, last) ranges: retirement is mostly in offset order, so
+    a few range deletes replace many single-row ones."""
+    runs: list[tuple[int, int]] = []
+    for offset in sorted(set(offsets)):
+        if runs and offset == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
 
 
 def _take_dir_lock(data_dir: Path) -> IO[str]:
