@@ -7,6 +7,7 @@ dispatchers (owned by the channel). ``_lock`` guards the channel table.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -50,6 +51,7 @@ class Broker:
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
         register_errors()
+        sys.setswitchinterval(self.config.switch_interval_s)
         Pyro5.config.THREADPOOL_SIZE = self.config.threadpool_size
         self.ns = NameService.connect_or_start(self.config.ns_host, self.config.ns_port)
         self._daemon = Pyro5.server.Daemon(host=self.config.host, port=self.config.port)
