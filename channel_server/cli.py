@@ -19,9 +19,9 @@ from channel_server.lookup import resolve_channel
 from channel_server.status import make_console, render_channel, render_dead_letters
 from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
 from channel_server.wire import (
-    BROKER_TAG_PREFIX,
     DEFAULT_HOST,
     NS_CHANNEL_PREFIX,
+    broker_tag,
     check_name,
     locate_ns,
     make_proxy,
@@ -253,13 +253,9 @@ def _registered_channels(args: argparse.Namespace) -> dict[str, tuple[str, str]]
     with locate_ns(args.ns_host, args.ns_port) as ns:
         entries = ns.list(prefix=NS_CHANNEL_PREFIX, return_metadata=True)
     return {
-        name[len(NS_CHANNEL_PREFIX) :]: (uri, _broker_of(meta))
+        name[len(NS_CHANNEL_PREFIX) :]: (uri, broker_tag(meta) or "?")
         for name, (uri, meta) in sorted(entries.items())
     }
-
-
-def _broker_of(meta: Any) -> str:
-    return next((t[len(BROKER_TAG_PREFIX) :] for t in meta if t.startswith(BROKER_TAG_PREFIX)), "?")
 
 
 def list_channels(args: argparse.Namespace) -> int:

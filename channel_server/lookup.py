@@ -11,9 +11,9 @@ import Pyro5.errors
 
 from channel_server.errors import BrokerUnavailable, UnknownChannel
 from channel_server.wire import (
-    BROKER_TAG_PREFIX,
     NS_BROKER_PREFIX,
     broker_ns_name,
+    broker_tag,
     channel_ns_name,
     locate_ns,
     make_proxy,
@@ -61,9 +61,7 @@ def broker_of_channel(ns_host: str, ns_port: int, channel: str) -> str:
             _, tags = ns.lookup(channel_ns_name(channel), return_metadata=True)
         except Pyro5.errors.NamingError:
             raise UnknownChannel(channel) from None
-        broker = next(
-            (t[len(BROKER_TAG_PREFIX) :] for t in tags if t.startswith(BROKER_TAG_PREFIX)), None
-        )
+        broker = broker_tag(tags)
         if broker is None:
             raise BrokerUnavailable(f"channel {channel}", "no broker tag in the name server")
         try:

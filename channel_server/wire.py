@@ -36,6 +36,13 @@ def broker_ns_name(broker_id: str) -> str:
     return NS_BROKER_PREFIX + broker_id
 
 
+def broker_tag(tags: Any) -> str | None:
+    """The broker id in a channel's name-server tags (``broker:<id>``), if any."""
+    return next(
+        (t[len(BROKER_TAG_PREFIX) :] for t in tags if t.startswith(BROKER_TAG_PREFIX)), None
+    )
+
+
 def check_name(kind: str, value: Any) -> str:
     """Validate a channel, group, broker or subscriber name at the RPC boundary."""
     if type(value) is not str or not _NAME_RE.fullmatch(value):

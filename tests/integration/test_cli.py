@@ -32,6 +32,8 @@ HELP_COMMANDS = [
     ["-m", "spark_partitions", "generate", "--help"],
 ]
 
+PUBLISH = ["-m", "publisher", "publish", "--channel", "c", "--id", "P"]
+
 BAD_FLAGS = [
     (["-m", "channel_server", "serve", "--capacity", "0"], "--capacity"),
     (["-m", "channel_server", "serve", "--ns-port", "70000"], "--ns-port"),
@@ -44,38 +46,8 @@ BAD_FLAGS = [
     (["-m", "subscriber", "run", "--channel", "c", "--id", "s", "--fault", "boom:1"], "boom"),
     (["-m", "channel_server", "serve", "--sync", "sometimes"], "--sync"),
     (["-m", "channel_server", "serve", "--memory", "--data-dir", "x"], "--data-dir"),
-    (
-        [
-            "-m",
-            "publisher",
-            "publish",
-            "--channel",
-            "c",
-            "--id",
-            "P",
-            "--count",
-            "1",
-            "--file",
-            "f",
-        ],
-        "--file",
-    ),
-    (
-        [
-            "-m",
-            "publisher",
-            "publish",
-            "--channel",
-            "c",
-            "--id",
-            "P",
-            "--file",
-            "f",
-            "--spark",
-            "maybe",
-        ],
-        "--spark",
-    ),
+    ([*PUBLISH, "--count", "1", "--file", "f"], "--file"),
+    ([*PUBLISH, "--file", "f", "--spark", "maybe"], "--spark"),
     (["-m", "publisher", "put", "t", "m", "--id", "P", "--attempts", "0"], "--attempts"),
     (["-m", "subscriber", "get", "bad topic", "--id", "s"], "topic"),
 ]
