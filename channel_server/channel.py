@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 MemberKey = tuple[str, str]
 """(group, member id)"""
 STOP_TIMEOUT_S = 5.0
-RETIRE_FLUSH_EVENTS = 10_000
-"""Retired events that are deleted at once rather than with the next publish."""
 
 
 class EventChannel(PushSide, PullSide):
@@ -57,13 +55,15 @@ class EventChannel(PushSide, PullSide):
         self._config = config
         self._store = store
         self._clock = clock
+        self._publishing = threading.Lock()
+        """Serializes publishes with each other, with group changes and with rebuilds from
+        the store (``_check_queues``). Taken before ``_lock``, never while holding it (the
+        housekeeping round only tries it)."""
         self._lock = threading.Lock()
-        """Guards _core, _dispatchers, _wakeups and _closed."""
+        """Guards _core, _dispatchers, _wakeups, _closed and _trimmed."""
         self._core = ChannelCore(name, config, kind)
         self._wakeups: dict[MemberKey, threading.Condition] = {}
         self._dispatchers: dict[MemberKey, Dispatcher] = {}
-        self._retired: list[int] = []
-        """Offsets every group has acknowledged, not yet deleted from the store."""
         self._waiting: set[MemberKey] = set()
         """Dispatchers waiting on their wake-up condition right now."""
         self._closed = False
@@ -118,19 +118,13 @@ class EventChannel(PushSide, PullSide):
         Raises InvalidEvent (nothing stored) or QueueFull (the front of the batch that fit
         was stored; the exception says how much).
         """
-        with self._lock:
-            self._check_queues()  # publishing halts here while lost events are rebuilt
-            outcome = self._core.prepare(batch)
+        with self._publishing:
+            with self._lock:
+                self._check_queues()  # publishing halts here while lost events are rebuilt
+                outcome = self._core.prepare(batch)
+                next_offset = self._core.next_offset
             if outcome.accepted:
-                now = self._clock()
-                self._store.append(
-                    self._name, outcome.accepted, self._core.next_offset, now, self._retired
-                )
-                self._retired = []
-                self._core.enqueue(outcome.accepted, now)
-                self._trim_delivered()
-                self._persist_owners()
-                self._wake_ready()
+                self._accept(outcome.accepted, next_offset)
         if outcome.refused:
             raise QueueFull(
                 self._name,
@@ -141,6 +135,19 @@ class EventChannel(PushSide, PullSide):
                 retry_after_s=self._config.queue_full_retry_s,
             )
         return outcome.summary()
+
+    def _accept(self, events: list[Event], next_offset: int) -> None:
+        """Commit prepared events to the store, then queue them. The commit runs outside
+        the channel lock, so dispatchers go on pushing and acking while SQLite writes; the
+        caller holds ``_publishing``, so no other publish, group change or rebuild runs in
+        between."""
+        now = self._clock()
+        self._store.append(self._name, events, next_offset, now)
+        with self._lock:
+            self._core.enqueue(events, now)
+            self._trim_delivered()
+            self._persist_owners()
+            self._wake_ready()
 
     # -- subscriptions -------------------------------------------------------------------
     @Pyro5.api.expose
@@ -161,7 +168,7 @@ class EventChannel(PushSide, PullSide):
         claimed_by = self._active_elsewhere(group, subscriber_id, callback)
         if claimed_by and answers(claimed_by, self._config.liveness_timeout_s):
             raise SubscriberIdInUse(subscriber_id, group)
-        with self._lock:
+        with self._publishing, self._lock:
             self._check_queues()
             grp = self._add_group(group)
             existing = grp.members.get(subscriber_id)
@@ -231,7 +238,7 @@ class EventChannel(PushSide, PullSide):
         and its backlog with it."""
         check_name("subscriber_id", subscriber_id)
         group = self._group_of(subscriber_id, group)
-        with self._lock:
+        with self._publishing, self._lock:
             grp = self._core.groups.get(group)
             if grp is None or subscriber_id not in grp.members:
                 return False
@@ -272,17 +279,8 @@ class EventChannel(PushSide, PullSide):
         kept = [ev.offset for ev in outcome.done if ev.offset not in gone]
         if kept:
             self._store.ack(self._name, group, kept)
-        self._retired.extend(gone)
-        if len(self._retired) >= RETIRE_FLUSH_EVENTS:
-            self._flush_retired()
-
-    def _flush_retired(self) -> None:
-        """Delete retired events from the store now (they usually ride along with the next
-        publish's transaction: group commit). Deleting late is safe: a restart redelivers
-        such an event, and the subscriber's processed-ID window acknowledges it again."""
-        if self._retired:
-            self._store.delete(self._name, self._retired)
-            self._retired = []
+        if gone:
+            self._store.delete(self._name, sorted(gone))
 
     def _trim_delivered(self) -> None:
         expired = self._core.delivered.expired_total - self._trimmed
@@ -292,7 +290,9 @@ class EventChannel(PushSide, PullSide):
 
     def _check_queues(self) -> None:
         """The invariant of DESIGN §7: accepted - acknowledged = queued + in flight. When
-        it breaks (kill_queues), rebuild the queues from the backup before going on."""
+        it breaks (kill_queues), rebuild the queues from the backup before going on.
+        Call it holding ``_publishing`` and ``_lock``: a publish between its commit and
+        its enqueue would otherwise be rebuilt from the store and then queued again."""
         lost = self._core.lost()
         if not lost:
             return
@@ -302,12 +302,20 @@ class EventChannel(PushSide, PullSide):
             self._name,
             lost,
         )
-        self._flush_retired()
         refilled = self._core.rebuild(self._store.load(self._name))
         log.warning(
             "%s: rebuilt %d events in timestamp order; publishing resumed", self._name, refilled
         )
         self._wake_all()
+
+    def _check_queues_unless_publishing(self) -> None:
+        """``_check_queues`` from a caller already holding ``_lock`` (lock order forbids
+        waiting for ``_publishing``): skipped while a publish runs, which checks itself."""
+        if self._publishing.acquire(blocking=False):
+            try:
+                self._check_queues()
+            finally:
+                self._publishing.release()
 
     def kill_queues(self) -> int:
         """The fault of DESIGN §8: empty the in-memory queues and say nothing. The channel
@@ -333,11 +341,12 @@ class EventChannel(PushSide, PullSide):
     # -- visibility and life cycle -------------------------------------------------------
     @Pyro5.api.expose
     def stats(self) -> dict[str, Any]:
-        """A JSON-friendly snapshot: counters, groups, members and partitions."""
+        """A JSON-friendly snapshot: counters, groups, members and partitions. ``stored``
+        is counted after the rest, outside the channel lock (it may write deferred
+        deletes first)."""
         with self._lock:
-            self._flush_retired()
             core = self._core
-            return {
+            stats = {
                 "name": self._name,
                 "kind": core.kind.value,
                 "capacity": self._config.capacity,
@@ -345,10 +354,11 @@ class EventChannel(PushSide, PullSide):
                 "accepted": core.accepted_total,
                 "acked": core.acked_total,
                 "dead_letters": len(core.dead_letters),
-                "stored": self._store.count(self._name),
                 "durable": self._store.durable,
                 "groups": {name: _group_stats(grp) for name, grp in core.groups.items()},
             }
+        stats["stored"] = self._store.count(self._name)
+        return stats
 
     @Pyro5.api.expose
     def dead_letters(self) -> list[dict[str, Any]]:
@@ -368,10 +378,10 @@ class EventChannel(PushSide, PullSide):
         """Queue dead letters (all, or these ids) for delivery again; returns how many."""
         if ids is not None and (not isinstance(ids, list) or not all(type(i) is str for i in ids)):
             raise InvalidArgument("ids", "must be a list of event ids")
-        with self._lock:
+        with self._publishing, self._lock:
             chosen, restored = self._core.replay(None if ids is None else set(ids))
             if restored:
-                self._store.reinsert(self._name, restored)
+                self._store.reinsert(self._name, restored, self._clock())
             for letter in chosen:
                 self._store.remove_dead_letters(self._name, letter.group, [letter.event.offset])
             self._wake_ready()
@@ -388,8 +398,6 @@ class EventChannel(PushSide, PullSide):
             self._wake_all()
         for dispatcher in dispatchers:
             dispatcher.join(STOP_TIMEOUT_S)
-        with self._lock:
-            self._flush_retired()
 
 
 @contextmanager

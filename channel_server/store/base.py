@@ -1,9 +1,15 @@
 """The store contract every backup queue implements (DESIGN §7).
 
-The channel calls it under its own lock: ``append`` (one transaction per publish batch:
-group commit) before ``publish`` returns; ``ack`` when one group of several acknowledged
-events; ``delete`` when every group has; the dead-letter calls when a poison event gives up
-or is replayed. ``load`` reads back everything a restart or a rebuild (kill_queues) needs.
+The channel calls ``append`` (one transaction per publish batch: group commit) before
+``publish`` returns; ``ack`` when one group of several acknowledged events; ``delete`` when
+every group has; the dead-letter calls when a poison event gives up or is replayed.
+``load`` reads back everything a restart or a rebuild (kill_queues) needs.
+
+Deferred writes: ``ack``, ``delete`` and ``trim_delivered`` may be written a moment later
+(the SQLite store batches them in the background). Losing them in a crash is safe: the
+events come back and are delivered again, and the subscribers' processed-ID windows
+acknowledge them without calling the handler. ``load``, ``count``, ``reinsert`` and
+``close`` apply whatever is deferred first, so a reader never sees them missing.
 """
 
 from __future__ import annotations
@@ -80,32 +86,31 @@ class Store(ABC):
 
     @abstractmethod
     def append(
-        self,
-        channel: str,
-        events: Sequence[Event],
-        next_offset: int,
-        accepted_at: float,
-        retire: Sequence[int] = (),
+        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
     ) -> None:
         """Store one accepted publish batch, its ids in the delivered window and the
-        channel's next offset, and delete the ``retire`` offsets, atomically (one
-        transaction for a publish and the acks since the last one: group commit)."""
+        channel's next offset, atomically and durably before returning (group commit:
+        one transaction per batch)."""
 
     @abstractmethod
-    def reinsert(self, channel: str, events: Sequence[Event]) -> None:
-        """Store events again that had been deleted (a replayed dead letter)."""
+    def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
+        """Store events again that had been deleted (a replayed dead letter); their ids
+        rejoin the delivered window at ``accepted_at`` unless they are still in it."""
 
     @abstractmethod
     def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
-        """Record that one group acknowledged events other groups still hold."""
+        """Record that one group acknowledged events other groups still hold. May be
+        written later (deferred, see the module docstring)."""
 
     @abstractmethod
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
-        """Forget events every group has acknowledged (retention, DESIGN §4)."""
+        """Forget events every group has acknowledged (retention, DESIGN §4). May be
+        written later (deferred)."""
 
     @abstractmethod
     def trim_delivered(self, channel: str, count: int) -> None:
-        """Forget the ``count`` oldest ids of the delivered window."""
+        """Forget the ``count`` oldest ids of the delivered window. May be written later
+        (deferred)."""
 
     @abstractmethod
     def save_member(self, record: MemberRecord) -> None:

@@ -65,21 +65,14 @@ class MemoryStore(Store):
             data.dead = {k: v for k, v in data.dead.items() if k[0] != group}
 
     def append(
-        self,
-        channel: str,
-        events: Sequence[Event],
-        next_offset: int,
-        accepted_at: float,
-        retire: Sequence[int] = (),
+        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
     ) -> None:
         with self._lock:
             data = self._of(channel)
             data.events.update((ev.offset, ev) for ev in events)
             data.next_offset = max(data.next_offset, next_offset)
-        if retire:
-            self.delete(channel, retire)
 
-    def reinsert(self, channel: str, events: Sequence[Event]) -> None:
+    def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
         with self._lock:
             self._of(channel).events.update((ev.offset, ev) for ev in events)
 

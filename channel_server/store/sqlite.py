@@ -1,20 +1,28 @@
 """The durable backup queue: SQLite in WAL mode under the broker's data directory.
 
 One connection, guarded by ``_lock``, serves every channel of the broker. Each publish
-batch is one transaction (group commit). With ``synchronous=NORMAL`` (the default) a
-committed transaction survives a process crash (SIGKILL); FULL also survives power loss.
-A lock file keeps two brokers off one data directory.
+batch is one transaction (group commit), and for batches up to ROWS_PER_STATEMENT events one
+statement: a trigger adds the ids to the delivered window. Acks, deletes and window trims
+are deferred (see :mod:`channel_server.store.base`) and written in one transaction every
+DEFERRED_INTERVAL_S by the store's maintenance thread, which also checkpoints the WAL.
+With ``synchronous=NORMAL`` (the default) a committed transaction survives a process crash
+(SIGKILL); FULL also survives power loss. A lock file keeps two brokers off one data
+directory.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
+import itertools
+import json
 import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,15 +38,18 @@ from channel_server.store.base import (
     MemberRecord,
     Store,
 )
+from channel_server.store.deferred import DeferredWrites
 
 log = logging.getLogger(__name__)
 DB_FILE = "channels.sqlite"
 LOCK_FILE = "broker.lock"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
 CHECKPOINT_INTERVAL_S = 1.0
+DEFERRED_INTERVAL_S = 0.05
+"""How often deferred acks, deletes and trims are written (and how stale they may be)."""
 WAL_SIZE_LIMIT_BYTES = 64 << 20
 """After a checkpoint the WAL file is cut back to this size (it grows during bursts)."""
 
@@ -52,7 +63,7 @@ CREATE TABLE IF NOT EXISTS groups(
     PRIMARY KEY(channel, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events(
     key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
-    timestamp REAL NOT NULL, payload);
+    timestamp REAL NOT NULL, payload, accepted_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS acks(
     channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
@@ -70,11 +81,26 @@ CREATE TABLE IF NOT EXISTS dead_letters(
     publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload,
     error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
 """
+TRIGGERS = """
+CREATE TRIGGER IF NOT EXISTS events_delivered AFTER INSERT ON events BEGIN
+    INSERT OR IGNORE INTO delivered VALUES (new.key, new.id, new.accepted_at);
+END;
+"""
+MIGRATIONS = {
+    "2": "ALTER TABLE events ADD COLUMN accepted_at REAL NOT NULL DEFAULT 0",
+}
+"""schema version -> the statement that brings it to the next one"""
 OFFSET_BITS = 40
 """events and delivered are keyed by ``channel id << OFFSET_BITS | offset``: one integer
 primary key (SQLite's fastest), each channel a contiguous key range in offset order."""
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 EVENT_COLUMNS = "id, publisher_id, partition, timestamp, payload"
+ROWS_PER_STATEMENT = 200
+"""Rows per multi-row INSERT. The sqlite3 module lets go of the GIL for every statement it
+steps, and getting it back can cost a thread switch while the channel lock is held: one
+statement per batch instead of one per row keeps the publish path off that convoy."""
+CACHED_STATEMENTS = 4 * ROWS_PER_STATEMENT
+"""Room for the multi-row INSERTs of every batch size (per table) besides the rest."""
 GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 
 
@@ -109,11 +135,15 @@ class SQLiteStore(Store):
         """Guards _db (one connection for every channel and thread)."""
         self._lock_file = _take_dir_lock(Path(data_dir))
         self._stop = threading.Event()
-        self._checkpointer: threading.Thread | None = None
+        self._maintainer: threading.Thread | None = None
+        self._deferred = DeferredWrites()
+        self._writing_deferred = threading.Lock()
+        """Held while deferred writes are taken and written: a reader that writes them
+        first waits for a batch already taken by the maintenance thread."""
         self._bases: dict[str, int] = {}
+        """channel name -> key base; a channel's id never changes."""
         self._acked: set[str] = set()
         """Channels that have (or had) rows in ``acks``."""
-        """channel name -> key base; a channel's id never changes."""
         try:
             self._db = self._open(synchronous.upper())
         except sqlite3.DatabaseError as exc:
@@ -126,7 +156,11 @@ class SQLiteStore(Store):
 
     def _open(self, synchronous: str) -> sqlite3.Connection:
         db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=BUSY_TIMEOUT_S,
+            cached_statements=CACHED_STATEMENTS,
         )
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -134,44 +168,71 @@ class SQLiteStore(Store):
             if (check := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
                 raise sqlite3.DatabaseError(f"integrity check failed: {check}")
             db.executescript(SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-            (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if version != SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(
-                    f"written with store schema {version}, this broker reads {SCHEMA_VERSION}"
-                )
+            _migrate(db)
+            db.executescript(TRIGGERS)
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in their own thread
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         except BaseException:
             db.close()
             raise
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True
+        self._maintainer = threading.Thread(
+            target=self._maintenance_loop, name="sqlite-maintenance", daemon=True
         )
-        self._checkpointer.start()
+        self._maintainer.start()
         return db
 
-    def _checkpoint_loop(self) -> None:
-        """Copy the WAL into the database every CHECKPOINT_INTERVAL_S from a connection of
-        its own, so no commit under the channel lock pays for a checkpoint's fsync."""
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+    def _maintenance_loop(self) -> None:
+        """Write the deferred writes every DEFERRED_INTERVAL_S, and copy the WAL into the
+        database every CHECKPOINT_INTERVAL_S from a connection of its own, so no publish
+        waits for a checkpoint's fsync."""
+        checkpoints = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        rounds_per_checkpoint = max(1, round(CHECKPOINT_INTERVAL_S / DEFERRED_INTERVAL_S))
         try:
-            while not self._stop.wait(CHECKPOINT_INTERVAL_S):
+            for round_no in itertools.count(1):
+                if self._stop.wait(DEFERRED_INTERVAL_S):
+                    return
                 try:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error as exc:
-                    log.warning("checkpoint of %s failed: %s", self.path, exc)
+                    self._write_deferred()
+                    if round_no % rounds_per_checkpoint == 0:
+                        checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except (StoreError, sqlite3.Error) as exc:
+                    log.warning("background write to %s failed (will retry): %s", self.path, exc)
         finally:
-            db.close()
+            checkpoints.close()
+
+    def _write_deferred(self) -> None:
+        """Write every deferred ack, delete and trim in one transaction (put back if it
+        fails, to be tried again)."""
+        with self._writing_deferred:
+            pending = self._deferred.take()
+            if not pending:
+                return
+            try:
+                bases = {c: self._base(c) for c in (*pending.deletes, *pending.trims)}
+                with self._tx() as db:
+                    if pending.acks:
+                        self._acked.update(channel for channel, _, _ in pending.acks)
+                        _insert(db, "INSERT OR IGNORE", "acks", pending.acks)
+                    for channel, offsets in pending.deletes.items():
+                        self._delete(db, channel, bases[channel], offsets)
+                    for channel, count in pending.trims.items():
+                        _trim(db, bases[channel], count)
+            except BaseException:
+                self._deferred.put_back(pending)
+                raise
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One transaction, under the lock; a failure rolls it back and says so."""
+    def _tx(self, atomic: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction, under the lock; a failure rolls it back and says so. With
+        ``atomic=False`` the caller runs a single statement, which is its own transaction
+        (one step, so the GIL is let go once instead of three times)."""
         with self._lock:
             try:
-                self._db.execute("BEGIN IMMEDIATE")
+                if atomic:
+                    self._db.execute("BEGIN IMMEDIATE")
                 yield self._db
-                self._db.execute("COMMIT")
+                if atomic:
+                    self._db.execute("COMMIT")
             except BaseException as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
@@ -213,6 +274,7 @@ class SQLiteStore(Store):
             )
 
     def remove_group(self, channel: str, group: str) -> None:
+        self._write_deferred()  # its deferred acks first, or they would outlive it
         with self._tx() as db:
             for table, column in GROUP_TABLES:
                 db.execute(
@@ -235,73 +297,52 @@ class SQLiteStore(Store):
 
     # -- events --------------------------------------------------------------------------
     def append(
-        self,
-        channel: str,
-        events: Sequence[Event],
-        next_offset: int,
-        accepted_at: float,
-        retire: Sequence[int] = (),
+        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
     ) -> None:
+        if not events:
+            return
         base = self._base(channel)
-        with self._tx() as db:
-            db.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
-                [(base | ev.offset, *_event_fields(ev)) for ev in events],
-            )
-            db.executemany(
-                "INSERT INTO delivered VALUES (?, ?, ?)",
-                [(base | ev.offset, ev.id, accepted_at) for ev in events],
-            )
-            db.execute(
-                "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
-                (next_offset, base >> OFFSET_BITS),
-            )
-            self._delete(db, channel, base, retire)
-
-    def reinsert(self, channel: str, events: Sequence[Event]) -> None:
-        base = self._base(channel)
-        with self._tx() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?, ?)",
-                [(base | ev.offset, *_event_fields(ev)) for ev in events],
-            )
-
-    def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
-        if offsets:
-            self._acked.add(channel)
-            with self._tx() as db:
-                db.executemany(
-                    "INSERT OR IGNORE INTO acks VALUES (?, ?, ?)",
-                    [(channel, group, o) for o in offsets],
+        rows = [(base | ev.offset, *_event_fields(ev), accepted_at) for ev in events]
+        # The channel's next offset is stored only when it is not the last event's + 1
+        # (load takes the largest key otherwise); usually one INSERT is the transaction.
+        gap = next_offset != max(ev.offset for ev in events) + 1
+        with self._tx(atomic=gap or len(rows) > ROWS_PER_STATEMENT) as db:
+            _insert(db, "INSERT", "events", rows)
+            if gap:
+                db.execute(
+                    "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
+                    (next_offset, base >> OFFSET_BITS),
                 )
 
+    def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
+        self._write_deferred()  # a replayed event may be waiting for its delete
+        base = self._base(channel)
+        rows = [(base | ev.offset, *_event_fields(ev), accepted_at) for ev in events]
+        with self._tx() as db:
+            _insert(db, "INSERT OR REPLACE", "events", rows)
+
+    def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        self._deferred.ack(channel, group, offsets)
+
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
-        if offsets:
-            base = self._base(channel)
-            with self._tx() as db:
-                self._delete(db, channel, base, offsets)
+        self._deferred.delete(channel, offsets)
+
+    def trim_delivered(self, channel: str, count: int) -> None:
+        if count > 0:
+            self._deferred.trim(channel, count)
 
     def _delete(
         self, db: sqlite3.Connection, channel: str, base: int, offsets: Sequence[int]
     ) -> None:
-        db.executemany(
-            "DELETE FROM events WHERE key BETWEEN ? AND ?",
-            [(base | first, base | last) for first, last in _runs(offsets)],
+        db.execute(
+            "DELETE FROM events WHERE key IN (SELECT value FROM json_each(?))",
+            (_json_list(base | o for o in offsets),),
         )
         if channel in self._acked:  # acks exist only for channels with several groups
-            db.executemany(
-                "DELETE FROM acks WHERE channel = ? AND offset = ?", [(channel, o) for o in offsets]
+            db.execute(
+                "DELETE FROM acks WHERE channel = ? AND offset IN (SELECT value FROM json_each(?))",
+                (channel, _json_list(offsets)),
             )
-
-    def trim_delivered(self, channel: str, count: int) -> None:
-        if count > 0:
-            base = self._base(channel)
-            with self._tx() as db:
-                db.execute(
-                    "DELETE FROM delivered WHERE key IN (SELECT key FROM delivered "
-                    "WHERE key BETWEEN ? AND ? ORDER BY key LIMIT ?)",
-                    (base, base | OFFSET_MASK, count),
-                )
 
     def save_owners(
         self, channel: str, group: str, changes: dict[PartitionKey, str | None]
@@ -318,13 +359,11 @@ class SQLiteStore(Store):
 
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
         with self._tx() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (channel, d.group, d.event.offset, *_event_fields(d.event), d.error)
-                    for d in letters
-                ],
-            )
+            rows = [
+                (channel, d.group, d.event.offset, *_event_fields(d.event), d.error)
+                for d in letters
+            ]
+            _insert(db, "INSERT OR REPLACE", "dead_letters", rows)
 
     def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
         with self._tx() as db:
@@ -335,11 +374,11 @@ class SQLiteStore(Store):
 
     # -- reading back --------------------------------------------------------------------
     def load(self, channel: str) -> ChannelSnapshot:
+        self._write_deferred()
         snapshot = ChannelSnapshot()
         base = self._base(channel)
         key_range = (base, base | OFFSET_MASK)
-        row = self._query("SELECT next_offset FROM channels WHERE name = ?", (channel,))
-        snapshot.next_offset = row[0][0] if row else 0
+        snapshot.next_offset = self._next_offset(base)
         snapshot.groups = dict(
             self._query("SELECT name, created_offset FROM groups WHERE channel = ?", (channel,))
         )
@@ -382,7 +421,20 @@ class SQLiteStore(Store):
             snapshot.owners.setdefault(group, {})[(publisher_id, partition)] = owner
         return snapshot
 
+    def _next_offset(self, base: int) -> int:
+        """The stored next offset, or past the last event or delivered id if larger (an
+        append stores it only when it is not the last event's + 1)."""
+        key_range = (base, base | OFFSET_MASK)
+        (next_offset,) = self._query(
+            "SELECT MAX((SELECT next_offset FROM channels WHERE id = ?), "
+            "IFNULL((SELECT MAX(key) - ? + 1 FROM events WHERE key BETWEEN ? AND ?), 0), "
+            "IFNULL((SELECT MAX(key) - ? + 1 FROM delivered WHERE key BETWEEN ? AND ?), 0))",
+            (base >> OFFSET_BITS, base, *key_range, base, *key_range),
+        )[0]
+        return next_offset
+
     def count(self, channel: str) -> int:
+        self._write_deferred()
         base = self._base(channel)
         rows = self._query(
             "SELECT COUNT(*) FROM events WHERE key BETWEEN ? AND ?", (base, base | OFFSET_MASK)
@@ -391,24 +443,63 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         self._stop.set()
-        if self._checkpointer is not None:
-            self._checkpointer.join(BUSY_TIMEOUT_S)
+        if self._maintainer is not None:
+            self._maintainer.join(BUSY_TIMEOUT_S)
+        self._write_deferred()
         with self._lock:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
         self._lock_file.close()
 
 
-def _runs(offsets: Sequence[int]) -> list[tuple[int, int]]:
-    """Consecutive offsets as (first, last) ranges: retirement is mostly in offset order, so
-    a few range deletes replace many single-row ones."""
-    runs: list[tuple[int, int]] = []
-    for offset in sorted(set(offsets)):
-        if runs and offset == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], offset)
-        else:
-            runs.append((offset, offset))
-    return runs
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a database written by an older broker to SCHEMA_VERSION (or refuse it)."""
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+    (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    while version in MIGRATIONS:
+        db.execute(MIGRATIONS[version])
+        version = str(int(version) + 1)
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (version,))
+        log.info("store schema upgraded to version %s", version)
+    if version != SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(
+            f"written with store schema {version}, this broker reads {SCHEMA_VERSION}"
+        )
+
+
+def _trim(db: sqlite3.Connection, base: int, count: int) -> None:
+    """Forget the oldest delivered ids, first saving the next offset they may carry."""
+    key_range = (base, base | OFFSET_MASK)
+    db.execute(
+        "UPDATE channels SET next_offset = MAX(next_offset, "
+        "IFNULL((SELECT MAX(key) - ? + 1 FROM delivered WHERE key BETWEEN ? AND ?), 0)) "
+        "WHERE id = ?",
+        (base, *key_range, base >> OFFSET_BITS),
+    )
+    db.execute(
+        "DELETE FROM delivered WHERE key IN (SELECT key FROM delivered "
+        "WHERE key BETWEEN ? AND ? ORDER BY key LIMIT ?)",
+        (*key_range, count),
+    )
+
+
+def _insert(db: sqlite3.Connection, verb: str, table: str, rows: Sequence[tuple]) -> None:
+    """``verb INTO table`` of every row, ROWS_PER_STATEMENT rows per statement."""
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[start : start + ROWS_PER_STATEMENT]
+        sql = _insert_sql(verb, table, len(chunk[0]), len(chunk))
+        db.execute(sql, list(chain.from_iterable(chunk)))
+
+
+@functools.lru_cache(maxsize=CACHED_STATEMENTS)
+def _insert_sql(verb: str, table: str, width: int, rows: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return f"{verb} INTO {table} VALUES " + ", ".join([row] * rows)
+
+
+def _json_list(values: Iterable[int]) -> str:
+    """Integers as one JSON array parameter: a whole set in one statement (json_each)."""
+    return json.dumps(list(values))
 
 
 def _take_dir_lock(data_dir: Path) -> IO[str]:

@@ -118,7 +118,7 @@ def test_dead_letter_outlives_its_deleted_event_and_can_be_reinserted() -> None:
     store.add_dead_letters("c", [DeadLetterRecord("default", poison, "boom")])
     store.delete("c", [3])
     assert [d.event.id for d in store.load("c").dead_letters] == ["e3"]
-    store.reinsert("c", [poison])
+    store.reinsert("c", [poison], accepted_at=1.0)
     store.remove_dead_letters("c", "default", [3])
     snap = store.load("c")
     assert (offsets(snap.events), snap.dead_letters) == ([3], [])

@@ -1,7 +1,9 @@
-"""SQLiteStore transactions: a write that fails half-way must not poison the next one."""
+"""SQLiteStore: failed transactions, schema upgrades and deferred writes."""
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -27,5 +29,62 @@ def test_a_failed_append_leaves_the_store_usable(tmp_path: Path) -> None:
         assert store.load("c").events == []
         store.append("c", [ev(2, "next")], next_offset=3, accepted_at=1.0)
         assert [e.id for e in store.load("c").events] == ["e2"]
+    finally:
+        store.close()
+
+
+V2_EVENTS = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE channels(
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
+    next_offset INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE events(
+    key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
+    timestamp REAL NOT NULL, payload);
+INSERT INTO meta VALUES ('schema', '2');
+INSERT INTO channels VALUES (1, 'c', 'queue', 1);
+INSERT INTO events VALUES (1099511627776, 'old', 'pub', 0, 1.0, 'kept');
+"""
+
+
+def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    with sqlite3.connect(data / "channels.sqlite") as db:
+        db.executescript(V2_EVENTS)
+    store = SQLiteStore(data)
+    try:
+        store.append("c", [ev(1, "new")], next_offset=2, accepted_at=5.0)
+        snap = store.load("c")
+        assert [(e.id, e.payload) for e in snap.events] == [("old", "kept"), ("e1", "new")]
+        assert snap.delivered == [("e1", 5.0)]
+        assert snap.next_offset == 2
+    finally:
+        store.close()
+    with sqlite3.connect(data / "channels.sqlite") as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+
+
+def test_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    SQLiteStore(data).close()
+    with sqlite3.connect(data / "channels.sqlite") as db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    with pytest.raises(StoreError, match="schema 99"):
+        SQLiteStore(data)
+
+
+def test_deferred_writes_reach_the_file_in_the_background(tmp_path: Path) -> None:
+    """Without any reader asking, the maintenance thread writes deferred deletes, so a
+    crash (no close) loses at most the last moment of them."""
+    store = SQLiteStore(tmp_path / "data")
+    try:
+        store.append("c", [ev(0, "a"), ev(1, "b")], next_offset=2, accepted_at=0.0)
+        store.delete("c", [0])
+        deadline = time.monotonic() + 5.0
+        with sqlite3.connect(store.path) as peek:
+            while peek.execute("SELECT COUNT(*) FROM events").fetchone()[0] != 1:
+                assert time.monotonic() < deadline, "the deferred delete was never written"
+                time.sleep(0.01)
     finally:
         store.close()

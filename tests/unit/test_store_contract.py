@@ -142,7 +142,7 @@ def test_dead_letters_keep_a_full_copy_until_replayed(store: Store) -> None:
     (letter,) = store.load("c").dead_letters
     assert (letter.group, letter.error, letter.event.id) == ("g", "ValueError: bad", "id-5")
     assert letter.event.payload == {"bad": True}
-    store.reinsert("c", [letter.event])
+    store.reinsert("c", [letter.event], accepted_at=9.0)
     store.remove_dead_letters("c", "g", [5])
     snap = store.load("c")
     assert snap.dead_letters == []
@@ -169,10 +169,27 @@ def test_a_durable_store_reads_back_everything_after_reopening(opener: Opener) -
     assert [m.member_id for m in snap.members] == ["s1"]
 
 
-def test_append_can_retire_earlier_events_in_the_same_transaction(store: Store) -> None:
-    store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, 0.0)
-    store.ack("c", "g", [0])
-    store.append("c", [ev(2, 3.0)], 3, 0.0, retire=[0, 1])
+def test_deferred_acks_and_deletes_are_seen_by_every_reader(store: Store) -> None:
+    store.append("c", [ev(0, 1.0), ev(1, 2.0), ev(2, 3.0)], 3, 0.0)
+    store.ack("c", "g", [0, 2])
+    store.delete("c", [0, 1])
+    assert store.count("c") == 1
     snap = store.load("c")
     assert [e.offset for e in snap.events] == [2]
-    assert snap.acks.get("g", set()) == set()
+    assert snap.acks.get("g") == {2}
+
+
+def test_the_next_offset_outlives_every_event_and_id(opener: Opener) -> None:
+    store = opener()
+    store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, 0.0)
+    store.append("c", [ev(2, 3.0)], 7, 0.0)  # offsets 3-6 went to refused events
+    store.delete("c", [0, 1, 2])
+    store.trim_delivered("c", 3)
+    assert opener().load("c").next_offset == 7
+    store = opener()
+    store.append("c", [ev(7, 4.0)], 8, 0.0)  # no gap: the next offset follows the event
+    store.delete("c", [7])
+    assert opener().load("c").next_offset == 8
+    store = opener()
+    store.trim_delivered("c", 1)
+    assert opener().load("c").next_offset == 8

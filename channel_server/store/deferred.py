@@ -1,0 +1,70 @@
+"""Store writes that may land a moment later, batched: acks, deletes, delivered-window trims.
+
+The publish path is the one that must be durable at once; these follow it. Deferring them
+takes them off the threads that hold a channel's lock, and turns thousands of small writes
+into one transaction. Losing them in a crash is safe (see :mod:`channel_server.store.base`).
+No I/O here: the store adds from any thread, and whoever writes takes the whole lot.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PendingWrites:
+    """One batch of deferred writes, in the order they must be applied: acks, deletes
+    (which also drop the acks of the offsets they delete), trims."""
+
+    acks: list[tuple[str, str, int]] = field(default_factory=list)
+    """(channel, group, offset)"""
+    deletes: dict[str, list[int]] = field(default_factory=dict)
+    """channel -> offsets every group acknowledged"""
+    trims: dict[str, int] = field(default_factory=dict)
+    """channel -> how many of the oldest delivered ids to forget"""
+
+    def __bool__(self) -> bool:
+        return bool(self.acks or self.deletes or self.trims)
+
+    def extend(self, newer: PendingWrites) -> None:
+        """Append a later batch to this one."""
+        self.acks.extend(newer.acks)
+        for channel, offsets in newer.deletes.items():
+            self.deletes.setdefault(channel, []).extend(offsets)
+        for channel, count in newer.trims.items():
+            self.trims[channel] = self.trims.get(channel, 0) + count
+
+
+class DeferredWrites:
+    """The writes waiting for the next batch; safe to use from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        """Guards _pending."""
+        self._pending = PendingWrites()
+
+    def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        with self._lock:
+            self._pending.acks.extend((channel, group, offset) for offset in offsets)
+
+    def delete(self, channel: str, offsets: Sequence[int]) -> None:
+        with self._lock:
+            self._pending.deletes.setdefault(channel, []).extend(offsets)
+
+    def trim(self, channel: str, count: int) -> None:
+        with self._lock:
+            self._pending.trims[channel] = self._pending.trims.get(channel, 0) + count
+
+    def take(self) -> PendingWrites:
+        """Everything waiting, leaving nothing behind."""
+        with self._lock:
+            taken, self._pending = self._pending, PendingWrites()
+        return taken
+
+    def put_back(self, failed: PendingWrites) -> None:
+        """Return a batch that could not be written, ahead of what came in since."""
+        with self._lock:
+            failed.extend(self._pending)
+            self._pending = failed
