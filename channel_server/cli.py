@@ -97,6 +97,12 @@ CHANNEL_FLAGS = (
         "seconds an empty partition is kept",
     ),
     (
+        "--dispatch-linger",
+        cc.non_negative_float,
+        "dispatch_linger_s",
+        "seconds a dispatcher waits to fill a batch smaller than the free prefetch (0: none)",
+    ),
+    (
         "--small-delay",
         cc.positive_float,
         "small_delay_s",

@@ -44,6 +44,10 @@ class ChannelConfig:
     """Retry hint given with QueueFull."""
     dispatch_wait_s: float = 1.0
     """Longest a dispatcher sleeps without being notified (housekeeping cadence)."""
+    dispatch_linger_s: float = 0.002
+    """How long a dispatcher waits for more events before sending a batch smaller than
+    the member's free prefetch (like Kafka's linger.ms): fewer, fuller pushes under load,
+    for at most this much latency. 0 sends at once."""
     liveness_timeout_s: float = 1.0
     """Timeout of the ping that checks whether a member whose id is claimed again is
     still alive."""

@@ -43,10 +43,15 @@ class PushSide:
     # -- the dispatchers' side (BatchSource) ---------------------------------------------
     def next_batch(self, group: str, member_id: str, session: int) -> Batch | None:
         deadline = time.monotonic() + self._config.dispatch_wait_s
+        linger = self._config.dispatch_linger_s
         with self._lock:
             wakeup = self._wakeups[(group, member_id)]
             while True:
                 grp = self._live_group(group, member_id, session)
+                if linger > 0 and grp.ready_short(member_id):
+                    wakeup.wait(linger)  # once per batch; not in _waiting, so not woken early
+                    linger = 0
+                    continue
                 batch = grp.take_batch(member_id)
                 if batch is not None:
                     return batch

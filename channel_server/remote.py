@@ -1,8 +1,9 @@
 """A channel reached by name, with client-side retries (DESIGN §12).
 
 Each call is tried up to ``attempts`` times, ``pause_s`` apart, finding the channel again
-through the name server between tries (the broker may have restarted elsewhere). When it
-stays away the caller gets BrokerUnavailable saying so in one line. Retrying is safe:
+through the name server between tries (the broker may have restarted elsewhere; a channel
+that is unknown right after a lost connection is one whose broker is still restoring it).
+When it stays away the caller gets BrokerUnavailable saying so in one line. Retrying is safe:
 publishing is deduplicated by event id and ``get`` is idempotent for the same last id.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import Pyro5.api
 import Pyro5.errors
 
-from channel_server.errors import BrokerUnavailable
+from channel_server.errors import BrokerUnavailable, UnknownChannel
 from channel_server.lookup import resolve_channel
 from channel_server.wire import check_name, make_proxy
 
@@ -82,7 +83,14 @@ class RemoteChannel:
                 result = getattr(self._connect(), method)(*args)
                 self._maybe_drop(method)
                 return result
-            except (Pyro5.errors.CommunicationError, BrokerUnavailable, LostReply) as exc:
+            except (
+                Pyro5.errors.CommunicationError,
+                BrokerUnavailable,
+                LostReply,
+                UnknownChannel,
+            ) as exc:
+                if isinstance(exc, UnknownChannel) and last is None:
+                    raise  # unknown from the start; after a lost connection, a broker restarting
                 last = exc
                 self.release()
                 if attempt < self._attempts:

@@ -114,6 +114,22 @@ class ConsumerGroup:
             return False
         return any(self.partitions[key].ready for key in member.partitions)
 
+    def ready_short(self, member_id: str) -> bool:
+        """Whether the member could be sent a batch now, but not a full one (less ready
+        than its free prefetch): the case where lingering a moment fills the batch."""
+        member = self.members.get(member_id)
+        if member is None or not member.active:
+            return False
+        budget = member.prefetch - member.in_flight
+        ready = 0
+        for key in member.partitions:
+            pq = self.partitions[key]
+            if pq.ready:
+                ready += len(pq.pending)
+                if ready >= budget:
+                    return False
+        return ready > 0
+
     def ready_members(self) -> set[str]:
         """Members that have a partition ready to send."""
         return {

@@ -456,3 +456,21 @@ def test_an_offloaded_member_is_not_rebalanced_work_until_fast_again() -> None:
     assert len(g.rebalance()) == 2
     assert sorted(owners(g).values()) == ["a"] * 3 + ["b"] * 3
     check_group(g)
+
+
+def test_ready_short_means_a_batch_could_go_but_not_a_full_one() -> None:
+    g = new_group()
+    g.join("a", "cb-a", 4)
+    assert not g.ready_short("a")  # nothing ready
+    g.enqueue([make_event(i) for i in range(2)])
+    assert g.ready_short("a")  # 2 ready, room for 4: worth lingering
+    g.enqueue([make_event(i) for i in range(2, 4)])
+    assert not g.ready_short("a")  # a full batch is ready
+    batch = take(g, "a")
+    g.enqueue([make_event(4)])
+    assert not g.ready_short("a")  # its only partition is in flight: not ready
+    ack_all(g, batch)
+    assert g.ready_short("a")
+    g.deactivate("a")
+    assert not g.ready_short("a")
+    assert not g.ready_short("nobody")
