@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -86,5 +88,31 @@ def test_deferred_writes_reach_the_file_in_the_background(tmp_path: Path) -> Non
             while peek.execute("SELECT COUNT(*) FROM events").fetchone()[0] != 1:
                 assert time.monotonic() < deadline, "the deferred delete was never written"
                 time.sleep(0.01)
+    finally:
+        store.close()
+
+
+CRASH_AFTER_APPEND = """
+import os, sys
+from channel_server.events import Event
+from channel_server.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+store.append("c", [Event("a", "pub", 0, 1.0, "x", 0)], 1, 7.0)
+store.delete("c", [0])  # deferred: the crash comes first
+store.append("c", [Event("b", "pub", 0, 2.0, "y", 1)], 2, 8.0)
+os._exit(0)  # a crash: no close, no background write
+"""
+
+
+def test_a_crash_before_the_background_write_keeps_every_id_and_event(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-c", CRASH_AFTER_APPEND, str(data)], check=True)
+    store = SQLiteStore(data)
+    try:
+        snap = store.load("c")
+        assert snap.delivered == [("a", 7.0), ("b", 8.0)]
+        # "a" comes back (to be redelivered) unless its delete was written before the crash
+        assert [e.id for e in snap.events] in (["a", "b"], ["b"])
+        assert snap.next_offset == 2
     finally:
         store.close()
