@@ -390,9 +390,9 @@ class SQLiteStore(Store):
                 (channel,),
             )
         ]
-        snapshot.events = [
-            _event(r[0] & OFFSET_MASK, r[1:])
-            for r in self._query(
+        snapshot.events = [  # inlined: a restart may read millions of rows
+            Event(i, pub, part, ts, p if type(p) is str else _unpack(p), key & OFFSET_MASK)
+            for key, i, pub, part, ts, p in self._query(
                 f"SELECT key, {EVENT_COLUMNS} FROM events WHERE key BETWEEN ? AND ?", key_range
             )
         ]
