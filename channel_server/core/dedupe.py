@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
+from itertools import groupby
+from operator import itemgetter
 
 CHUNK_IDS = 4096
 CHUNK_SPANS = 1000
@@ -78,20 +80,24 @@ class DeliveredIds:
         return dropped
 
     def restore(self, entries: list[tuple[str, float]]) -> None:
-        """Load a stored window, oldest first: (id, accepted at). Expires once at the end."""
-        chunk = self._chunks[-1] if self._chunks else None
-        for event_id, accepted_at in entries:
-            if event_id in self._ids:
-                continue
-            if (
-                chunk is None
-                or len(chunk.ids) >= CHUNK_IDS
-                or accepted_at - chunk.first > self._span_s
-            ):
-                chunk = _Chunk(accepted_at)
-                self._chunks.append(chunk)
-            chunk.ids.append(event_id)
-            chunk.last = max(chunk.last, accepted_at)
-            self._ids.add(event_id)
+        """Load a stored window, oldest first: (id, accepted at). Expires once at the end.
+        Ids of one publish share their time, so each run of them is added whole (a
+        restart may load a million)."""
+        for accepted_at, run in groupby(entries, key=itemgetter(1)):
+            fresh = [
+                i for i in dict.fromkeys(event_id for event_id, _ in run) if i not in self._ids
+            ]
+            self._ids.update(fresh)
+            start = 0
+            while start < len(fresh):
+                chunk = self._chunks[-1] if self._chunks else None
+                room = CHUNK_IDS - len(chunk.ids) if chunk else 0
+                if chunk is None or room <= 0 or accepted_at - chunk.first > self._span_s:
+                    chunk = _Chunk(accepted_at)
+                    self._chunks.append(chunk)
+                    room = CHUNK_IDS
+                chunk.ids.extend(fresh[start : start + room])
+                chunk.last = max(chunk.last, accepted_at)
+                start += room
         if entries:
             self.expire(max(chunk.last for chunk in self._chunks))

@@ -118,3 +118,12 @@ def test_age_window_is_never_early_and_at_most_one_span_late(steps: list) -> Non
                 elif now - at > 10.0 + span:
                     assert event_id not in d, (event_id, at, now)
             assert len(d) == len(list(d))
+
+
+def test_restore_of_a_long_run_with_one_time_keeps_order_and_the_count_bound() -> None:
+    window = DeliveredIds(max_ids=10_000, max_age_s=100.0)
+    ids = [f"e{i}" for i in range(12_000)]
+    window.restore([(i, 5.0) for i in ids] + [("e0", 6.0), ("late", 6.0)])
+    assert list(window) == ids[2_001:] + ["late"]  # the oldest 2,001 went; e0 was a repeat
+    assert len(window) == 10_000
+    assert window.expired_total == 2_001
