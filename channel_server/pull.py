@@ -36,7 +36,7 @@ class PullSide:
         group = self._group_of(subscriber_id, group)
         if last_id is not None and (type(last_id) is not str or not last_id):
             raise InvalidArgument("last_id", "must be an event id string or None")
-        with self._publishing, self._lock:
+        with self._lock:
             grp = self._core.groups.get(group)
             if grp is None or subscriber_id not in grp.members:
                 raise NotSubscribed(subscriber_id, self._name)

@@ -3,9 +3,8 @@
 A mixin of :class:`channel_server.channel.EventChannel`, which owns the state it uses
 (``_lock``, ``_core``, ``_store``, ``_dispatchers``, ``_wakeups``) and the helpers that
 persist and wake (``_persist_outcome``, ``_persist_owners``, ``_wake_ready``,
-``_check_queues_unless_publishing``, ``_trim_delivered``). Dispatchers call ``next_batch``,
-``push_done`` and ``push_failed`` (the BatchSource protocol); the pushes themselves happen
-outside the lock.
+``_check_queues``, ``_trim_delivered``). Dispatchers call ``next_batch``, ``push_done`` and
+``push_failed`` (the BatchSource protocol); the pushes themselves happen outside the lock.
 """
 
 from __future__ import annotations
@@ -136,7 +135,7 @@ class PushSide:
         return gave_up
 
     def _housekeep(self, grp: ConsumerGroup) -> None:
-        self._check_queues_unless_publishing()
+        self._check_queues()
         for key in grp.sweep_idle(self._clock(), self._config.partition_idle_s):
             log.debug("%s: dropped idle partition %s", self._name, key)
         self._core.delivered.expire(self._clock())

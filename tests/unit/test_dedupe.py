@@ -124,6 +124,6 @@ def test_restore_of_a_long_run_with_one_time_keeps_order_and_the_count_bound() -
     window = DeliveredIds(max_ids=10_000, max_age_s=100.0)
     ids = [f"e{i}" for i in range(12_000)]
     window.restore([(i, 5.0) for i in ids] + [("e0", 6.0), ("late", 6.0)])
-    assert list(window) == ids[2_001:] + ["late"]  # the oldest 2,001 went; e0 was a repeat
+    assert list(window) == [*ids[2_001:], "late"]  # the oldest 2,001 went; e0 was a repeat
     assert len(window) == 10_000
     assert window.expired_total == 2_001

@@ -193,3 +193,19 @@ def test_the_next_offset_outlives_every_event_and_id(opener: Opener) -> None:
     store = opener()
     store.trim_delivered("c", 1)
     assert opener().load("c").next_offset == 8
+
+
+def test_the_window_trims_the_oldest_ids_acknowledged_or_not(opener: Opener) -> None:
+    store = opener()
+    if not store.durable:  # it keeps no window
+        return
+    store.append("c", [ev(i, float(i)) for i in range(5)], 5, accepted_at=1.0)
+    store.delete("c", [0, 2])  # acknowledged: the ids stay in the window
+    store.trim_delivered("c", 2)  # the two oldest: id-0 (acknowledged), id-1 (still queued)
+    snap = opener().load("c")
+    assert [i for i, _ in snap.delivered] == ["id-2", "id-3", "id-4"]
+    assert [e.offset for e in snap.events] == [1, 3, 4]
+    reopened = opener()
+    reopened.trim_delivered("c", 5)  # more than there are
+    snap = opener().load("c")
+    assert (snap.delivered, snap.next_offset) == ([], 5)
