@@ -1,0 +1,74 @@
+"""RemoteChannel's retry rule for "unknown channel", with a real name server and daemon.
+
+A channel unknown from the first try is a caller's mistake: raised at once. Unknown right
+after a lost connection, it is a broker still restoring its channels: retried.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import Pyro5.api
+import Pyro5.server
+import pytest
+
+from channel_server.errors import BrokerUnavailable, UnknownChannel
+from channel_server.nameservice import NameService
+from channel_server.remote import RemoteChannel
+from channel_server.wire import channel_ns_name, register_errors
+from tests.integration.procs import free_port
+
+HOST = "127.0.0.1"
+
+
+@Pyro5.api.expose
+class DiesWithItsName:
+    """A channel whose broker goes away mid-call: the name is removed and the connection
+    closed before the reply (as when a broker is killed and starts restoring)."""
+
+    def __init__(self, ns: NameService) -> None:
+        self._ns = ns
+
+    def ping(self) -> str:
+        self._ns.remove(channel_ns_name("jobs"))
+        Pyro5.api.current_context.client.close()
+        return "never seen"
+
+
+@pytest.fixture
+def ns() -> Iterator[NameService]:
+    register_errors()
+    service = NameService.connect_or_start(HOST, free_port())
+    assert service.embedded
+    yield service
+    service.close()
+
+
+def remote(ns: NameService, attempts: int = 3) -> RemoteChannel:
+    return RemoteChannel(HOST, ns.port, "jobs", timeout_s=2.0, attempts=attempts, pause_s=0.01)
+
+
+def test_a_channel_never_seen_is_unknown_at_once(ns: NameService) -> None:
+    channel = remote(ns)
+    with pytest.raises(UnknownChannel):
+        channel.call("ping")
+    assert channel.retries == 0
+
+
+def test_a_channel_gone_with_its_connection_is_retried(ns: NameService) -> None:
+    daemon = Pyro5.server.Daemon(host=HOST, port=free_port())
+    uri = daemon.register(DiesWithItsName(ns), objectId="channel.jobs")
+    loop = threading.Thread(target=daemon.requestLoop, daemon=True)
+    loop.start()
+    ns.register(channel_ns_name("jobs"), str(uri), False, set())
+    channel = remote(ns)
+    try:
+        with pytest.raises(BrokerUnavailable):  # retried to the end, not "unknown channel"
+            channel.call("ping")
+        assert channel.retries == 2
+    finally:
+        channel.release()
+        daemon.shutdown()
+        loop.join(5.0)
+        daemon.close()
