@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from channel_server.errors import StoreError
 from channel_server.events import Event
 from channel_server.store.base import ChannelRecord
 from channel_server.store.sqlite import SQLiteStore
+from tests.integration.procs import wait_until
 
 
 def ev(offset: int, payload: object) -> Event:
@@ -83,11 +83,12 @@ def test_deferred_writes_reach_the_file_in_the_background(tmp_path: Path) -> Non
     try:
         store.append("c", [ev(0, "a"), ev(1, "b")], next_offset=2, accepted_at=0.0)
         store.delete("c", [0])
-        deadline = time.monotonic() + 5.0
         with sqlite3.connect(store.path) as peek:
-            while peek.execute("SELECT COUNT(*) FROM events").fetchone()[0] != 1:
-                assert time.monotonic() < deadline, "the deferred delete was never written"
-                time.sleep(0.01)
+            wait_until(
+                lambda: peek.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 1,
+                timeout_s=5.0,
+                what="the deferred delete in the file",
+            )
     finally:
         store.close()
 
@@ -96,6 +97,7 @@ CRASH_AFTER_APPEND = """
 import os, sys
 from channel_server.events import Event
 from channel_server.store.sqlite import SQLiteStore
+from tests.integration.procs import wait_until
 store = SQLiteStore(sys.argv[1])
 store.append("c", [Event("a", "pub", 0, 1.0, "x", 0)], 1, 7.0)
 store.delete("c", [0])  # deferred: the crash comes first
