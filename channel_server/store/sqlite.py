@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import itertools
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import chain
+from itertools import chain, count
 from pathlib import Path
 from typing import IO, Any
 
@@ -189,7 +188,7 @@ class SQLiteStore(Store):
         rounds_per_checkpoint = max(1, round(CHECKPOINT_INTERVAL_S / DEFERRED_INTERVAL_S))
         failing = False  # log a failure once, and the recovery, not every round
         try:
-            for round_no in itertools.count(1):
+            for round_no in count(1):
                 if self._stop.wait(DEFERRED_INTERVAL_S):
                     return
                 try:
