@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import itertools
 import json
 import logging
 import os
@@ -21,7 +22,6 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import chain, count
 from pathlib import Path
 from typing import IO, Any
 
@@ -188,7 +188,7 @@ class SQLiteStore(Store):
         rounds_per_checkpoint = max(1, round(CHECKPOINT_INTERVAL_S / DEFERRED_INTERVAL_S))
         failing = False  # log a failure once, and the recovery, not every round
         try:
-            for round_no in count(1):
+            for round_no in itertools.count(1):
                 if self._stop.wait(DEFERRED_INTERVAL_S):
                     return
                 try:
@@ -499,7 +499,7 @@ def _insert(db: sqlite3.Connection, verb: str, table: str, rows: Sequence[tuple]
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         chunk = rows[start : start + ROWS_PER_STATEMENT]
         sql = _insert_sql(verb, table, len(chunk[0]), len(chunk))
-        db.execute(sql, list(chain.from_iterable(chunk)))
+        db.execute(sql, list(itertools.chain.from_iterable(chunk)))
 
 
 @functools.lru_cache(maxsize=CACHED_STATEMENTS)
