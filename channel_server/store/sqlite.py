@@ -311,7 +311,7 @@ class SQLiteStore(Store):
         rows = [(base | ev.offset, *_event_fields(ev), accepted_at) for ev in events]
         # The channel's next offset is stored only when it is not the last event's + 1
         # (load takes the largest key otherwise); usually one INSERT is the transaction.
-        gap = next_offset != max(ev.offset for ev in events) + 1
+        gap = next_offset != events[-1].offset + 1  # accepted events ascend by offset
         with self._tx(atomic=gap or len(rows) > ROWS_PER_STATEMENT) as db:
             _insert(db, "INSERT", "events", rows)
             if gap:
