@@ -2,9 +2,14 @@
 
 One connection, guarded by ``_lock``, serves every channel of the broker. Each publish
 batch is one transaction (group commit), and for batches up to ROWS_PER_STATEMENT events one
-statement: a trigger adds the ids to the delivered window. Acks, deletes and window trims
-are deferred (see :mod:`channel_server.store.base`) and written in one transaction every
-DEFERRED_INTERVAL_S by the store's maintenance thread, which also checkpoints the WAL.
+statement. Acks, deletes and window trims are deferred (see
+:mod:`channel_server.store.base`) and written in one transaction every DEFERRED_INTERVAL_S
+by the store's maintenance thread, which also checkpoints the WAL.
+
+The delivered-ID window is the ids of the ``events`` rows and of the ``delivered`` rows
+from the channel's ``window_start`` on, in offset order: a delete copies the ids of the
+events it removes into ``delivered`` (by offset ranges, off the publish path), and a trim
+moves ``window_start`` forward.
 With ``synchronous=NORMAL`` (the default) a committed transaction survives a process crash
 (SIGKILL); FULL also survives power loss. A lock file keeps two brokers off one data
 directory.
@@ -42,7 +47,7 @@ from channel_server.store.deferred import DeferredWrites
 log = logging.getLogger(__name__)
 DB_FILE = "channels.sqlite"
 LOCK_FILE = "broker.lock"
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
@@ -56,7 +61,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS channels(
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
-    next_offset INTEGER NOT NULL DEFAULT 0);
+    next_offset INTEGER NOT NULL DEFAULT 0, window_start INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS groups(
     channel TEXT NOT NULL, name TEXT NOT NULL, created_offset INTEGER NOT NULL,
     PRIMARY KEY(channel, name)) WITHOUT ROWID;
@@ -80,20 +85,26 @@ CREATE TABLE IF NOT EXISTS dead_letters(
     publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload,
     error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
 """
-TRIGGERS = """
-CREATE TRIGGER IF NOT EXISTS events_delivered AFTER INSERT ON events BEGIN
-    INSERT OR IGNORE INTO delivered VALUES (new.key, new.id, new.accepted_at);
-END;
-"""
 MIGRATIONS = {
-    "2": "ALTER TABLE events ADD COLUMN accepted_at REAL NOT NULL DEFAULT 0",
+    "2": ("ALTER TABLE events ADD COLUMN accepted_at REAL NOT NULL DEFAULT 0",),
+    "3": (  # version 3 copied every id into delivered at publish time, by a trigger
+        "DROP TRIGGER IF EXISTS events_delivered",
+        "ALTER TABLE channels ADD COLUMN window_start INTEGER NOT NULL DEFAULT 0",
+    ),
 }
-"""schema version -> the statement that brings it to the next one"""
+"""schema version -> the statements that bring it to the next one (one transaction)"""
+WINDOW_KEYS = (
+    "SELECT key FROM delivered WHERE key BETWEEN ?1 AND ?2 "
+    "UNION SELECT key FROM events WHERE key BETWEEN ?1 AND ?2"
+)
+"""The window's keys in a key range, merged from two rowid scans (no sort, no temp table)."""
 OFFSET_BITS = 40
 """events and delivered are keyed by ``channel id << OFFSET_BITS | offset``: one integer
 primary key (SQLite's fastest), each channel a contiguous key range in offset order."""
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 EVENT_COLUMNS = "id, publisher_id, partition, timestamp, payload"
+EVENT_ROW_WIDTH = 7
+"""key, EVENT_COLUMNS, accepted_at"""
 ROWS_PER_STATEMENT = 200
 """Rows per multi-row INSERT. The sqlite3 module lets go of the GIL for every statement it
 steps, and getting it back can cost a thread switch while the channel lock is held: one
@@ -168,7 +179,6 @@ class SQLiteStore(Store):
                 raise sqlite3.DatabaseError(f"integrity check failed: {check}")
             db.executescript(SCHEMA)
             _migrate(db)
-            db.executescript(TRIGGERS)
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in their own thread
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         except BaseException:
@@ -218,7 +228,7 @@ class SQLiteStore(Store):
                 with self._tx() as db:
                     if pending.acks:
                         self._acked.update(channel for channel, _, _ in pending.acks)
-                        _insert(db, "INSERT OR IGNORE", "acks", pending.acks)
+                        _insert(db, "INSERT OR IGNORE", "acks", 3, _flat(pending.acks))
                     for channel, offsets in pending.deletes.items():
                         self._delete(db, channel, bases[channel], offsets)
                     for channel, count in pending.trims.items():
@@ -308,12 +318,12 @@ class SQLiteStore(Store):
         if not events:
             return
         base = self._base(channel)
-        rows = [(base | ev.offset, *_event_fields(ev), accepted_at) for ev in events]
+        params = _event_params(base, events, accepted_at)
         # The channel's next offset is stored only when it is not the last event's + 1
         # (load takes the largest key otherwise); usually one INSERT is the transaction.
         gap = next_offset != events[-1].offset + 1  # accepted events ascend by offset
-        with self._tx(atomic=gap or len(rows) > ROWS_PER_STATEMENT) as db:
-            _insert(db, "INSERT", "events", rows)
+        with self._tx(atomic=gap or len(events) > ROWS_PER_STATEMENT) as db:
+            _insert(db, "INSERT", "events", EVENT_ROW_WIDTH, params)
             if gap:
                 db.execute(
                     "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
@@ -323,9 +333,9 @@ class SQLiteStore(Store):
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
         self._write_deferred()  # a replayed event may be waiting for its delete
         base = self._base(channel)
-        rows = [(base | ev.offset, *_event_fields(ev), accepted_at) for ev in events]
+        params = _event_params(base, events, accepted_at)
         with self._tx() as db:
-            _insert(db, "INSERT OR REPLACE", "events", rows)
+            _insert(db, "INSERT OR REPLACE", "events", EVENT_ROW_WIDTH, params)
 
     def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
         self._deferred.ack(channel, group, offsets)
@@ -340,10 +350,13 @@ class SQLiteStore(Store):
     def _delete(
         self, db: sqlite3.Connection, channel: str, base: int, offsets: Sequence[int]
     ) -> None:
-        db.execute(
-            "DELETE FROM events WHERE key IN (SELECT value FROM json_each(?))",
-            (_json_list(base | o for o in offsets),),
+        runs = [(base | first, base | last) for first, last in _runs(offsets)]
+        db.executemany(  # the ids stay in the window (see the module's docstring)
+            "INSERT OR IGNORE INTO delivered "
+            "SELECT key, id, accepted_at FROM events WHERE key BETWEEN ? AND ?",
+            runs,
         )
+        db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", runs)
         if channel in self._acked:  # acks exist only for channels with several groups
             db.execute(
                 "DELETE FROM acks WHERE channel = ? AND offset IN (SELECT value FROM json_each(?))",
@@ -369,7 +382,7 @@ class SQLiteStore(Store):
                 (channel, d.group, d.event.offset, *_event_fields(d.event), d.error)
                 for d in letters
             ]
-            _insert(db, "INSERT OR REPLACE", "dead_letters", rows)
+            _insert(db, "INSERT OR REPLACE", "dead_letters", len(rows[0]), _flat(rows))
 
     def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
         with self._tx() as db:
@@ -408,9 +421,12 @@ class SQLiteStore(Store):
         ):
             snapshot.acks.setdefault(group, set()).add(offset)
             self._acked.add(channel)
+        window_range = (base | self._window_start(base), key_range[1])
         snapshot.delivered = self._query(
-            "SELECT id, accepted_at FROM delivered WHERE key BETWEEN ? AND ? ORDER BY key",
-            key_range,
+            "SELECT id, accepted_at FROM (SELECT key, id, accepted_at FROM delivered "
+            "WHERE key BETWEEN ?1 AND ?2 UNION SELECT key, id, accepted_at FROM events "
+            "WHERE key BETWEEN ?1 AND ?2 ORDER BY key)",
+            window_range,
         )
         snapshot.dead_letters = [
             DeadLetterRecord(r[0], _event(r[1], r[2:7]), r[7])
@@ -426,6 +442,10 @@ class SQLiteStore(Store):
         ):
             snapshot.owners.setdefault(group, {})[(publisher_id, partition)] = owner
         return snapshot
+
+    def _window_start(self, base: int) -> int:
+        rows = self._query("SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,))
+        return rows[0][0]
 
     def _next_offset(self, base: int) -> int:
         """The stored next offset, or past the last event or delivered id if larger (an
@@ -468,9 +488,12 @@ def _migrate(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
     (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     while version in MIGRATIONS:
-        db.execute(MIGRATIONS[version])
+        db.execute("BEGIN IMMEDIATE")  # a failure rolls back: the file keeps its version
+        for statement in MIGRATIONS[version]:
+            db.execute(statement)
         version = str(int(version) + 1)
         db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (version,))
+        db.execute("COMMIT")
         log.info("store schema upgraded to version %s", version)
     if version != SCHEMA_VERSION:
         raise sqlite3.DatabaseError(
@@ -479,27 +502,78 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 
 def _trim(db: sqlite3.Connection, base: int, count: int) -> None:
-    """Forget the oldest delivered ids, first saving the next offset they may carry."""
-    key_range = (base, base | OFFSET_MASK)
+    """Forget the ``count`` oldest ids of the window: move window_start past them (to the
+    next id's offset, or past the last one), save the next offset that may carry, and
+    delete the delivered rows below it."""
+    cid = base >> OFFSET_BITS
+    (start,) = db.execute("SELECT window_start FROM channels WHERE id = ?", (cid,)).fetchone()
+    key_range = (base | start, base | OFFSET_MASK)
+    row = db.execute(f"{WINDOW_KEYS} ORDER BY key LIMIT 1 OFFSET ?3", (*key_range, count))
+    kept = row.fetchone()
+    if kept is None:  # every id goes: the window starts after the last one
+        lasts = db.execute(
+            "SELECT (SELECT MAX(key) FROM delivered WHERE key BETWEEN ?1 AND ?2), "
+            "(SELECT MAX(key) FROM events WHERE key BETWEEN ?1 AND ?2)",
+            key_range,
+        ).fetchone()
+        known = [key for key in lasts if key is not None]
+        kept = (max(known) + 1,) if known else (key_range[0],)
+    new_start = kept[0] - base
+    if new_start <= start:
+        return
     db.execute(
-        "UPDATE channels SET next_offset = MAX(next_offset, "
-        "IFNULL((SELECT MAX(key) - ? + 1 FROM delivered WHERE key BETWEEN ? AND ?), 0)) "
-        "WHERE id = ?",
-        (base, *key_range, base >> OFFSET_BITS),
+        "UPDATE channels SET window_start = ?1, next_offset = MAX(next_offset, ?1) WHERE id = ?2",
+        (new_start, cid),
     )
-    db.execute(
-        "DELETE FROM delivered WHERE key IN (SELECT key FROM delivered "
-        "WHERE key BETWEEN ? AND ? ORDER BY key LIMIT ?)",
-        (*key_range, count),
-    )
+    db.execute("DELETE FROM delivered WHERE key BETWEEN ? AND ?", (base, kept[0] - 1))
 
 
-def _insert(db: sqlite3.Connection, verb: str, table: str, rows: Sequence[tuple]) -> None:
-    """``verb INTO table`` of every row, ROWS_PER_STATEMENT rows per statement."""
-    for start in range(0, len(rows), ROWS_PER_STATEMENT):
-        chunk = rows[start : start + ROWS_PER_STATEMENT]
-        sql = _insert_sql(verb, table, len(chunk[0]), len(chunk))
-        db.execute(sql, list(itertools.chain.from_iterable(chunk)))
+def _insert(db: sqlite3.Connection, verb: str, table: str, width: int, params: list) -> None:
+    """``verb INTO table`` of rows given as one flat list of ``width`` values each,
+    ROWS_PER_STATEMENT rows per statement."""
+    step = width * ROWS_PER_STATEMENT
+    for start in range(0, len(params), step):
+        chunk = params if len(params) <= step else params[start : start + step]
+        db.execute(_insert_sql(verb, table, width, len(chunk) // width), chunk)
+
+
+def _flat(rows: Iterable[tuple]) -> list:
+    return list(itertools.chain.from_iterable(rows))
+
+
+def _event_params(base: int, events: Iterable[Event], accepted_at: float) -> list:
+    """The flat INSERT parameters of events rows, in one loop: this is the publish path,
+    and a tuple per row then a flattening cost as much again (measured)."""
+    params: list = []
+    for ev in events:
+        payload = ev.payload
+        params += (
+            base | ev.offset,
+            ev.id,
+            ev.publisher_id,
+            ev.partition,
+            ev.timestamp,
+            payload if type(payload) is str else _pack(payload),
+            accepted_at,
+        )
+    return params
+
+
+def _runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Offsets as sorted (first, last) runs of consecutive ones: acks retire events nearly
+    in offset order, so a few range deletes replace a lookup per event."""
+    runs: list[tuple[int, int]] = []
+    ordered = iter(sorted(offsets))
+    first = last = next(ordered, None)
+    if first is None:
+        return runs
+    for offset in ordered:
+        if offset > last + 1:
+            runs.append((first, last))
+            first = offset
+        last = offset
+    runs.append((first, last))
+    return runs
 
 
 @functools.lru_cache(maxsize=CACHED_STATEMENTS)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from channel_server.errors import StoreError
 from channel_server.events import Event
 from channel_server.store.base import ChannelRecord
-from channel_server.store.sqlite import SQLiteStore
+from channel_server.store.sqlite import SQLiteStore, _runs
 from tests.integration.procs import wait_until
 
 
@@ -59,12 +62,54 @@ def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
         store.append("c", [ev(1, "new")], next_offset=2, accepted_at=5.0)
         snap = store.load("c")
         assert [(e.id, e.payload) for e in snap.events] == [("old", "kept"), ("e1", "new")]
-        assert snap.delivered == [("e1", 5.0)]
+        # a queued event's id is in the window (version 2 did not keep when it came)
+        assert snap.delivered == [("old", 0.0), ("e1", 5.0)]
         assert snap.next_offset == 2
     finally:
         store.close()
     with sqlite3.connect(data / "channels.sqlite") as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("4",)
+
+
+V3_EVENTS = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE channels(
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
+    next_offset INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE events(
+    key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
+    timestamp REAL NOT NULL, payload, accepted_at REAL NOT NULL);
+CREATE TABLE delivered(key INTEGER PRIMARY KEY, id TEXT NOT NULL, accepted_at REAL NOT NULL);
+CREATE TRIGGER events_delivered AFTER INSERT ON events BEGIN
+    INSERT OR IGNORE INTO delivered VALUES (new.key, new.id, new.accepted_at);
+END;
+INSERT INTO meta VALUES ('schema', '3');
+INSERT INTO channels VALUES (1, 'c', 'queue', 0);
+INSERT INTO events VALUES (1099511627776, 'a', 'pub', 0, 1.0, 'x', 7.0);
+INSERT INTO events VALUES (1099511627777, 'b', 'pub', 0, 2.0, 'y', 8.0);
+DELETE FROM events WHERE key = 1099511627776;
+"""
+
+
+def test_a_schema_3_database_keeps_its_window_without_the_trigger(tmp_path: Path) -> None:
+    """Version 3 copied every id at publish time: its delivered rows of queued events
+    count once in the window, and new events no longer go to delivered."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with sqlite3.connect(data / "channels.sqlite") as db:
+        db.executescript(V3_EVENTS)
+    store = SQLiteStore(data)
+    try:
+        store.append("c", [ev(2, "new")], next_offset=3, accepted_at=9.0)
+        assert store.load("c").delivered == [("a", 7.0), ("b", 8.0), ("e2", 9.0)]
+        store.trim_delivered("c", 2)
+        assert store.load("c").delivered == [("e2", 9.0)]
+    finally:
+        store.close()
+    with sqlite3.connect(data / "channels.sqlite") as db:
+        triggers = db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        assert triggers.fetchall() == []
+        assert db.execute("SELECT key & 255 FROM delivered").fetchall() == []
 
 
 def test_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
@@ -96,7 +141,7 @@ def test_deferred_writes_reach_the_file_in_the_background(tmp_path: Path) -> Non
 CRASH_AFTER_APPEND = """
 import os, sys
 from channel_server.events import Event
-from channel_server.store.sqlite import SQLiteStore
+from channel_server.store.sqlite import SQLiteStore, _runs
 from tests.integration.procs import wait_until
 store = SQLiteStore(sys.argv[1])
 store.append("c", [Event("a", "pub", 0, 1.0, "x", 0)], 1, 7.0)
@@ -118,3 +163,11 @@ def test_a_crash_before_the_background_write_keeps_every_id_and_event(tmp_path: 
         assert snap.next_offset == 2
     finally:
         store.close()
+
+
+@given(st.sets(st.integers(min_value=0, max_value=200)))
+def test_runs_cover_exactly_the_offsets_in_order(offsets: set[int]) -> None:
+    runs = _runs(list(offsets) + list(offsets)[:3])  # a repeated offset changes nothing
+    covered = [o for first, last in runs for o in range(first, last + 1)]
+    assert covered == sorted(offsets)
+    assert all(b[0] > a[1] + 1 for a, b in itertools.pairwise(runs))  # maximal runs
