@@ -57,6 +57,11 @@ class DeferredWrites:
         with self._lock:
             self._pending.trims[channel] = self._pending.trims.get(channel, 0) + count
 
+    def deleting(self, channel: str) -> int:
+        """How many distinct events of the channel wait for their delete."""
+        with self._lock:
+            return len(set(self._pending.deletes.get(channel, ())))
+
     def take(self) -> PendingWrites:
         """Everything waiting, leaving nothing behind."""
         with self._lock:

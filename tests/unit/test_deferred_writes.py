@@ -33,3 +33,13 @@ def test_a_batch_put_back_goes_ahead_of_what_came_since() -> None:
     assert again.acks == [("c", "g", 1), ("c", "g", 2)]
     assert again.deletes == {"c": [0, 1]}
     assert again.trims == {"d": 4}
+
+
+def test_deleting_counts_the_distinct_waiting_deletes_of_a_channel() -> None:
+    deferred = DeferredWrites()
+    deferred.delete("c", [0, 1])
+    deferred.delete("c", [1, 2])
+    deferred.delete("d", [0])
+    assert (deferred.deleting("c"), deferred.deleting("d"), deferred.deleting("e")) == (3, 1, 0)
+    deferred.take()
+    assert deferred.deleting("c") == 0

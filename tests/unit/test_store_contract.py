@@ -209,3 +209,19 @@ def test_the_window_trims_the_oldest_ids_acknowledged_or_not(opener: Opener) -> 
     reopened.trim_delivered("c", 5)  # more than there are
     snap = opener().load("c")
     assert (snap.delivered, snap.next_offset) == ([], 5)
+
+
+def test_the_count_follows_appends_deletes_and_replays(opener: Opener) -> None:
+    store = opener()
+    assert store.count("c") == 0
+    store.append("c", [ev(i, float(i)) for i in range(5)], 5, 0.0)
+    assert store.count("c") == 5
+    store.delete("c", [1, 3])
+    assert store.count("c") == 3
+    store.load("c")  # a durable store writes its deferred deletes first
+    assert store.count("c") == 3
+    store.append("c", [ev(5, 5.0)], 6, 0.0)
+    store.reinsert("c", [ev(1, 1.0)], 1.0)
+    store.reinsert("c", [ev(1, 1.0)], 2.0)  # the same event again: no new row
+    assert store.count("c") == 5
+    assert opener().count("c") == 5
