@@ -436,12 +436,15 @@ class SQLiteStore(Store):
             snapshot.acks.setdefault(group, set()).add(offset)
             self._acked.add(channel)
         window_range = (base | self._window_start(base), key_range[1])
-        snapshot.delivered = self._query(
-            "SELECT id, accepted_at FROM (SELECT key, id, accepted_at FROM delivered "
-            "WHERE key BETWEEN ?1 AND ?2 UNION SELECT key, id, accepted_at FROM events "
-            "WHERE key BETWEEN ?1 AND ?2 ORDER BY key)",
-            window_range,
-        )
+        snapshot.delivered = [  # a compound SELECT's own ORDER BY: merged, not sorted
+            (event_id, accepted_at)
+            for _, event_id, accepted_at in self._query(
+                "SELECT key, id, accepted_at FROM delivered WHERE key BETWEEN ?1 AND ?2 "
+                "UNION SELECT key, id, accepted_at FROM events WHERE key BETWEEN ?1 AND ?2 "
+                "ORDER BY key",
+                window_range,
+            )
+        ]
         snapshot.dead_letters = [
             DeadLetterRecord(r[0], _event(r[1], r[2:7]), r[7])
             for r in self._query(

@@ -38,11 +38,17 @@ def test_a_failed_append_leaves_the_store_usable(tmp_path: Path) -> None:
         store.close()
 
 
-V2_EVENTS = """
+OLD_CHANNELS = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE channels(
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
     next_offset INTEGER NOT NULL DEFAULT 0);
+"""
+"""The tables versions 2 and 3 began with."""
+
+V2_EVENTS = (
+    OLD_CHANNELS
+    + """
 CREATE TABLE events(
     key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
     timestamp REAL NOT NULL, payload);
@@ -50,6 +56,7 @@ INSERT INTO meta VALUES ('schema', '2');
 INSERT INTO channels VALUES (1, 'c', 'queue', 1);
 INSERT INTO events VALUES (1099511627776, 'old', 'pub', 0, 1.0, 'kept');
 """
+)
 
 
 def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
@@ -71,11 +78,9 @@ def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
         assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("4",)
 
 
-V3_EVENTS = """
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE channels(
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
-    next_offset INTEGER NOT NULL DEFAULT 0);
+V3_EVENTS = (
+    OLD_CHANNELS
+    + """
 CREATE TABLE events(
     key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
     timestamp REAL NOT NULL, payload, accepted_at REAL NOT NULL);
@@ -89,6 +94,7 @@ INSERT INTO events VALUES (1099511627776, 'a', 'pub', 0, 1.0, 'x', 7.0);
 INSERT INTO events VALUES (1099511627777, 'b', 'pub', 0, 2.0, 'y', 8.0);
 DELETE FROM events WHERE key = 1099511627776;
 """
+)
 
 
 def test_a_schema_3_database_keeps_its_window_without_the_trigger(tmp_path: Path) -> None:
