@@ -423,28 +423,22 @@ class SQLiteStore(Store):
                 (channel,),
             )
         ]
+        rows = self._query(
+            f"SELECT key, {EVENT_COLUMNS}, accepted_at FROM events WHERE key BETWEEN ? AND ?",
+            key_range,
+        )
         snapshot.events = [  # inlined: a restart may read millions of rows
             Event(i, pub, part, ts, p if type(p) is str else _unpack(p), key & OFFSET_MASK)
-            for key, i, pub, part, ts, p in self._query(
-                f"SELECT key, {EVENT_COLUMNS} FROM events WHERE key BETWEEN ? AND ?", key_range
-            )
+            for key, i, pub, part, ts, p, _ in rows
         ]
+        snapshot.delivered = self._window(base, rows)
+        del rows  # a restart's peak memory
         snapshot.events.sort(key=DELIVERY_ORDER)
         for group, offset in self._query(
             "SELECT grp, offset FROM acks WHERE channel = ?", (channel,)
         ):
             snapshot.acks.setdefault(group, set()).add(offset)
             self._acked.add(channel)
-        window_range = (base | self._window_start(base), key_range[1])
-        snapshot.delivered = [  # a compound SELECT's own ORDER BY: merged, not sorted
-            (event_id, accepted_at)
-            for _, event_id, accepted_at in self._query(
-                "SELECT key, id, accepted_at FROM delivered WHERE key BETWEEN ?1 AND ?2 "
-                "UNION SELECT key, id, accepted_at FROM events WHERE key BETWEEN ?1 AND ?2 "
-                "ORDER BY key",
-                window_range,
-            )
-        ]
         snapshot.dead_letters = [
             DeadLetterRecord(r[0], _event(r[1], r[2:7]), r[7])
             for r in self._query(
@@ -460,9 +454,24 @@ class SQLiteStore(Store):
             snapshot.owners.setdefault(group, {})[(publisher_id, partition)] = owner
         return snapshot
 
-    def _window_start(self, base: int) -> int:
-        rows = self._query("SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,))
-        return rows[0][0]
+    def _window(self, base: int, event_rows: list[tuple]) -> list[tuple[str, float]]:
+        """The delivered window, oldest first: (id, accepted at) of the delivered rows and of
+        the events rows just read (key first, accepted_at last), from window_start on. The
+        events rows are reused: reading a long backlog again cost 0.7 s per million."""
+        (start,) = self._query(
+            "SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,)
+        )[0]
+        first = base | start
+        window = self._query(
+            "SELECT key, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
+            (first, base | OFFSET_MASK),
+        )
+        copied = len(window)
+        window += [(row[0], row[1], row[-1]) for row in event_rows if row[0] >= first]
+        window.sort()  # two sorted runs: one merge
+        if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
+            return list({key: (i, at) for key, i, at in window}.values())
+        return [(event_id, accepted_at) for _, event_id, accepted_at in window]
 
     def _next_offset(self, base: int) -> int:
         """The stored next offset, or past the last event or delivered id if larger (an
