@@ -59,11 +59,16 @@ INSERT INTO events VALUES (1099511627776, 'old', 'pub', 0, 1.0, 'kept');
 )
 
 
-def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
+def _written_by_an_older_broker(tmp_path: Path, script: str) -> Path:
     data = tmp_path / "data"
     data.mkdir()
     with sqlite3.connect(data / "channels.sqlite") as db:
-        db.executescript(V2_EVENTS)
+        db.executescript(script)
+    return data
+
+
+def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
+    data = _written_by_an_older_broker(tmp_path, V2_EVENTS)
     store = SQLiteStore(data)
     try:
         store.append("c", [ev(1, "new")], next_offset=2, accepted_at=5.0)
@@ -100,10 +105,7 @@ DELETE FROM events WHERE key = 1099511627776;
 def test_a_schema_3_database_keeps_its_window_without_the_trigger(tmp_path: Path) -> None:
     """Version 3 copied every id at publish time: its delivered rows of queued events
     count once in the window, and new events no longer go to delivered."""
-    data = tmp_path / "data"
-    data.mkdir()
-    with sqlite3.connect(data / "channels.sqlite") as db:
-        db.executescript(V3_EVENTS)
+    data = _written_by_an_older_broker(tmp_path, V3_EVENTS)
     store = SQLiteStore(data)
     try:
         store.append("c", [ev(2, "new")], next_offset=3, accepted_at=9.0)
