@@ -324,8 +324,8 @@ class EventChannel(PushSide, PullSide):
     @Pyro5.api.expose
     def stats(self) -> dict[str, Any]:
         """A JSON-friendly snapshot: counters, groups, members and partitions. ``stored``
-        is counted after the rest, outside the channel lock (it may write deferred
-        deletes first)."""
+        is counted after the rest, outside the channel lock (the first count of a durable
+        store reads its rows)."""
         with self._lock:
             core = self._core
             stats = {

@@ -8,8 +8,9 @@ every group has; the dead-letter calls when a poison event gives up or is replay
 Deferred writes: ``ack``, ``delete`` and ``trim_delivered`` may be written a moment later
 (the SQLite store batches them in the background). Losing them in a crash is safe: the
 events come back and are delivered again, and the subscribers' processed-ID windows
-acknowledge them without calling the handler. ``load``, ``count``, ``reinsert`` and
-``close`` apply whatever is deferred first, so a reader never sees them missing.
+acknowledge them without calling the handler. ``load``, ``reinsert`` and ``close`` apply
+whatever is deferred first, and ``count`` leaves out the deletes still deferred, so a
+reader never sees them missing.
 """
 
 from __future__ import annotations

@@ -458,10 +458,8 @@ class SQLiteStore(Store):
         """The delivered window, oldest first: (id, accepted at) of the delivered rows and of
         the events rows just read (key first, accepted_at last), from window_start on. The
         events rows are reused: reading a long backlog again cost 0.7 s per million."""
-        (start,) = self._query(
-            "SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,)
-        )[0]
-        first = base | start
+        with self._lock:
+            first = base | _window_start(self._db, base)
         window = self._query(
             "SELECT key, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
             (first, base | OFFSET_MASK),
@@ -532,27 +530,33 @@ def _trim(db: sqlite3.Connection, base: int, count: int) -> None:
     """Forget the ``count`` oldest ids of the window: move window_start past them (to the
     next id's offset, or past the last one), save the next offset that may carry, and
     delete the delivered rows below it."""
-    cid = base >> OFFSET_BITS
-    (start,) = db.execute("SELECT window_start FROM channels WHERE id = ?", (cid,)).fetchone()
+    start = _window_start(db, base)
     key_range = (base | start, base | OFFSET_MASK)
-    row = db.execute(f"{WINDOW_KEYS} ORDER BY key LIMIT 1 OFFSET ?3", (*key_range, count))
-    kept = row.fetchone()
-    if kept is None:  # every id goes: the window starts after the last one
+    kept = db.execute(f"{WINDOW_KEYS} ORDER BY key LIMIT 1 OFFSET ?3", (*key_range, count))
+    row = kept.fetchone()
+    if row is not None:
+        new_start = row[0] - base
+    else:  # every id goes: the window starts after the last one
         lasts = db.execute(
             "SELECT (SELECT MAX(key) FROM delivered WHERE key BETWEEN ?1 AND ?2), "
             "(SELECT MAX(key) FROM events WHERE key BETWEEN ?1 AND ?2)",
             key_range,
         ).fetchone()
-        known = [key for key in lasts if key is not None]
-        kept = (max(known) + 1,) if known else (key_range[0],)
-    new_start = kept[0] - base
+        known = [key - base for key in lasts if key is not None]
+        new_start = max(known) + 1 if known else start
     if new_start <= start:
         return
     db.execute(
         "UPDATE channels SET window_start = ?1, next_offset = MAX(next_offset, ?1) WHERE id = ?2",
-        (new_start, cid),
+        (new_start, base >> OFFSET_BITS),
     )
-    db.execute("DELETE FROM delivered WHERE key BETWEEN ? AND ?", (base, kept[0] - 1))
+    db.execute("DELETE FROM delivered WHERE key BETWEEN ? AND ?", (base, base | new_start - 1))
+
+
+def _window_start(db: sqlite3.Connection, base: int) -> int:
+    """The offset of the oldest id the channel's delivered window still holds."""
+    cid = base >> OFFSET_BITS
+    return db.execute("SELECT window_start FROM channels WHERE id = ?", (cid,)).fetchone()[0]
 
 
 def _insert(db: sqlite3.Connection, verb: str, table: str, width: int, params: list) -> None:
