@@ -116,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         "that did arrive is reported duplicate, never stored twice (default %(default)s)",
     )
     pub.add_argument(
+        "--rate",
+        type=cc.positive_float,
+        default=None,
+        metavar="EVENTS_PER_S",
+        help="pace synthetic events at about this rate (default: as fast as possible)",
+    )
+    pub.add_argument(
         "--kill-queues-at",
         type=cc.positive_int,
         default=None,
@@ -195,6 +202,16 @@ def synthetic_events(
         yield publisher.event(payload, partition=publisher.next_seq % partitions)
 
 
+def paced(events: Iterator[dict[str, Any]], rate: float) -> Iterator[dict[str, Any]]:
+    """Yield events no faster than ``rate`` per second (a steady stream for tests)."""
+    started = time.monotonic()
+    for n, event in enumerate(events):
+        ahead = started + n / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)  # pacing is the behaviour asked for
+        yield event
+
+
 def publish(args: argparse.Namespace) -> int:
     check_name("channel", args.channel)
     check_name("id", args.publisher_id)
@@ -215,6 +232,8 @@ def publish(args: argparse.Namespace) -> int:
             totals, count = report.totals, report.rows
         else:
             events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
+            if args.rate:
+                events = paced(events, args.rate)
             after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
             totals = publisher.publish_all(
                 events, args.batch_size, args.wait_when_full, after_batch=after_batch

@@ -1,9 +1,16 @@
-"""The ``--record`` sink: one JSON line per processed event, flushed as it is written."""
+"""The ``--record`` sink: one JSON line per processed event, flushed as it is written.
+
+Besides the event's fields, a line names the subscriber, its process id and the wall-clock
+time the handler finished (``at``), so a checker can tell which incarnation of a subscriber
+processed what, and when.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,10 +26,13 @@ class Recorder:
         self._lock = threading.Lock()
         """Guards _file."""
         self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._pid = os.getpid()
 
     def write(self, event: dict[str, Any]) -> None:
         line = {name: event.get(name) for name in RECORDED_FIELDS}
         line["subscriber"] = self.subscriber_id
+        line["pid"] = self._pid
+        line["at"] = time.time()
         with self._lock:
             self._file.write(json.dumps(line) + "\n")
             self._file.flush()  # on disk before the next event starts, so before the ack
