@@ -1,7 +1,8 @@
 """The broker: one Pyro5 daemon hosting many channels, published in the name server.
 
-Threads: the daemon's request loop (owned here), Pyro5 workers, and each channel's
-dispatchers (owned by the channel). ``_lock`` guards the channel table.
+Threads: the daemon's request loop and the dispatch pool (both owned here), and Pyro5
+workers. The pool pushes for every channel and runs the housekeeping round, which
+reschedules itself every ``housekeeping_s``. ``_lock`` guards the channel table.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import Pyro5.api
@@ -18,6 +20,7 @@ import Pyro5.server
 from channel_server.channel import EventChannel
 from channel_server.config import BrokerConfig
 from channel_server.core.channel_core import ChannelKind
+from channel_server.dispatch import DispatchPool
 from channel_server.errors import FaultInjectionDisabled, InvalidArgument, UnknownChannel
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
@@ -45,16 +48,21 @@ class Broker:
         self._channels: dict[str, EventChannel] = {}
         self._daemon: Pyro5.server.Daemon | None = None
         self._loop: threading.Thread | None = None
+        self._pool = DispatchPool(config.push_threads)
+        self._stopping = False
         self.ns: NameService | None = None
         self.uri: str = ""
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
         register_errors()
+        self._pool.start()
         sys.setswitchinterval(self.config.switch_interval_s)
         Pyro5.config.THREADPOOL_SIZE = self.config.threadpool_size
         self.ns = NameService.connect_or_start(self.config.ns_host, self.config.ns_port)
-        self._daemon = Pyro5.server.Daemon(host=self.config.host, port=self.config.port)
+        self._daemon = _BrokerDaemon(
+            self._client_gone, host=self.config.host, port=self.config.port
+        )
         service = BrokerService(self)
         self.uri = str(
             self._daemon.register(service, objectId=broker_ns_name(self.config.broker_id))
@@ -68,10 +76,30 @@ class Broker:
             target=self._daemon.requestLoop, name="broker-daemon", daemon=True
         )
         self._loop.start()
+        self._pool.submit(self._housekeep, self.config.housekeeping_s)
         log.info("broker %s serving at %s", self.config.broker_id, self.uri)
+
+    def _client_gone(self, conn: Any) -> None:
+        with self._lock:
+            channels = list(self._channels.values())
+        for channel in channels:
+            channel.connection_closed(id(conn))
+
+    def _housekeep(self) -> None:
+        """Every channel's housekeeping round, then the next one (while serving)."""
+        with self._lock:
+            channels = list(self._channels.values())
+        for channel in channels:
+            try:
+                channel.housekeep()
+            except Exception:
+                log.exception("%s: housekeeping failed", channel.name)
+        if not self._stopping:
+            self._pool.submit(self._housekeep, self.config.housekeeping_s)
 
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
+        self._stopping = True
         with self._lock:
             channels = list(self._channels.values())
         if self.ns is not None:
@@ -80,6 +108,7 @@ class Broker:
             self.ns.remove(broker_ns_name(self.config.broker_id))
         for channel in channels:
             channel.close()
+        self._pool.stop()
         if self._daemon is not None:
             self._daemon.shutdown()
             if self._loop is not None:
@@ -113,7 +142,9 @@ class Broker:
         with self._lock:
             if name in self._channels:
                 return str(self._daemon.uriFor(self._channels[name]))
-            channel = EventChannel(name, self.config.channel, self.store, channel_kind)
+            channel = EventChannel(
+                name, self.config.channel, self.store, self._pool, channel_kind
+            )
             uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
             winner = self._claim(name, uri, channel_kind)
             if winner != uri:
@@ -145,6 +176,17 @@ class Broker:
             self.ns.register(ns_name, uri, False, tags)  # our own entry from an earlier life
             return uri
         return existing[0]
+
+
+class _BrokerDaemon(Pyro5.server.Daemon):
+    """The broker's daemon: it tells the broker when a client connection closes."""
+
+    def __init__(self, on_disconnect: Callable[[Any], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_disconnect = on_disconnect
+
+    def clientDisconnect(self, conn: Any) -> None:
+        self._on_disconnect(conn)
 
 
 @Pyro5.api.expose

@@ -1,8 +1,10 @@
 """EventChannel: the Pyro5-exposed facade over one channel's pure core.
 
-Threads: Pyro5 worker threads call publish / subscribe / unsubscribe / stats; one
-:class:`Dispatcher` thread per member pushes batches. ``_lock`` guards the core, the
-dispatcher table and the wake-up conditions, which all share it. Pushes happen outside it.
+Threads: Pyro5 worker threads call the exposed methods; the broker's dispatch pool runs
+this channel's pushes (:class:`PushDelivery`), pings and housekeeping. Lock order: the
+channel's ``lock`` first, then the store's and the pool's own locks, which never call back.
+``lock`` guards the core, the push side's scheduling state, ``_closed`` and ``_trimmed``;
+no RPC is made while holding it.
 """
 
 from __future__ import annotations
@@ -16,31 +18,32 @@ from contextlib import contextmanager
 from typing import Any
 
 import Pyro5.api
-import Pyro5.core
-import Pyro5.errors
+from Pyro5.callcontext import current_context
 
+from channel_server import boundary
+from channel_server.channel_stats import channel_stats, dead_letter_rows
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
-from channel_server.core.group import AckOutcome, Batch, ConsumerGroup
-from channel_server.dispatcher import Dispatcher
-from channel_server.errors import InvalidArgument, QueueFull, SubscriberIdInUse
+from channel_server.core.group import AckOutcome, ConsumerGroup
+from channel_server.core.member import PULL_CALLBACK
+from channel_server.dispatch import DispatchPool, answers
+from channel_server.errors import NotSubscribed, QueueFull, SubscriberIdInUse
 from channel_server.events import Event
-from channel_server.pull import PULL, PullSide
-from channel_server.push import PushSide, answers, check_callback
+from channel_server.push import PushDelivery
 from channel_server.store.base import DeadLetterRecord, MemberRecord, Store
-from channel_server.wire import DEFAULT_GROUP, check_name
+from channel_server.wire import DEFAULT_GROUP
 
 log = logging.getLogger(__name__)
-MemberKey = tuple[str, str]
-"""(group, member id)"""
-STOP_TIMEOUT_S = 5.0
+SESSION_SEED_SCALE = 1_000_000
+"""Sessions start at the clock in microseconds: each life of a channel uses new ones."""
 
 
-class EventChannel(PushSide, PullSide):
-    """A named channel: publish events, subscribe push consumers, read its state.
+class EventChannel:
+    """A named channel: publish events, subscribe consumers, acknowledge, read its state.
 
-    Only the methods marked ``@expose`` are reachable over RPC; the dispatcher side
-    (next_batch, push_done, push_failed) and close are for in-process callers.
+    Only the methods marked ``@expose`` are reachable over RPC; ``restore``,
+    ``housekeep``, ``kill_queues`` and ``close`` are for the broker, and ``lock``,
+    ``core``, ``now`` and ``after_change`` for the channel's own parts.
     """
 
     def __init__(
@@ -48,44 +51,39 @@ class EventChannel(PushSide, PullSide):
         name: str,
         config: ChannelConfig,
         store: Store,
+        pool: DispatchPool,
         kind: ChannelKind = ChannelKind.QUEUE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._name = name
-        self._config = config
+        self.config = config
         self._store = store
-        self._clock = clock
-        self._lock = threading.Lock()
-        """Guards _core, _dispatchers, _wakeups, _closed and _trimmed."""
-        self._core = ChannelCore(name, config, kind)
-        self._wakeups: dict[MemberKey, threading.Condition] = {}
-        self._dispatchers: dict[MemberKey, Dispatcher] = {}
-        self._waiting: set[MemberKey] = set()
-        """Dispatchers waiting on their wake-up condition right now."""
+        self.now = clock
+        self.lock = threading.Lock()
+        self.core = ChannelCore(name, config, kind, int(clock() * SESSION_SEED_SCALE))
+        self._push = PushDelivery(self, pool)
         self._closed = False
         self._trimmed = 0
         """Delivered ids already trimmed from the store's window."""
-        self._pulls: dict[MemberKey, Batch | None] = {}
-        """The one unacknowledged event of each pull member (handed out by ``get``)."""
+        self._connections: dict[int, set[tuple[str, str]]] = {}
+        """id of a client connection -> the push members that spoke through it: when it
+        closes (the subscriber's process died, say), they are pinged at once."""
 
     def restore(self) -> int:
         """Load what the store kept (a restart) and resume pushing to the saved members.
         Call once, before the channel is published. Returns the events restored."""
         with _no_gc():  # millions of new objects: no collections until they are all in place
             snapshot = self._store.load(self._name)
-        with self._lock:
+        with self.lock:
             with _no_gc():
-                self._core.restore(snapshot)
-            self._trimmed = self._core.delivered.expired_total
-            for grp in self._core.groups.values():
+                self.core.restore(snapshot, self.now())
+            self._trimmed = self.core.delivered.expired_total
+            for grp in self.core.groups.values():
                 self._store.save_group(self._name, grp.name, grp.created_offset)
                 for member in grp.members.values():
-                    if member.callback != PULL:
-                        self._start_dispatcher(
-                            grp.name, member.member_id, member.session, member.callback
-                        )
-            self._persist_owners()
-            self._wake_ready()
+                    if not member.pull:
+                        self._push.member_joined((grp.name, member.member_id), member.callback)
+            self.after_change()
         if snapshot.events or snapshot.members:
             log.info(
                 "%s: restored %d unacknowledged events, %d members, %d dead letters",
@@ -114,33 +112,32 @@ class EventChannel(PushSide, PullSide):
         Raises InvalidEvent (nothing stored) or QueueFull (the front of the batch that fit
         was stored; the exception says how much).
         """
-        with self._lock:
+        with self.lock:
             self._check_queues()  # publishing halts here while lost events are rebuilt
-            outcome = self._core.prepare(batch)
+            outcome = self.core.prepare(batch)
             if outcome.accepted:
                 self._accept(outcome.accepted)
         if outcome.refused:
             raise QueueFull(
                 self._name,
-                self._config.capacity,
+                self.config.capacity,
                 accepted=len(outcome.accepted),
                 refused_ids=outcome.refused,
                 duplicates=outcome.duplicates,
-                retry_after_s=self._config.queue_full_retry_s,
+                retry_after_s=self.config.queue_full_retry_s,
             )
         return outcome.summary()
 
     def _accept(self, events: list[Event]) -> None:
         """Commit prepared events to the store, then queue them (under the lock). The
         commit stays under the lock on purpose: SQLite lets go of the GIL for it, and
-        dispatchers blocked on the lock do not compete for the GIL when the publish wants
-        it back (measured: slightly faster than committing outside the lock)."""
-        now = self._clock()
-        self._store.append(self._name, events, self._core.next_offset, now)
-        self._core.enqueue(events, now)
+        threads blocked on the lock do not compete for the GIL when the publish wants it
+        back (measured: slightly faster than committing outside the lock)."""
+        now = self.now()
+        self._store.append(self._name, events, self.core.next_offset, now)
+        self.core.enqueue(events, now)
         self._trim_delivered()
-        self._persist_owners()
-        self._wake_ready()
+        self.after_change()
 
     # -- subscriptions -------------------------------------------------------------------
     @Pyro5.api.expose
@@ -154,14 +151,15 @@ class EventChannel(PushSide, PullSide):
         """Join (or resume: it is idempotent) a group as a push subscriber reached at
         ``callback``, or as a pull subscriber (``get``) without one. The group defaults to
         ``default`` on a queue and to a group of the subscriber's own on a topic."""
-        check_name("subscriber_id", subscriber_id)
+        boundary.check_name("subscriber_id", subscriber_id)
         group = self._group_of(subscriber_id, group)
-        callback = PULL if callback is None else check_callback(callback)
-        prefetch = 1 if callback == PULL else self._check_prefetch(prefetch)
+        callback = PULL_CALLBACK if callback is None else boundary.check_callback(callback)
+        pull = callback == PULL_CALLBACK
+        prefetch = 1 if pull else boundary.check_prefetch(prefetch, self.config)
         claimed_by = self._active_elsewhere(group, subscriber_id, callback)
-        if claimed_by and answers(claimed_by, self._config.liveness_timeout_s):
+        if claimed_by and answers(claimed_by, self.config.liveness_timeout_s):
             raise SubscriberIdInUse(subscriber_id, group)
-        with self._lock:
+        with self.lock:
             self._check_queues()
             grp = self._add_group(group)
             existing = grp.members.get(subscriber_id)
@@ -175,50 +173,60 @@ class EventChannel(PushSide, PullSide):
                     callback,
                     existing.callback,
                 )
-                grp.deactivate(subscriber_id)
-            member = grp.join(subscriber_id, callback, prefetch)
+            if existing and not existing.active:
+                log.warning(
+                    "%s: %s readmitted (it was inactive: %s)",
+                    self._name,
+                    subscriber_id,
+                    existing.inactive_reason,
+                )
+            member = grp.join(
+                subscriber_id, callback, prefetch, self.core.new_session(), self.now(), pull
+            )
             self._store.save_member(
                 MemberRecord(self._name, group, subscriber_id, callback, prefetch)
             )
-            if callback != PULL:
-                self._start_dispatcher(group, subscriber_id, member.session, callback)
-            self._persist_owners()
-            self._wake_ready()
+            if not pull:
+                self._push.member_joined((group, subscriber_id), callback)
+                self._note_connection((group, subscriber_id))
+            self.after_change()
             partitions = sorted(member.partitions, key=str)
-        mode = "pull" if callback == PULL else "push"
         log.info(
             "%s: %s joined group %s (%s, prefetch %d)",
             self._name,
             subscriber_id,
             group,
-            mode,
+            "pull" if pull else "push",
             prefetch,
         )
         return {
             "channel": self._name,
-            "kind": self._core.kind.value,
+            "kind": self.core.kind.value,
             "group": group,
             "subscriber_id": subscriber_id,
-            "mode": mode,
+            "mode": "pull" if pull else "push",
             "prefetch": prefetch,
+            "session": member.session,
+            "heartbeat_s": self.config.heartbeat_s,
+            "handler_timeout_s": self.config.handler_timeout_s,
             "partitions": [list(key) for key in partitions],
         }
 
     def _group_of(self, subscriber_id: str, group: str | None) -> str:
         if group is None:
-            return self._core.default_group_for(subscriber_id)
-        return check_name("group", group)
+            return self.core.default_group_for(subscriber_id)
+        return boundary.check_name("group", group)
 
     def _add_group(self, group: str) -> ConsumerGroup:
-        if group not in self._core.groups:
-            grp = self._core.add_group(group)
+        if group not in self.core.groups:
+            grp = self.core.add_group(group)
             self._store.save_group(self._name, group, grp.created_offset)
-        return self._core.groups[group]
+        return self.core.groups[group]
 
     def _active_elsewhere(self, group: str, subscriber_id: str, callback: str) -> str | None:
         """The callback of an active member with this id at another address, if any."""
-        with self._lock:
-            grp = self._core.groups.get(group)
+        with self.lock:
+            grp = self.core.groups.get(group)
             member = grp.members.get(subscriber_id) if grp else None
             if member and member.active and member.callback != callback:
                 return member.callback
@@ -226,44 +234,232 @@ class EventChannel(PushSide, PullSide):
 
     @Pyro5.api.expose
     def unsubscribe(self, subscriber_id: str, group: str | None = None) -> bool:
-        """Leave the group (idempotent: False if not a member). In ``default`` its
-        partitions go back to the pool; the last member of another group takes the group
-        and its backlog with it."""
-        check_name("subscriber_id", subscriber_id)
+        """Leave the group (idempotent: False if not a member). What the member held goes
+        back to the head of its partitions; in ``default`` its partitions go back to the
+        pool; the last member of another group takes the group and its backlog with it."""
+        boundary.check_name("subscriber_id", subscriber_id)
         group = self._group_of(subscriber_id, group)
-        with self._lock:
-            grp = self._core.groups.get(group)
+        with self.lock:
+            grp = self.core.groups.get(group)
             if grp is None or subscriber_id not in grp.members:
                 return False
-            self._pulls.pop((group, subscriber_id), None)
             grp.leave(subscriber_id)
+            self._push.member_left((group, subscriber_id))
             self._store.remove_member(self._name, group, subscriber_id)
             if group != DEFAULT_GROUP and not grp.members:
                 self._drop_group(group)
-            self._persist_owners()
-            self._wake_all()
+            self.after_change()
         log.info("%s: %s left group %s", self._name, subscriber_id, group)
         return True
 
     def _drop_group(self, group: str) -> None:
-        gone = self._core.drop_group(group)
+        gone = self.core.drop_group(group)
         self._store.remove_group(self._name, group)
         if gone:
             self._store.delete(self._name, self._store.offsets(gone))
         log.info("%s: group %s dropped with %d events only it held", self._name, group, len(gone))
 
-    def _check_prefetch(self, prefetch: Any) -> int:
-        if prefetch is None:
-            return self._config.default_prefetch
-        if type(prefetch) is not int or not 1 <= prefetch <= self._config.max_prefetch:
-            raise InvalidArgument("prefetch", f"must be an integer 1-{self._config.max_prefetch}")
-        return prefetch
+    # -- acknowledgements and liveness ---------------------------------------------------
+    @Pyro5.api.expose
+    def ack(
+        self,
+        subscriber_id: str,
+        group: str,
+        session: int,
+        through_seq: int,
+        acked: list[str],
+        nacked: dict[str, str],
+    ) -> dict[str, Any]:
+        """A push subscriber reports events its handlers finished: ``acked`` ones are done,
+        ``nacked`` ones failed (retried, or dead-lettered after ``max_attempts``), and any
+        other event it was given up to ``through_seq`` was skipped (redelivered). Answers
+        ``{"status": "ok"}``, or ``"stale"`` for a session that is over."""
+        boundary.check_name("subscriber_id", subscriber_id)
+        boundary.check_name("group", group)
+        session, through_seq = (
+            boundary.check_seq("session", session),
+            boundary.check_seq("through_seq", through_seq),
+        )
+        acked, nacked = boundary.check_acks(acked, nacked, self.config.max_prefetch)
+        with self.lock:
+            grp = self.core.groups.get(group)
+            if grp is None:
+                return {"status": "stale"}
+            outcome, retired = self.core.acknowledge(
+                grp, subscriber_id, session, acked, nacked, through_seq, self.now()
+            )
+            if outcome.stale:
+                return {"status": "stale"}
+            self._note_connection((group, subscriber_id))
+            self._persist_outcome(group, outcome, retired)
+            self.after_change()
+        self._log_outcome(subscriber_id, outcome)
+        return {"status": "ok"}
 
-    def _persist_owners(self) -> None:
-        for grp in self._core.groups.values():
+    @Pyro5.api.expose
+    def heartbeat(self, subscriber_id: str, group: str, session: int) -> dict[str, Any]:
+        """A push subscriber says it is alive and learns its standing: ``active``,
+        ``moved`` (active in another session: the channel was restored, or the id was
+        taken over; ``callback`` says where), ``inactive`` (declared dead: subscribe
+        again) or ``unknown`` (not a member)."""
+        boundary.check_name("subscriber_id", subscriber_id)
+        boundary.check_name("group", group)
+        session = boundary.check_seq("session", session)
+        with self.lock:
+            grp = self.core.groups.get(group)
+            member = grp.heartbeat(subscriber_id, self.now()) if grp else None
+            if member is None:
+                return {"status": "unknown"}
+            self._note_connection((group, subscriber_id))
+            if not member.active:
+                return {"status": "inactive", "reason": member.inactive_reason}
+            if member.session != session:
+                return {"status": "moved", "session": member.session, "callback": member.callback}
+        return {"status": "active"}
+
+    def _log_outcome(self, member_id: str, outcome: AckOutcome) -> None:
+        if outcome.missing:
+            log.warning(
+                "%s: %s skipped the acks of %d events; they will be redelivered",
+                self._name,
+                member_id,
+                outcome.missing,
+            )
+        for ev, error in outcome.dead:
+            log.warning(
+                "%s: %s dead-lettered after %d failures: %s",
+                self._name,
+                ev.id,
+                self.config.max_attempts,
+                error,
+            )
+
+    # -- pull ----------------------------------------------------------------------------
+    @Pyro5.api.expose
+    def get(
+        self, subscriber_id: str, last_id: str | None = None, group: str | None = None
+    ) -> dict[str, Any]:
+        """The classic exactly-once get. ``last_id`` (the id the client got last) is
+        acknowledged and the next event returned; a retried get with the same ``last_id``
+        returns the same event again. Answers ``{"status": "message", "event": {...}}`` or
+        ``{"status": "empty"}``; raises NotSubscribed. A member timed out for not calling
+        ``get`` is readmitted by its next one."""
+        boundary.check_name("subscriber_id", subscriber_id)
+        group = self._group_of(subscriber_id, group)
+        last_id = boundary.check_last_id(last_id)
+        with self.lock:
+            grp = self.core.groups.get(group)
+            if grp is None or subscriber_id not in grp.members:
+                raise NotSubscribed(subscriber_id, self._name)
+            self._check_queues()
+            now = self.now()
+            member = grp.members[subscriber_id]
+            if not member.active:
+                log.warning("%s: %s readmitted by a get", self._name, subscriber_id)
+                session = self.core.new_session()
+                member = grp.join(subscriber_id, PULL_CALLBACK, 1, session, now, pull=True)
+            member.seen(now)
+            if last_id is not None:
+                self._ack_pulled(grp, subscriber_id, last_id, now)
+            flights = grp.flights_of(subscriber_id)
+            if not flights and grp.take_batch(subscriber_id, now) is not None:
+                flights = grp.flights_of(subscriber_id)
+            self.after_change()
+        if not flights:
+            return {"status": "empty"}
+        return {"status": "message", "event": flights[0].event.to_dict(flights[0].attempt)}
+
+    def _ack_pulled(self, grp: ConsumerGroup, member_id: str, last_id: str, now: float) -> None:
+        """Acknowledge the message a pull client names as the last one it got, whether it
+        is held (the usual case) or back at the head of its partition (after a restart)."""
+        held = [f for f in grp.flights_of(member_id) if f.event.id == last_id]
+        if not held and not grp.flights_of(member_id) and grp.take_event(member_id, last_id, now):
+            held = grp.flights_of(member_id)
+        if held:
+            session = grp.members[member_id].session
+            outcome, retired = self.core.acknowledge(
+                grp, member_id, session, [last_id], {}, held[0].seq, now
+            )
+            self._persist_outcome(grp.name, outcome, retired)
+
+    @Pyro5.api.expose
+    def memberships(self, subscriber_id: str) -> list[dict[str, Any]]:
+        """The groups of this channel the subscriber belongs to."""
+        boundary.check_name("subscriber_id", subscriber_id)
+        with self.lock:
+            return [
+                {
+                    "channel": self._name,
+                    "kind": self.core.kind.value,
+                    "group": name,
+                    "mode": "pull" if grp.members[subscriber_id].pull else "push",
+                }
+                for name, grp in self.core.groups.items()
+                if subscriber_id in grp.members
+            ]
+
+    def _note_connection(self, key: tuple[str, str]) -> None:
+        """Remember which client connection a push member speaks through (under the lock)."""
+        conn = current_context.client
+        if conn is not None:
+            self._connections.setdefault(id(conn), set()).add(key)
+
+    def connection_closed(self, conn_id: int) -> None:
+        """A client connection closed: ping the push members that spoke through it now,
+        instead of waiting for them to fall silent (a crashed subscriber is found fast)."""
+        with self.lock:
+            for key in self._connections.pop(conn_id, ()):
+                grp = self.core.groups.get(key[0])
+                member = grp.members.get(key[1]) if grp else None
+                if member is not None and member.active and not member.pull:
+                    self._push.probe(key)
+
+    # -- the parts' side -----------------------------------------------------------------
+    def after_change(self) -> None:
+        """After any change, under the lock: log members made inactive, persist ownership,
+        and wake the push members that may have work now."""
+        for grp in self.core.groups.values():
+            for member_id, reason in grp.deactivations:
+                log.warning("%s: %s marked inactive (%s)", self._name, member_id, reason)
+            grp.deactivations.clear()
+            for member_id, moved in grp.offloads:
+                log.warning(
+                    "%s: moved %d queued partitions of slow %s to others",
+                    self._name,
+                    moved,
+                    member_id,
+                )
+            grp.offloads.clear()
             if changes := grp.take_owner_changes():
                 self._store.save_owners(self._name, grp.name, changes)
+            for member_id in grp.touched:
+                self._push.wake((grp.name, member_id))
+            grp.touched.clear()
 
+    def housekeep(self) -> None:
+        """The broker's periodic round: ping silent members holding events, time out
+        stuck handlers and quiet pull members, drop idle partitions, expire the dedupe
+        window, and check the queues' invariant."""
+        cfg = self.config
+        with self.lock:
+            if self._closed:
+                return
+            now = self.now()
+            self._check_queues()
+            for grp in self.core.groups.values():
+                for member_id in grp.stuck(now, cfg.handler_timeout_s):
+                    grp.deactivate(member_id, f"held an event over {cfg.handler_timeout_s:g} s")
+                for member_id in grp.idle_pullers(now, cfg.pull_timeout_s):
+                    grp.deactivate(member_id, f"no get for {cfg.pull_timeout_s:g} s")
+                for member_id in grp.silent(now, cfg.ack_timeout_s):
+                    self._push.probe((grp.name, member_id))
+                for key in grp.sweep_idle(now, cfg.partition_idle_s):
+                    log.debug("%s: dropped idle partition %s", self._name, key)
+            self.core.delivered.expire(now)
+            self._trim_delivered()
+            self.after_change()
+
+    # -- persistence ---------------------------------------------------------------------
     def _persist_outcome(self, group: str, outcome: AckOutcome, retired: list[Event]) -> None:
         if outcome.dead:
             letters = [DeadLetterRecord(group, ev, error) for ev, error in outcome.dead]
@@ -276,7 +472,7 @@ class EventChannel(PushSide, PullSide):
             self._store.delete(self._name, sorted(gone))
 
     def _trim_delivered(self) -> None:
-        expired = self._core.delivered.expired_total - self._trimmed
+        expired = self.core.delivered.expired_total - self._trimmed
         if expired:
             self._store.trim_delivered(self._name, expired)
             self._trimmed += expired
@@ -284,7 +480,7 @@ class EventChannel(PushSide, PullSide):
     def _check_queues(self) -> None:
         """The invariant of DESIGN §7: accepted - acknowledged = queued + in flight. When
         it breaks (kill_queues), rebuild the queues from the backup before going on."""
-        lost = self._core.lost()
+        lost = self.core.lost()
         if not lost:
             return
         log.warning(
@@ -293,93 +489,60 @@ class EventChannel(PushSide, PullSide):
             self._name,
             lost,
         )
-        refilled = self._core.rebuild(self._store.load(self._name))
+        refilled = self.core.rebuild(self._store.load(self._name))
         log.warning(
             "%s: rebuilt %d events in timestamp order; publishing resumed", self._name, refilled
         )
-        self._wake_all()
+        for grp in self.core.groups.values():
+            grp.touched.update(grp.members)
 
     def kill_queues(self) -> int:
         """The fault of DESIGN §8: empty the in-memory queues and say nothing. The channel
         notices by its invariant (on the next publish, subscribe or housekeeping round)."""
-        with self._lock:
-            dropped = self._core.kill_queues()
+        with self.lock:
+            dropped = self.core.kill_queues()
         log.warning(
             "%s: fault kill_queues fired: %d queued events dropped from memory", self._name, dropped
         )
         return dropped
 
-    def _wake_ready(self) -> None:
-        """Notify the waiting dispatchers that have a partition ready to send."""
-        for name, member_id in list(self._waiting):
-            grp = self._core.groups.get(name)
-            if grp is not None and grp.has_ready(member_id):
-                self._wakeups[(name, member_id)].notify()
-
-    def _wake_all(self) -> None:
-        for wakeup in self._wakeups.values():
-            wakeup.notify_all()
-
     # -- visibility and life cycle -------------------------------------------------------
     @Pyro5.api.expose
     def stats(self) -> dict[str, Any]:
         """A JSON-friendly snapshot: counters, groups, members and partitions. ``stored``
-        is counted after the rest, outside the channel lock (the first count of a durable
-        store reads its rows)."""
-        with self._lock:
-            core = self._core
-            stats = {
-                "name": self._name,
-                "kind": core.kind.value,
-                "capacity": self._config.capacity,
-                "unacked": core.unacked,
-                "accepted": core.accepted_total,
-                "acked": core.acked_total,
-                "dead_letters": len(core.dead_letters),
-                "durable": self._store.durable,
-                "groups": {name: _group_stats(grp) for name, grp in core.groups.items()},
-            }
+        is counted after the rest, outside the channel lock."""
+        with self.lock:
+            stats = channel_stats(self.core, self.config, self._store.durable, self.now())
         stats["stored"] = self._store.count(self._name)
         return stats
 
     @Pyro5.api.expose
     def dead_letters(self) -> list[dict[str, Any]]:
         """The dead-letter queue: events whose handler failed ``max_attempts`` times."""
-        with self._lock:
-            letters = [
-                dict(d.event.to_dict(), group=d.group, error=d.error)
-                for d in self._core.dead_letters
-            ]
-        for letter in letters:  # it failed max_attempts times, whatever its last attempt
-            del letter["attempt"]
-            letter["failures"] = self._config.max_attempts
-        return letters
+        with self.lock:
+            return dead_letter_rows(self.core, self.config.max_attempts)
 
     @Pyro5.api.expose
     def replay_dead_letters(self, ids: list[str] | None = None) -> int:
         """Queue dead letters (all, or these ids) for delivery again; returns how many."""
-        if ids is not None and (not isinstance(ids, list) or not all(type(i) is str for i in ids)):
-            raise InvalidArgument("ids", "must be a list of event ids")
-        with self._lock:
-            chosen, restored = self._core.replay(None if ids is None else set(ids))
+        ids = boundary.check_id_list("ids", ids)
+        with self.lock:
+            chosen, restored = self.core.replay(None if ids is None else set(ids))
             if restored:
-                self._store.reinsert(self._name, restored, self._clock())
+                self._store.reinsert(self._name, restored, self.now())
             for letter in chosen:
                 self._store.remove_dead_letters(self._name, letter.group, [letter.event.offset])
-            self._wake_ready()
+            self.after_change()
         log.info("%s: replaying %d dead letters", self._name, len(chosen))
         return len(chosen)
 
     def close(self) -> None:
-        """Stop every dispatcher (after its current push) and wait for them."""
-        with self._lock:
+        """Stop pushing and close the links to the push members."""
+        with self.lock:
             self._closed = True
-            dispatchers = list(self._dispatchers.values())
-            for dispatcher in dispatchers:
-                dispatcher.stop()
-            self._wake_all()
-        for dispatcher in dispatchers:
-            dispatcher.join(STOP_TIMEOUT_S)
+            links = self._push.detach()
+        for link in links:
+            link.close()
 
 
 @contextmanager
@@ -391,34 +554,3 @@ def _no_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _group_stats(grp: ConsumerGroup) -> dict[str, Any]:
-    return {
-        "backlog": grp.backlog,
-        "members": [
-            {
-                "id": m.member_id,
-                "active": m.active,
-                "partitions": len(m.partitions),
-                "queued": m.queued,
-                "in_flight": m.in_flight,
-                "delivered": m.delivered,
-                "acked": m.acked,
-                "failures": m.failures,
-                "small_delays": m.delays.small,
-                "long_delays": m.delays.long,
-            }
-            for m in sorted(grp.members.values(), key=lambda m: m.member_id)
-        ],
-        "partitions": [
-            {
-                "publisher_id": pq.key[0],
-                "partition": pq.key[1],
-                "owner": pq.owner,
-                "pending": len(pq.pending),
-                "in_flight": len(pq.in_flight),
-            }
-            for pq in grp.partitions.values()
-        ],
-    }

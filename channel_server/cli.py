@@ -75,7 +75,32 @@ CHANNEL_FLAGS = (
         "--ack-timeout",
         cc.positive_float,
         "ack_timeout_s",
-        "seconds a push may take before it counts as failed",
+        "seconds a push (handing a batch over) may take before it counts as failed; also "
+        "how long a subscriber holding events may stay silent before it is pinged",
+    ),
+    (
+        "--handler-timeout",
+        cc.positive_float,
+        "handler_timeout_s",
+        "seconds a subscriber may hold one event while it answers pings (a hung handler)",
+    ),
+    (
+        "--heartbeat",
+        cc.positive_float,
+        "heartbeat_s",
+        "seconds between a push subscriber's heartbeats (it learns whether it was dropped)",
+    ),
+    (
+        "--pull-timeout",
+        cc.positive_float,
+        "pull_timeout_s",
+        "seconds without a get before a pull subscriber is marked inactive",
+    ),
+    (
+        "--window-hold",
+        cc.positive_float,
+        "window_hold_s",
+        "seconds of its own work a push subscriber holds at most (its prefetch caps it)",
     ),
     (
         "--max-attempts",

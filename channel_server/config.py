@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from channel_server.core.group import GroupPolicy
 from channel_server.core.health import DelayPolicy
+from channel_server.core.member import WindowPolicy
 from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
@@ -19,11 +21,26 @@ class ChannelConfig:
     """Load of owning one partition, in events (DESIGN §5)."""
     default_prefetch: int = 100
     """Most unacknowledged events a subscriber holds when it does not say."""
+    window_initial: int = 10
+    """Events a push member may hold before its pace is known."""
+    window_hold_s: float = 1.0
+    """A push member holds about this many seconds of its own work (at most its
+    prefetch): a slow handler holds few events, so the rest can go to free members."""
     max_prefetch: int = 10_000
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     max_publish_batch: int = 100_000
     ack_timeout_s: float = 5.0
-    """Timeout of one push (receive) round trip."""
+    """Timeout of one push round trip (handing a batch over, not processing it); also how
+    long a member holding events may stay silent before it is pinged."""
+    handler_timeout_s: float = 1800.0
+    """Longest a member may hold one event while it answers pings (a handler that hangs);
+    then it is marked inactive and the event moves on. Like RabbitMQ's consumer timeout."""
+    heartbeat_s: float = 2.0
+    """How often a push subscriber tells the channel it is alive (and learns whether it
+    was dropped, to subscribe again)."""
+    pull_timeout_s: float = 60.0
+    """A pull member with no ``get`` for this long is marked inactive; its partitions and
+    the message it held move on (it is readmitted by its next ``get``)."""
     max_attempts: int = 3
     """Consecutive failed pushes before a member is inactive; handler failures before an
     event goes to the dead-letter queue."""
@@ -42,19 +59,26 @@ class ChannelConfig:
     dedupe_max_age_s: float = 24 * 3600.0
     queue_full_retry_s: float = 0.5
     """Retry hint given with QueueFull."""
-    dispatch_wait_s: float = 1.0
-    """Longest a dispatcher sleeps without being notified (housekeeping cadence)."""
     dispatch_linger_s: float = 0.002
     """How long a dispatcher waits for more events before sending a batch smaller than
     the member's free prefetch (like Kafka's linger.ms): fewer, fuller pushes under load,
     for at most this much latency. 0 sends at once."""
     liveness_timeout_s: float = 1.0
-    """Timeout of the ping that checks whether a member whose id is claimed again is
-    still alive."""
+    """Timeout of a ping: a silent member, or one whose id is claimed again."""
 
     def delay_policy(self) -> DelayPolicy:
         return DelayPolicy(
             self.small_delay_s, self.long_delay_s, self.long_delay_count, self.long_delay_window_s
+        )
+
+    def group_policy(self) -> GroupPolicy:
+        return GroupPolicy(
+            self.partition_weight,
+            self.max_attempts,
+            self.rebalance_threshold,
+            self.retry_backoff_s,
+            self.delay_policy(),
+            WindowPolicy(self.window_initial, self.window_hold_s),
         )
 
 
@@ -77,4 +101,10 @@ class BrokerConfig:
     still under 5 ms (docs/benchmarks.md)."""
     threadpool_size: int = 256
     """Pyro5 worker threads: one per connected client (publishers, subscribers, admin)."""
+    push_threads: int = 8
+    """Threads that push batches to every push member of every channel (a bounded pool,
+    not a thread per subscriber; a push only hands a batch over, so it is short)."""
+    housekeeping_s: float = 1.0
+    """Cadence of the broker's housekeeping: liveness pings, handler and pull timeouts,
+    idle partitions, the dedupe window, the queue invariant."""
     channel: ChannelConfig = field(default_factory=ChannelConfig)

@@ -1,179 +1,202 @@
-"""The push side of a channel: one dispatcher per push member, and what its pushes change.
+"""The push side of one channel: a link per push member, pushes run on the dispatch pool.
 
-A mixin of :class:`channel_server.channel.EventChannel`, which owns the state it uses
-(``_lock``, ``_core``, ``_store``, ``_dispatchers``, ``_wakeups``) and the helpers that
-persist and wake (``_persist_outcome``, ``_persist_owners``, ``_wake_ready``,
-``_check_queues``, ``_trim_delivered``). Dispatchers call ``next_batch``, ``push_done`` and
-``push_failed`` (the BatchSource protocol); the pushes themselves happen outside the lock.
+Owned by its :class:`channel_server.channel.EventChannel`, whose ``_lock`` guards the core
+and the scheduling state here (``_links``, ``_queued``, ``_again``, ``_lingered``,
+``_probing``). A member is queued on the pool at most once at a time; a wake-up that comes
+while it is queued or being pushed to marks it ``_again``, so nothing is missed and no two
+threads push to one member. The push itself runs outside every lock but the link's own.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import Pyro5.core
-import Pyro5.errors
-
-from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.core import rebalance
+from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
-from channel_server.dispatcher import Dispatcher, DispatchStopped
-from channel_server.errors import InvalidArgument
-from channel_server.wire import make_proxy
+from channel_server.core.member import Batch
+from channel_server.dispatch import DispatchPool, MemberLink, answers
+
+if TYPE_CHECKING:
+    from channel_server.channel import EventChannel
 
 log = logging.getLogger("channel_server.channel")
+MemberKey = tuple[str, str]
+"""(group, member id)"""
 
 
-class PushSide:
-    """Dispatcher bookkeeping of an EventChannel (see the module docstring)."""
+class PushDelivery:
+    def __init__(self, channel: EventChannel, pool: DispatchPool) -> None:
+        self._ch = channel
+        self._pool = pool
+        self._config = channel.config
+        self._links: dict[MemberKey, MemberLink] = {}
+        self._queued: set[MemberKey] = set()
+        self._again: set[MemberKey] = set()
+        self._lingered: set[MemberKey] = set()
+        self._probing: set[MemberKey] = set()
 
-    def _start_dispatcher(self, group: str, member_id: str, session: int, callback: str) -> None:
-        key = (group, member_id)
-        self._wakeups.setdefault(key, threading.Condition(self._lock))
-        old = self._dispatchers.get(key)
-        if old is not None:
-            old.stop()  # it notices the new session and ends after its current push
-        dispatcher = Dispatcher(self, self._name, group, member_id, session, callback, self._config)
-        self._dispatchers[key] = dispatcher
-        dispatcher.start()
-
-    # -- the dispatchers' side (BatchSource) ---------------------------------------------
-    def next_batch(self, group: str, member_id: str, session: int) -> Batch | None:
-        deadline = time.monotonic() + self._config.dispatch_wait_s
-        linger = self._config.dispatch_linger_s
-        with self._lock:
-            wakeup = self._wakeups[(group, member_id)]
-            while True:
-                grp = self._live_group(group, member_id, session)
-                if linger > 0 and grp.ready_short(member_id):
-                    wakeup.wait(linger)  # once per batch; not in _waiting, so not woken early
-                    linger = 0
-                    continue
-                batch = grp.take_batch(member_id)
-                if batch is not None:
-                    return batch
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._housekeep(grp)
-                    return None
-                self._waiting.add((group, member_id))
-                try:
-                    wakeup.wait(remaining)
-                finally:
-                    self._waiting.discard((group, member_id))
-
-    def _live_group(self, group: str, member_id: str, session: int) -> ConsumerGroup:
-        grp = self._core.groups.get(group)
-        member = grp.members.get(member_id) if grp else None
-        if self._closed or member is None or member.session != session or not member.active:
-            raise DispatchStopped
-        return grp
-
-    def push_done(self, group: str, batch: Batch, reply: Any, elapsed_s: float) -> None:
-        acked, nacked = parse_reply(reply)
-        with self._lock:
-            grp = self._core.groups[group]
-            outcome, retired = self._core.complete(grp, batch, acked, nacked)
-            self._persist_outcome(group, outcome, retired)
-            self._observe_delay(grp, batch.member_id, elapsed_s)
-            grp.rebalance()
-            self._persist_owners()
-            self._wake_ready()
-        if outcome.missing:
-            log.warning(
-                "%s: %s left %d of %d events unacknowledged; they will be redelivered%s",
-                self._name,
-                batch.member_id,
-                outcome.missing,
-                len(batch.events),
-                "; member marked inactive" if outcome.deactivated else "",
+    # -- called under the channel lock ---------------------------------------------------
+    def member_joined(self, key: MemberKey, callback: str) -> None:
+        """A push member joined or resumed: (re)open its link, then look for work."""
+        link = self._links.get(key)
+        if link is None or link.callback != callback:
+            if link is not None:
+                self._pool.submit(link.close)
+            self._links[key] = MemberLink(
+                callback, self._config.ack_timeout_s, self._config.liveness_timeout_s
             )
-        for ev, error in outcome.dead:
+        self.wake(key)
+
+    def member_left(self, key: MemberKey) -> None:
+        link = self._links.pop(key, None)
+        if link is not None:
+            self._pool.submit(link.close)
+        self._lingered.discard(key)
+        self._probing.discard(key)
+
+    def wake(self, key: MemberKey) -> None:
+        """The member may have work: queue it on the pool (once)."""
+        if key not in self._links:
+            return
+        if key in self._queued:
+            self._again.add(key)
+            return
+        self._queued.add(key)
+        self._pool.submit(lambda: self._service(key))
+
+    def probe(self, key: MemberKey) -> None:
+        """Ping a silent member that holds events (frozen, or gone?)."""
+        link = self._links.get(key)
+        if link is None or key in self._probing:
+            return
+        self._probing.add(key)
+        self._pool.submit(lambda: self._ping(key, link.callback))
+
+    def detach(self) -> list[MemberLink]:
+        """Stop pushing; returns the links for the caller to close outside the lock."""
+        links = list(self._links.values())
+        self._links.clear()
+        return links
+
+    # -- pool tasks ----------------------------------------------------------------------
+    def _service(self, key: MemberKey) -> None:
+        """One push to the member, if it has work; then queue it again if it has more."""
+        delay: float | None = None
+        try:
+            delay = self._push_once(key)
+        except Exception:
+            log.exception("%s: pushing to %s failed unexpectedly", self._ch.name, key[1])
+            delay = self._config.retry_backoff_s
+        finally:
+            with self._ch.lock:
+                self._finish(key, delay)
+
+    def _finish(self, key: MemberKey, delay: float | None) -> None:
+        grp = self._ch.core.groups.get(key[0])
+        if key not in self._links or grp is None:
+            self._queued.discard(key)
+        elif delay is not None:
+            self._pool.submit(lambda: self._service(key), delay)
+        elif key in self._again or grp.has_ready(key[1]):
+            self._again.discard(key)
+            self._pool.submit(lambda: self._service(key))
+        else:
+            self._queued.discard(key)
+
+    def _push_once(self, key: MemberKey) -> float | None:
+        """Take a batch and push it. Returns seconds to wait before trying again (a
+        back-off or a linger), or None."""
+        group, member_id = key
+        with self._ch.lock:
+            grp = self._ch.core.groups.get(group)
+            member = grp.members.get(member_id) if grp else None
+            link = self._links.get(key)
+            if member is None or link is None or not member.active:
+                return None
+            now = self._ch.now()
+            if now < member.retry_at:
+                return member.retry_at - now
+            linger = self._config.dispatch_linger_s
+            if linger > 0 and key not in self._lingered and grp.ready_short(member_id):
+                self._lingered.add(key)  # once per batch: a moment for more events
+                return linger
+            self._lingered.discard(key)
+            batch = grp.take_batch(member_id, now)
+            if batch is None:
+                return None
+        try:
+            reply, elapsed = link.push(batch.to_wire())
+            if not _accepted(reply, batch):
+                raise ValueError(f"malformed reply {reply!r:.80}")
+        except Exception as exc:  # transport or remote failure: both are a failed push
+            return self._failed(batch, exc)
+        self._delivered(batch, elapsed)
+        return None
+
+    def _delivered(self, batch: Batch, elapsed_s: float) -> None:
+        with self._ch.lock:
+            grp = self._ch.core.groups.get(batch.group)
+            if grp is None or not grp.delivered(batch, self._ch.now()):
+                return
+            self._observe_delay(grp, batch.member_id, elapsed_s)
+            self._ch.after_change()
+
+    def _failed(self, batch: Batch, error: Exception) -> float | None:
+        with self._ch.lock:
+            grp = self._ch.core.groups.get(batch.group)
+            now = self._ch.now()
+            if grp is None:
+                return None
+            gave_up = grp.push_failed(batch, now)
+            member = grp.members.get(batch.member_id)
+            self._ch.after_change()
+            retry_in = member.retry_at - now if member and member.active else None
+        if not gave_up:
             log.warning(
-                "%s: %s dead-lettered after %d failures: %s",
-                self._name,
-                ev.id,
-                self._config.max_attempts,
+                "%s: push of %d events to %s failed: %s",
+                self._ch.name,
+                len(batch.events),
+                batch.member_id,
                 error,
             )
+        return retry_in
+
+    def _ping(self, key: MemberKey, callback: str) -> None:
+        alive = answers(callback, self._config.liveness_timeout_s)
+        with self._ch.lock:
+            self._probing.discard(key)
+            grp = self._ch.core.groups.get(key[0])
+            if grp is None:
+                return
+            if alive:
+                grp.probe_answered(key[1], self._ch.now())
+            else:
+                log.warning("%s: %s holds events and does not answer a ping", self._ch.name, key[1])
+                grp.probe_failed(key[1], self._ch.now())
+            self._ch.after_change()
 
     def _observe_delay(self, grp: ConsumerGroup, member_id: str, elapsed_s: float) -> None:
         member = grp.members.get(member_id)
         if member is None:
             return
-        delay, offload = member.delays.observe(elapsed_s, self._clock())
+        delay, offload = member.delays.observe(elapsed_s, self._ch.now())
         if delay is Delay.NONE:
             member.offloaded = False  # fast again: rebalancing may give it work
-        else:
-            log.info("%s: %s delay from %s: %.3f s", self._name, delay, member_id, elapsed_s)
+            return
+        log.info("%s: %s delay from %s: %.3f s", self._ch.name, delay, member_id, elapsed_s)
         if offload and member.active:
-            moved = grp.offload(member_id)
             log.warning(
-                "%s: %d long delays of %s within %g s: moved %d queued partitions to others",
-                self._name,
+                "%s: %d long delays of %s within %g s: its queued partitions move to others",
+                self._ch.name,
                 self._config.long_delay_count,
                 member_id,
                 self._config.long_delay_window_s,
-                len(moved),
             )
-
-    def push_failed(self, group: str, batch: Batch, error: Exception) -> bool:
-        with self._lock:
-            gave_up = self._core.groups[group].fail(batch)
-            self._persist_owners()
-            self._wake_ready()
-        log.warning(
-            "%s: push of %d events to %s failed: %s%s",
-            self._name,
-            len(batch.events),
-            batch.member_id,
-            error,
-            "; member marked inactive" if gave_up else "",
-        )
-        return gave_up
-
-    def _housekeep(self, grp: ConsumerGroup) -> None:
-        self._check_queues()
-        for key in grp.sweep_idle(self._clock(), self._config.partition_idle_s):
-            log.debug("%s: dropped idle partition %s", self._name, key)
-        self._core.delivered.expire(self._clock())
-        self._trim_delivered()
-        self._persist_owners()
+            rebalance.offload(grp, member_id)
 
 
-def check_callback(callback: Any) -> str:
-    if isinstance(callback, Pyro5.core.URI):
-        return str(callback)
-    if type(callback) is not str:
-        raise InvalidArgument("callback", "must be a PYRO: URI string")
-    try:
-        uri = Pyro5.core.URI(callback)
-    except Pyro5.errors.PyroError as exc:
-        raise InvalidArgument("callback", f"not a Pyro URI: {exc}") from None
-    if uri.protocol != "PYRO":
-        raise InvalidArgument("callback", "must be a direct PYRO: URI")
-    return callback
-
-
-def answers(callback: str, timeout_s: float) -> bool:
-    """Whether a subscriber's callback object still answers a ping."""
-    try:
-        with make_proxy(callback, timeout_s) as proxy:
-            proxy.ping()
-    except Exception:
-        return False
-    return True
-
-
-def parse_reply(reply: Any) -> tuple[set[str], dict[str, str]]:
-    """A subscriber's reply, ``{"acked": [ids], "nacked": {id: error}}``; anything malformed
-    acknowledges nothing (so everything is redelivered)."""
-    if not isinstance(reply, dict):
-        return set(), {}
-    acked = reply.get("acked", [])
-    nacked = reply.get("nacked", {})
-    acked_ids = {i for i in acked if type(i) is str} if isinstance(acked, list) else set()
-    nacked_ids = {str(k): str(v) for k, v in nacked.items()} if isinstance(nacked, dict) else {}
-    return acked_ids, nacked_ids
+def _accepted(reply: Any, batch: Batch) -> bool:
+    """A subscriber answers a push with how many events it queued (all of them)."""
+    return isinstance(reply, dict) and reply.get("queued") == len(batch.events)

@@ -16,7 +16,7 @@ from channel_server.remote import ClientOptions
 from channel_server.scenario import ScenarioRunner, load_steps
 from channel_server.statefile import default_state_dir
 from channel_server.wire import check_name
-from subscriber.client import Subscriber
+from subscriber.client import DEFAULT_CONNECT_TIMEOUT_S, Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
 from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
 from subscriber.pull import PullClient
@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         type=_fault_arg,
         metavar="SPEC",
-        help="inject a fault (repeatable): delay:P:SECONDS, long-delay:P:SECONDS, "
-        "crash-after:N, drop-acks:P, fail-on:ID",
+        help="inject a fault (repeatable): delay:P:SECONDS and long-delay:P:SECONDS (slow "
+        "deliveries), slow:P:SECONDS (a long handler), crash-after:N, drop-acks:P, fail-on:ID",
     )
     run.add_argument(
         "--fault-seed", type=int, default=None, help="seed of the faults' random draws"
@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="keep the processed-ID window on disk here, so a restarted subscriber still "
         "acknowledges redelivered events without running the handler again",
+    )
+    run.add_argument(
+        "--connect-timeout",
+        type=cc.non_negative_float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="wait this long for a broker that does not answer yet (default %(default)s)",
     )
     run.add_argument(
         "--window",
@@ -226,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
         recorder=recorder,
         faults=Faults(args.fault, random.Random(args.fault_seed)),
         processed=ProcessedIds(args.window, _window_file(args)),
+        connect_timeout_s=args.connect_timeout,
     )
     stop = cc.stop_on_signals()
     try:

@@ -1,37 +1,44 @@
-"""Push subscriber: its own Pyro5 daemon receives batches; the reply is the ack.
+"""Push subscriber: its own Pyro5 daemon takes batches in; handlers run on a worker thread.
 
-Threads: the daemon's request loop (owned here) runs ``receive`` in a Pyro5 worker; the
-thread that calls start/stop owns the channel proxy. ``_busy`` is held while a batch is
-processed, so a graceful stop can wait for the event in hand.
+Delivery and completion are apart: a push is answered as soon as its events are queued
+(the channel judges that round trip), the worker runs the handler on each event in
+delivery order, and the control thread (:mod:`subscriber.control`) sends the outcomes
+back as acks. So a handler may take minutes without looking dead, and a frozen process is
+still told from a slow job (it stops answering pings).
+
+Threads, all owned here: the daemon's request loop (its workers call ``deliver`` and
+``ping``), the worker, and the control thread. ``start`` starts them, ``stop`` ends them in
+order: the worker finishes the event in hand, the control thread sends what is left and
+unsubscribes (so the rest of the work moves at once), then the daemon closes.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import Pyro5.api
 import Pyro5.server
 
-from channel_server.lookup import resolve_channel
-from channel_server.wire import (
-    DEFAULT_HOST,
-    DEFAULT_NS_PORT,
-    check_name,
-    make_proxy,
-)
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
+from subscriber.control import ChannelSession, Identity
 from subscriber.faults import Faults
+from subscriber.inbox import ACK_LINGER_S, Inbox, Item, Outbox, Outcome
 from subscriber.processed import ProcessedIds
 from subscriber.record import Recorder
 
 log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any]], None]
 """Called once per event dict (id, publisher_id, partition, timestamp, payload, offset,
-attempt). Raising nacks that event only."""
+attempt), in order per partition. Raising nacks that event only."""
 DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+IDLE_WAIT_S = 0.5
+HANDLER_WAIT_MAX_S = 24 * 3600.0
 
 
 class _Receiver:
@@ -41,8 +48,8 @@ class _Receiver:
         self._subscriber = subscriber
 
     @Pyro5.api.expose
-    def receive(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._subscriber.process(batch)
+    def deliver(self, delivery: dict[str, Any]) -> dict[str, Any]:
+        return self._subscriber.take_in(delivery)
 
     @Pyro5.api.expose
     def ping(self) -> str:
@@ -68,7 +75,10 @@ class Subscriber:
         faults: Faults | None = None,
         processed: ProcessedIds | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
+        """``connect_timeout_s``: how long ``start`` waits for a broker that does not
+        answer yet (a channel unknown to the name server fails at once)."""
         self.channel = check_name("channel", channel)
         self.subscriber_id = check_name("subscriber_id", subscriber_id)
         self.group = None if group is None else check_name("group", group)
@@ -80,107 +90,150 @@ class Subscriber:
         self._recorder = recorder
         self._faults = faults or Faults([])
         self._processed = processed if processed is not None else ProcessedIds()
-        self._timeout_s = timeout_s
+        self._timeouts = (timeout_s, connect_timeout_s)
         self._stopping = threading.Event()
-        self._busy = threading.Lock()
-        """Held while a batch is being processed."""
+        self._inbox = Inbox()
+        self._outbox = Outbox()
+        self._busy_since: float | None = None
+        """When the handler in hand started (monotonic), None when idle."""
         self._daemon: Pyro5.server.Daemon | None = None
-        self._loop: threading.Thread | None = None
-        self._proxy: Pyro5.api.Proxy | None = None
+        self._threads: dict[str, threading.Thread] = {}
+        self._session: ChannelSession | None = None
         self.uri = ""
         self.processed = 0
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
-        """Serve the callback, then subscribe. Returns the channel's answer."""
+        """Serve the callback, then subscribe. Returns the channel's answer; raises what
+        the first subscribe raised (UnknownChannel, BrokerUnavailable ...)."""
+        register_errors()
         self._daemon = Pyro5.server.Daemon(host=self._bind[0], port=self._bind[1])
-        receiver = _Receiver(self)
-        self.uri = str(self._daemon.register(receiver, f"subscriber.{self.subscriber_id}"))
-        self._loop = threading.Thread(
-            target=self._daemon.requestLoop, name=f"subscriber-{self.subscriber_id}", daemon=True
+        self.uri = str(self._daemon.register(_Receiver(self), f"subscriber.{self.subscriber_id}"))
+        who = Identity(
+            *self._ns,
+            self.channel,
+            self.subscriber_id,
+            self.uri,
+            self.group,
+            self.prefetch,
+            *self._timeouts,
         )
-        self._loop.start()
-        channel_uri = resolve_channel(*self._ns, self.channel)
-        self._proxy = make_proxy(channel_uri, self._timeout_s)
-        info = self._proxy.subscribe(self.subscriber_id, self.uri, self.group, self.prefetch)
-        self.group = info["group"]
-        return info
+        self._session = ChannelSession(
+            who, self._inbox, self._outbox, self._processed, self._stuck_s
+        )
+        self._spawn("loop", self._daemon.requestLoop)
+        self._spawn("worker", self._work)
+        self._spawn("control", self._session.run)
+        if not self._session.ready.wait(self._timeouts[1] + self._timeouts[0]):
+            self.stop(unsubscribe=False)
+            raise TimeoutError(f"subscribing to {self.channel} did not finish")
+        if self._session.error is not None:
+            self.stop(unsubscribe=False)
+            raise self._session.error
+        self.group = self._session.group
+        return self._session.info
+
+    def _spawn(self, role: str, target: Callable[[], Any]) -> None:
+        thread = threading.Thread(
+            target=target, name=f"subscriber-{self.subscriber_id}-{role}", daemon=True
+        )
+        self._threads[role] = thread
+        thread.start()
 
     def stop(self, unsubscribe: bool = True) -> None:
-        """Graceful stop: finish the event in hand, reply with what was done, unsubscribe
-        so the rest moves at once, then close the daemon."""
+        """Graceful stop: finish the event in hand, send the acks of what was done,
+        unsubscribe so the rest moves at once, then close the daemon."""
         self._stopping.set()
-        if self._busy.acquire(timeout=STOP_TIMEOUT_S):
-            self._busy.release()
-        if self._proxy is not None:
-            if unsubscribe:
-                self._unsubscribe()
-            self._proxy._pyroRelease()
+        self._inbox.close()
+        if self._busy_since is not None:
+            log.info("finishing the event in hand before stopping")
+        self._join("worker", self._session.handler_timeout_s if self._session else None)
+        if self._session is not None:
+            self._session.finish(unsubscribe)
+            self._join("control")
         if self._daemon is not None:
             self._daemon.shutdown()
-            if self._loop is not None:
-                self._loop.join(STOP_TIMEOUT_S)
+            self._join("loop")
             self._daemon.close()
         if self._recorder is not None:
             self._recorder.close()
         self._processed.close()
 
-    def _unsubscribe(self) -> None:
-        """Leave the group; once more through the name server if the broker moved (a
-        restarted broker serves the channel at a new address)."""
-        for attempt in range(2):
-            try:
-                if attempt:
-                    self._proxy._pyroRelease()
-                    self._proxy = make_proxy(
-                        resolve_channel(*self._ns, self.channel), self._timeout_s
-                    )
-                self._proxy.unsubscribe(self.subscriber_id, self.group)
-                return
-            except Exception as exc:  # the broker may be gone; stopping goes on
-                log.warning("unsubscribe failed: %s", exc)
+    def _join(self, role: str, timeout_s: float | None = None) -> None:
+        """Wait for a thread to end: ``timeout_s`` (or STOP_TIMEOUT_S) at most."""
+        thread = self._threads.get(role)
+        if thread is not None and thread.is_alive():
+            thread.join(max(STOP_TIMEOUT_S, min(timeout_s or 0.0, HANDLER_WAIT_MAX_S)))
 
-    # -- processing ----------------------------------------------------------------------
-    def process(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        """Run the handler on each event in order; the reply lists acked and nacked ids.
+    def _stuck_s(self) -> float:
+        started = self._busy_since
+        return 0.0 if started is None else time.monotonic() - started
 
-        An event processed before (its ack was lost) is acknowledged without running the
-        handler again. When stopping, events after the one in hand are left out (they
-        are redelivered).
-        """
-        acked: list[str] = []
-        nacked: dict[str, str] = {}
-        with self._busy:
-            done: list[str] = []
-            for event in batch:
+    # -- taking pushes in ----------------------------------------------------------------
+    def take_in(self, delivery: dict[str, Any]) -> dict[str, Any]:
+        """A push: queue its events for the worker; the reply says how many."""
+        session, seq, events = _parse_delivery(delivery)
+        self._faults.on_arrival(events)
+        return {"queued": self._inbox.put(session, seq, events)}
+
+    # -- the worker ----------------------------------------------------------------------
+    def _work(self) -> None:
+        """Handle what was pushed, in order; hand the outcomes to the control thread in
+        groups (at once when a job was long, or when nothing is left to do)."""
+        while not self._stopping.is_set():
+            done: list[Outcome] = []
+            first_at = 0.0
+            for item in self._inbox.take_all(IDLE_WAIT_S):
                 if self._stopping.is_set():
                     break
-                if event["id"] in self._processed:
-                    log.info("%s was processed already: acknowledged again", event["id"])
-                elif self._handle(event, nacked):
-                    done.append(event["id"])
-                elif self._stopping.is_set():
-                    break  # stopped while the event was still on its way in: not in hand
-                else:
+                if not self._inbox.current(item):
+                    continue  # its session ended: the channel gave it to another member
+                outcome = self._process(item)
+                if outcome is None:
                     continue
-                if not self._faults.drop_ack(event):
-                    acked.append(event["id"])
-            self._processed.add(done)  # on disk (with a state dir) before the reply
-        return {"acked": acked, "nacked": nacked}
+                if not done:
+                    first_at = time.monotonic()
+                done.append(outcome)
+                if time.monotonic() - first_at >= ACK_LINGER_S:
+                    self._outbox.add(done, urgent=True)
+                    done = []
+            if done:
+                self._outbox.add(done, urgent=self._inbox.empty())
 
-    def _handle(self, event: dict[str, Any], nacked: dict[str, str]) -> bool:
-        """Run the handler once; False when it failed (nacked) or stopping intervened."""
+    def _process(self, item: Item) -> Outcome | None:
+        """Run the handler once on an event; None when stopping intervened before it ran.
+        An event processed before (its ack was lost, or the broker restarted) is
+        acknowledged without running the handler again."""
+        event, event_id = item.event, item.event["id"]
+        if event_id in self._processed:
+            log.info("%s was processed already: acknowledged again", event_id)
+            return Outcome(item.session, item.seq, event_id, dropped=self._faults.drop_ack(event))
         self._faults.before(event)
         if self._stopping.is_set():
-            return False
+            return None  # stopped while the event was on its way in: not in hand
+        self._busy_since = time.monotonic()
         try:
             self._faults.check_poison(event)
             self._handler(event)
         except Exception as exc:
-            nacked[event["id"]] = f"{type(exc).__name__}: {exc}"
-            log.warning("handler failed on %s: %s", event["id"], exc)
-            return False
+            log.warning("handler failed on %s: %s", event_id, exc)
+            return Outcome(item.session, item.seq, event_id, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._busy_since = None
         self.processed += 1
         if self._recorder is not None:
             self._recorder.write(event)
-        return True
+        self._processed.add([event_id])
+        return Outcome(item.session, item.seq, event_id, dropped=self._faults.drop_ack(event))
+
+
+def _parse_delivery(delivery: Any) -> tuple[int, int, list[dict[str, Any]]]:
+    """Check a push's shape (session, first seq, events with ids) before queueing it."""
+    if not isinstance(delivery, dict):
+        raise ValueError("a delivery must be a dict")
+    session, seq, events = delivery.get("session"), delivery.get("seq"), delivery.get("events")
+    if type(session) is not int or type(seq) is not int or not isinstance(events, list):
+        raise ValueError("a delivery needs an int session, an int seq and a list of events")
+    if not all(isinstance(ev, dict) and type(ev.get("id")) is str for ev in events):
+        raise ValueError("every delivered event must be a dict with a string id")
+    return session, seq, events

@@ -1,8 +1,10 @@
 """Fault toggles of a subscriber (DESIGN §8), off unless asked for; each logs when it fires.
 
-``delay:P:S`` / ``long-delay:P:S``  with probability P, take S more seconds over an event
-``crash-after:N``  hard exit (``os._exit``, like SIGKILL) when the N-th event arrives,
-                   before its handler runs, so N-1 events were processed
+``delay:P:S`` / ``long-delay:P:S``  with probability P per event, take S more seconds to
+                   take a push in (a slow delivery: what the broker's delay rules judge)
+``slow:P:S``       with probability P, the handler takes S more seconds (a long job)
+``crash-after:N``  hard exit (``os._exit``, like SIGKILL) when the N-th event reaches the
+                   handler, before it runs, so N-1 events were processed
 ``drop-acks:P``    with probability P, process an event but leave it out of the reply
 ``fail-on:ID``     the handler fails on event ID every time (a poison event)
 """
@@ -20,7 +22,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 CRASH_EXIT_CODE = 137
 """What a shell reports for a SIGKILLed process; crash-after uses it too."""
-KINDS = ("delay", "long-delay", "crash-after", "drop-acks", "fail-on")
+KINDS = ("delay", "long-delay", "slow", "crash-after", "drop-acks", "fail-on")
+TIMED = ("delay", "long-delay", "slow")
 
 
 class InjectedFailure(Exception):
@@ -36,7 +39,7 @@ class FaultSpec:
     event_id: str = ""
 
     def __str__(self) -> str:
-        if self.kind in ("delay", "long-delay"):
+        if self.kind in TIMED:
             return f"{self.kind}:{self.probability:g}:{self.seconds:g}"
         if self.kind == "crash-after":
             return f"crash-after:{self.count}"
@@ -49,7 +52,7 @@ def parse_fault(text: str) -> FaultSpec:
     """Parse one ``--fault`` value; ValueError says what is wrong in one line."""
     kind, _, rest = text.partition(":")
     args = rest.split(":") if rest else []
-    if kind in ("delay", "long-delay"):
+    if kind in TIMED:
         _arity(text, args, 2)
         return FaultSpec(kind, _probability(args[0]), seconds=_non_negative(args[1]))
     if kind == "crash-after":
@@ -106,17 +109,27 @@ class Faults:
         self._exit = hard_exit
         self.received = 0
 
+    def on_arrival(self, events: list[dict[str, Any]]) -> None:
+        """Called when a push arrives, before it is answered: delivery delays."""
+        for event in events:
+            for spec in self.specs:
+                if spec.kind in ("delay", "long-delay") and self._fires(spec):
+                    self._nap(spec, event)
+
     def before(self, event: dict[str, Any]) -> None:
-        """Called when an event arrives, before its handler: crashes and delays."""
+        """Called when an event reaches the handler, before it runs: crashes, long jobs."""
         self.received += 1
         for spec in self.specs:
             if spec.kind == "crash-after" and self.received >= spec.count:
                 log.warning("fault %s fired on %s: exiting now", spec, event["id"])
                 logging.shutdown()
                 self._exit(CRASH_EXIT_CODE)
-            if spec.kind in ("delay", "long-delay") and self._fires(spec):
-                log.warning("fault %s fired on %s: sleeping %g s", spec, event["id"], spec.seconds)
-                self._sleep(spec.seconds)
+            if spec.kind == "slow" and self._fires(spec):
+                self._nap(spec, event)
+
+    def _nap(self, spec: FaultSpec, event: dict[str, Any]) -> None:
+        log.warning("fault %s fired on %s: sleeping %g s", spec, event["id"], spec.seconds)
+        self._sleep(spec.seconds)
 
     def check_poison(self, event: dict[str, Any]) -> None:
         """Raise InjectedFailure for a ``fail-on`` event (instead of its handler)."""

@@ -13,7 +13,8 @@ from typing import Any
 
 from channel_server.config import ChannelConfig
 from channel_server.core.dedupe import DeliveredIds
-from channel_server.core.group import AckOutcome, Batch, ConsumerGroup
+from channel_server.core.group import AckOutcome, ConsumerGroup
+from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.queues import GlobalQueue
 from channel_server.events import Event, validate_batch
 from channel_server.store.base import ChannelSnapshot
@@ -56,11 +57,18 @@ class ChannelCore:
     """Everything a channel knows, without locks, threads or I/O."""
 
     def __init__(
-        self, name: str, config: ChannelConfig, kind: ChannelKind = ChannelKind.QUEUE
+        self,
+        name: str,
+        config: ChannelConfig,
+        kind: ChannelKind = ChannelKind.QUEUE,
+        first_session: int = 1,
     ) -> None:
+        """``first_session`` should differ between lives of the channel (the facade seeds
+        it from the clock), so that an ack of a session from before a restart is stale."""
         self.name = name
         self.config = config
         self.kind = kind
+        self._next_session = first_session
         self.global_queue = GlobalQueue()
         self.groups: dict[str, ConsumerGroup] = {}
         self.delivered = DeliveredIds(config.dedupe_max_ids, config.dedupe_max_age_s)
@@ -82,13 +90,15 @@ class ChannelCore:
         if group is None:
             group = self.groups[name] = ConsumerGroup(
                 name,
-                self.config.partition_weight,
-                self.config.max_attempts,
-                self.config.delay_policy(),
-                self.config.rebalance_threshold,
+                self.config.group_policy(),
                 self.next_offset if created_offset is None else created_offset,
             )
         return group
+
+    def new_session(self) -> int:
+        session = self._next_session
+        self._next_session += 1
+        return session
 
     def default_group_for(self, subscriber_id: str) -> str:
         """A queue's subscribers share ``default``; on a topic each has a group of its own
@@ -150,11 +160,19 @@ class ChannelCore:
         self.accepted_total += len(ordered)
 
     # -- acks ----------------------------------------------------------------------------
-    def complete(
-        self, group: ConsumerGroup, batch: Batch, acked: set[str], nacked: dict[str, str]
+    def acknowledge(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        session: int,
+        acked: list[str],
+        nacked: dict[str, str],
+        through_seq: int,
+        now: float,
     ) -> tuple[AckOutcome, list[Event]]:
-        """Apply a reply; returns it and the events now acknowledged by every group."""
-        outcome = group.complete(batch, acked, nacked)
+        """Apply an ack message; returns what it did and the events now acknowledged by
+        every group (the facade deletes those from the store)."""
+        outcome = group.acknowledge(member_id, session, acked, nacked, through_seq, now)
         for ev, error in outcome.dead:
             self.dead_letters.append(DeadLetter(ev, group.name, error))
         resolved = outcome.done + [ev for ev, _ in outcome.dead]
@@ -196,14 +214,23 @@ class ChannelCore:
         return chosen, restored
 
     # -- the backup: restart and rebuild -------------------------------------------------
-    def restore(self, snapshot: ChannelSnapshot) -> None:
+    def restore(self, snapshot: ChannelSnapshot, now: float) -> None:
         """Load what a store kept (a restart): groups, members (active again, at their
-        saved callbacks), partition owners, the delivered window, dead letters, events."""
+        saved callbacks), partition owners, the delivered window, dead letters, events.
+        Each restored partition stays with its owner until its restored events are
+        resolved: that owner may have processed them before the restart."""
         self.next_offset = max(self.next_offset, snapshot.next_offset)
         for name, created in sorted(snapshot.groups.items(), key=lambda g: g[1]):
             self.add_group(name, created)
         for record in snapshot.members:
-            self.add_group(record.group).join(record.member_id, record.callback, record.prefetch)
+            self.add_group(record.group).join(
+                record.member_id,
+                record.callback,
+                record.prefetch,
+                self.new_session(),
+                now,
+                pull=record.callback == PULL_CALLBACK,
+            )
         for name, owners in snapshot.owners.items():
             if name in self.groups:
                 for key, owner in owners.items():
@@ -217,6 +244,8 @@ class ChannelCore:
                 holders[ev.offset] = holders.get(ev.offset, 0) + 1
         self._groups_left = {offset: n for offset, n in holders.items() if n > 1}
         self.unacked = len(holders)
+        for group in self.groups.values():
+            group.pin_restored(self.next_offset)
 
     def kill_queues(self) -> int:
         """The fault: empty the in-memory queues. Returns how many events were dropped."""

@@ -1,8 +1,9 @@
-"""One consumer group: its members, partition ownership, batches in flight and acks.
+"""One consumer group: its members, partition ownership, events held and acks.
 
 Pure bookkeeping (DESIGN §4-§6): no clock reads, no threads, no I/O. The channel facade
-holds the lock and performs the pushes; this class decides what to push, to whom, and what
-an ack or a failure changes.
+holds the lock, performs the pushes and passes ``now`` in; this class decides what to push,
+to whom, and what a delivery, an ack, a failure or a silence changes. Where partitions move
+between members is decided in :mod:`channel_server.core.rebalance`.
 """
 
 from __future__ import annotations
@@ -10,82 +11,48 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from channel_server.core import rebalance
 from channel_server.core.assignment import least_loaded
 from channel_server.core.health import DelayPolicy, DelayTracker
+from channel_server.core.member import Batch, Flight, Member, Window, WindowPolicy
 from channel_server.core.queues import PartitionQueue
 from channel_server.events import Event, PartitionKey
 
 
-@dataclass
-class Member:
-    """A subscriber in a group. ``queued`` counts pending events of owned partitions."""
+@dataclass(frozen=True)
+class GroupPolicy:
+    """The rules a group applies (built from the channel's configuration)."""
 
-    member_id: str
-    callback: str
-    prefetch: int
-    active: bool = True
-    leaving: bool = False
-    session: int = 1
-    partitions: set[PartitionKey] = field(default_factory=set)
-    queued: int = 0
-    in_flight: int = 0
-    consecutive_failures: int = 0
-    delivered: int = 0
-    acked: int = 0
-    failures: int = 0
-    delays: DelayTracker = field(default_factory=lambda: DelayTracker(DelayPolicy()))
-    offloaded: bool = False
-    """Its queued work was moved away for slowness; no rebalance hands it more until a
-    push of its is fast again (or it rejoins)."""
-
-    def load(self, partition_weight: int) -> int:
-        return partition_weight * len(self.partitions) + self.queued + self.in_flight
-
-
-@dataclass
-class Batch:
-    """Events pushed to one member in one call, grouped partition by partition."""
-
-    member_id: str
-    session: int
-    events: list[Event]
-    attempts: list[int]
-
-    def to_wire(self) -> list[dict]:
-        return [ev.to_dict(att) for ev, att in zip(self.events, self.attempts, strict=True)]
+    partition_weight: int = 10
+    max_attempts: int = 3
+    rebalance_threshold: int = 1
+    retry_backoff_s: float = 0.05
+    delay: DelayPolicy = field(default_factory=DelayPolicy)
+    window: WindowPolicy = field(default_factory=WindowPolicy)
 
 
 @dataclass
 class AckOutcome:
-    """What a reply did: events now done in this group, put back, or dead-lettered."""
+    """What an ack message did: events now done in this group, put back, or dead-lettered."""
 
     done: list[Event] = field(default_factory=list)
     retried: list[Event] = field(default_factory=list)
     dead: list[tuple[Event, str]] = field(default_factory=list)
     missing: int = 0
+    """Events the message should have covered but skipped (a lost ack): redelivered."""
     deactivated: bool = False
-    """The reply's missing acks were the member's ``max_attempts``-th failure in a row."""
+    stale: bool = False
+    """The message belongs to a session that is over (or a member that is gone)."""
 
 
 class ConsumerGroup:
     """Members compete for the group's partitions; each event goes to exactly one member."""
 
     def __init__(
-        self,
-        name: str,
-        partition_weight: int,
-        max_attempts: int,
-        delay_policy: DelayPolicy | None = None,
-        rebalance_threshold: int = 1,
-        created_offset: int = 0,
+        self, name: str, policy: GroupPolicy | None = None, created_offset: int = 0
     ) -> None:
         self.name = name
-        self.partition_weight = partition_weight
-        self.max_attempts = max_attempts
-        self.delay_policy = delay_policy or DelayPolicy()
-        self.rebalance_threshold = rebalance_threshold
-        """A joining member takes idle partitions while a donor owns more than this many
-        partitions above it."""
+        self.policy = policy or GroupPolicy()
         self.created_offset = created_offset
         """The channel's next offset when the group was created: it sees events from there."""
         self.owner_changes: dict[PartitionKey, str | None] = {}
@@ -94,10 +61,18 @@ class ConsumerGroup:
         invariant ``held == backlog`` tells when the in-memory queues lost events."""
         self.partitions: dict[PartitionKey, PartitionQueue] = {}
         self.members: dict[str, Member] = {}
+        self.touched: set[str] = set()
+        """Members that may have work to send since the facade last looked (it wakes them)."""
+        self.deactivations: list[tuple[str, str]] = []
+        """(member, reason) of members made inactive since the facade last looked (it logs
+        them)."""
+        self.offloads: list[tuple[str, int]] = []
+        """(member, partitions moved away) of slow members since the facade last looked."""
+        self.pin_below = 0
+        """Events with a lower offset were restored by a restart (see PartitionQueue)."""
         self._attempts: dict[int, int] = {}
         """Deliveries made so far of events that went back to a queue (offset -> count)."""
         self._handler_failures: dict[int, int] = {}
-        self._rotation = 0
 
     # -- queries -------------------------------------------------------------------------
     @property
@@ -108,35 +83,29 @@ class ConsumerGroup:
         return [m for m in self.members.values() if m.active]
 
     def has_ready(self, member_id: str) -> bool:
-        """Whether the member is active and owns a partition ready to send."""
+        """Whether the member is active, has room and owns a partition ready to send."""
         member = self.members.get(member_id)
-        if member is None or not member.active or member.in_flight >= member.prefetch:
-            return False
-        return any(self.partitions[key].ready for key in member.partitions)
+        return bool(member and member.active and member.ready and member.room > 0)
 
     def ready_short(self, member_id: str) -> bool:
         """Whether the member could be sent a batch now, but not a full one (less ready
-        than its free prefetch): the case where lingering a moment fills the batch."""
+        than its room): the case where lingering a moment fills the batch."""
         member = self.members.get(member_id)
-        if member is None or not member.active:
+        if member is None or not member.active or not member.ready:
             return False
-        budget = member.prefetch - member.in_flight
-        ready = 0
-        for key in member.partitions:
-            pq = self.partitions[key]
-            if pq.ready:
-                ready += len(pq.pending)
-                if ready >= budget:
-                    return False
-        return ready > 0
+        budget, ready = member.room, 0
+        for key in member.ready:
+            ready += len(self.partitions[key].pending)
+            if ready >= budget:
+                return False
+        return True
 
     def ready_members(self) -> set[str]:
-        """Members that have a partition ready to send."""
-        return {
-            pq.owner
-            for pq in self.partitions.values()
-            if pq.owner is not None and pq.ready and self.members[pq.owner].active
-        }
+        return {m.member_id for m in self.members.values() if self.has_ready(m.member_id)}
+
+    def flights_of(self, member_id: str) -> list[Flight]:
+        member = self.members.get(member_id)
+        return list(member.flights.values()) if member else []
 
     # -- events in -----------------------------------------------------------------------
     def enqueue(self, events: list[Event]) -> None:
@@ -150,13 +119,14 @@ class ConsumerGroup:
 
     def drop_pending(self) -> int:
         """Empty every partition's pending queue (the fault kill_queues). Ownership and
-        batches in flight stay. Returns how many events were dropped."""
+        events in flight stay. Returns how many events were dropped."""
         dropped = 0
         for pq in self.partitions.values():
             if pq.owner is not None:
                 self.members[pq.owner].queued -= len(pq.pending)
             dropped += len(pq.pending)
             pq.pending.clear()
+            self._refresh(pq)
         return dropped
 
     def in_flight_offsets(self) -> set[int]:
@@ -168,45 +138,64 @@ class ConsumerGroup:
         self._fill(events)
 
     def _fill(self, events: Iterable[Event]) -> None:
-        by_key: dict[PartitionKey, list[Event]] = {}
-        for ev in events:
-            by_key.setdefault(ev.key, []).append(ev)
-        for key, evs in by_key.items():
+        for key, evs in _by_key(events).items():
             pq = self.partitions.get(key)
             if pq is None:
                 pq = self.partitions[key] = PartitionQueue(key)
             pq.idle_since = None
             added = pq.put_back(evs)
             if pq.owner is None:
-                self._assign(pq)
+                self.assign(pq)
             else:
                 self.members[pq.owner].queued += added
+                self._refresh(pq)
 
-    def _assign(self, pq: PartitionQueue, exclude: str | None = None) -> str | None:
+    # -- ownership -----------------------------------------------------------------------
+    def assign(self, pq: PartitionQueue, exclude: str | None = None) -> str | None:
         """Give an unowned partition to the least-loaded active member, if any."""
+        weight = self.policy.partition_weight
         loads = {
-            m.member_id: m.load(self.partition_weight)
+            m.member_id: m.load(weight)
             for m in self.members.values()
             if m.active and m.member_id != exclude
         }
         if not loads:
             return None
-        self._give(pq, self.members[least_loaded(loads)])
+        self.give(pq, self.members[least_loaded(loads)])
         return pq.owner
 
-    def _give(self, pq: PartitionQueue, member: Member) -> None:
+    def give(self, pq: PartitionQueue, member: Member) -> None:
         pq.owner = member.member_id
         member.partitions.add(pq.key)
         member.queued += len(pq.pending)
         self.owner_changes[pq.key] = member.member_id
+        self._refresh(pq)
 
-    def _take_away(self, pq: PartitionQueue) -> None:
+    def take_away(self, pq: PartitionQueue) -> None:
         """Unown a partition that has nothing in flight (its queue stays as it is)."""
         member = self.members[pq.owner]
         member.partitions.discard(pq.key)
+        member.ready.pop(pq.key, None)
         member.queued -= len(pq.pending)
         pq.owner = None
+        pq.pinned = 0
         self.owner_changes[pq.key] = None
+
+    def move(self, pq: PartitionQueue, member: Member) -> None:
+        self.take_away(pq)
+        self.give(pq, member)
+
+    def _refresh(self, pq: PartitionQueue) -> None:
+        """Keep the owner's ready set in step with the partition (after any change)."""
+        owner = self.members.get(pq.owner) if pq.owner is not None else None
+        if owner is None:
+            return
+        if pq.ready:
+            if pq.key not in owner.ready:
+                owner.ready[pq.key] = None
+                self.touched.add(owner.member_id)
+        else:
+            owner.ready.pop(pq.key, None)
 
     def take_owner_changes(self) -> dict[PartitionKey, str | None]:
         """Ownership changed since the last call (partition -> owner, None: no owner);
@@ -223,224 +212,332 @@ class ConsumerGroup:
         if pq is None:
             pq = self.partitions[key] = PartitionQueue(key)
         if pq.owner is None:
-            self._give(pq, member)
+            self.give(pq, member)
+
+    def pin_restored(self, below_offset: int) -> None:
+        """After a restart's events are back: each owned partition stays with its owner
+        until the events restored into it are resolved (see PartitionQueue.pinned)."""
+        self.pin_below = below_offset
+        for pq in self.partitions.values():
+            if pq.owner is not None:
+                pq.pinned = len(pq.pending)
 
     def assign_unowned(self) -> None:
         """Give every unowned partition with work an owner, oldest work first."""
         waiting = [pq for pq in self.partitions.values() if pq.owner is None and pq.pending]
         waiting.sort(key=lambda pq: pq.pending[0])
         for pq in waiting:
-            if self._assign(pq) is None:
+            if self.assign(pq) is None:
                 return
 
     # -- membership ----------------------------------------------------------------------
-    def join(self, member_id: str, callback: str, prefetch: int) -> Member:
-        """Add a member, or resume one with the same id (a durable subscription)."""
+    def join(
+        self,
+        member_id: str,
+        callback: str,
+        prefetch: int,
+        session: int,
+        now: float,
+        pull: bool = False,
+    ) -> Member:
+        """Add a member, or resume one with the same id (a durable subscription) in a new
+        session: what its old session held goes back first (a resumed member that was
+        active keeps its partitions, so it gets those events again, in order)."""
         member = self.members.get(member_id)
         if member is None:
-            member = Member(member_id, callback, prefetch, delays=DelayTracker(self.delay_policy))
+            member = Member(
+                member_id,
+                callback,
+                prefetch,
+                delays=DelayTracker(self.policy.delay),
+                window=Window(prefetch, self.policy.window),
+            )
             self.members[member_id] = member
         else:
+            self._unfly(member, list(member.flights.values()))
+            pace = member.window.per_event_s
             member.callback, member.prefetch = callback, prefetch
-            member.active, member.leaving = True, False
-            member.session += 1
-            member.consecutive_failures = 0
-            member.offloaded = False
+            member.window = Window(prefetch, self.policy.window)
+            member.window.per_event_s = pace
+            member.active, member.inactive_reason = True, ""
+            member.transport_failures = member.ack_failures = 0
+            member.offloaded, member.retry_at = False, 0.0
+        member.session, member.pull, member.next_seq = session, pull, 1
+        member.seen(now)
         self.assign_unowned()
-        self.rebalance_to(member)
+        rebalance.rebalance_to(self, member)
+        self.touched.add(member_id)
         return member
 
-    def rebalance_to(self, newcomer: Member) -> list[PartitionKey]:
-        """Move idle partitions (nothing in flight) from the busiest members to a joining
-        one until no donor is more than ``rebalance_threshold`` partitions ahead of it.
-        A moved partition keeps its queue, so no batch is split and nothing is reordered."""
-        moved: list[PartitionKey] = []
-        donors = {m.member_id: m for m in self.active_members() if m is not newcomer}
-        while donors:
-            donor = max(donors.values(), key=lambda m: (len(m.partitions), m.member_id))
-            if len(donor.partitions) - len(newcomer.partitions) <= self.rebalance_threshold:
-                break
-            idle = [
-                self.partitions[k] for k in donor.partitions if not self.partitions[k].in_flight
-            ]
-            if not idle:
-                del donors[donor.member_id]
-                continue
-            pq = min(idle, key=lambda q: str(q.key))
-            self._take_away(pq)
-            self._give(pq, newcomer)
-            moved.append(pq.key)
-        return moved
-
-    def rebalance(self) -> list[PartitionKey]:
-        """Carry on a join's rebalance once partitions have become idle: the active member
-        owning the fewest partitions takes idle ones from the busiest (see rebalance_to)."""
-        active = self.active_members()
-        takers = [m for m in active if not m.offloaded]
-        if len(active) < 2 or not takers:
-            return []
-        return self.rebalance_to(min(takers, key=lambda m: (len(m.partitions), m.member_id)))
-
-    def offload(self, member_id: str) -> list[PartitionKey]:
-        """Move a slow member's queued partitions that have nothing in flight to the
-        least-loaded others; the member stays active (DESIGN §6, long delays)."""
+    def deactivate(self, member_id: str, reason: str) -> None:
+        """Take a member out of rotation (declared dead); what it held and its partitions
+        move to the least-loaded others, in order. It comes back by joining again."""
         member = self.members[member_id]
-        member.offloaded = True
-        waiting = [
-            self.partitions[k]
-            for k in member.partitions
-            if self.partitions[k].pending and not self.partitions[k].in_flight
-        ]
-        moved = []
-        for pq in sorted(waiting, key=lambda q: q.pending[0]):
-            self._take_away(pq)
-            if self._assign(pq, exclude=member_id) is None:
-                self._give(pq, member)  # nobody else is active: keep it
-                break
-            moved.append(pq.key)
-        return moved
-
-    def deactivate(self, member_id: str) -> None:
-        """Take a member out of rotation; the unacknowledged rest of its partitions moves."""
-        member = self.members[member_id]
-        member.active = False
+        member.active, member.inactive_reason = False, reason
+        self.deactivations.append((member_id, reason))
+        self._unfly(member, list(member.flights.values()))
         self._release_partitions(member)
 
-    def leave(self, member_id: str) -> bool:
-        """Unsubscribe. Returns True when the member is gone now, False when it still has a
-        batch in flight (it goes when that batch completes or fails)."""
+    def leave(self, member_id: str) -> None:
+        """Unsubscribe: the member stopped processing, so what it held goes back to the
+        head of its partitions at once, and the partitions to the others."""
         member = self.members[member_id]
-        member.leaving = True
         member.active = False
-        self._release_partitions(member)  # those in flight go when their batch resolves
-        if member.in_flight:
-            return False
+        self._unfly(member, list(member.flights.values()))
+        self._release_partitions(member)
         del self.members[member_id]
-        return True
+
+    def forget(self, member_id: str) -> None:
+        """Remove an inactive member for good (it holds nothing and owns nothing)."""
+        member = self.members[member_id]
+        if member.active:
+            raise ValueError(f"{member_id} is active")
+        del self.members[member_id]
 
     def _release_partitions(self, member: Member) -> None:
         for key in sorted(member.partitions, key=str):
-            pq = self.partitions[key]
-            if not pq.in_flight:  # one in flight stays ours until its batch resolves
-                self._take_away(pq)
+            self.take_away(self.partitions[key])
         self.assign_unowned()
 
-    def take_event(self, member_id: str, event_id: str) -> Batch | None:
+    # -- delivery ------------------------------------------------------------------------
+    def take_batch(self, member_id: str, now: float) -> Batch | None:
+        """The next push for a member: its ready partitions, round robin, up to its room."""
+        member = self.members.get(member_id)
+        if member is None or not member.active or now < member.retry_at:
+            return None
+        budget = member.room
+        events: list[Event] = []
+        for key in list(member.ready):
+            if budget <= 0:
+                break
+            taken = self.partitions[key].take(budget)
+            del member.ready[key]
+            events.extend(taken)
+            budget -= len(taken)
+        return self._launch(member, events, now) if events else None
+
+    def take_event(self, member_id: str, event_id: str, now: float) -> Batch | None:
         """A one-event batch of ``event_id`` when it is next in one of the member's
-        partitions (a pull client acknowledging what it got before a broker restart)."""
+        partitions (a pull client acknowledging what it got before a restart)."""
         member = self.members.get(member_id)
         if member is None:
             return None
-        for key in member.partitions:
+        for key in list(member.ready):
             pq = self.partitions[key]
-            if pq.ready and pq.pending[0].id == event_id:
-                return self._launch(member, pq.take(1))
+            if pq.pending[0].id == event_id:
+                del member.ready[key]
+                return self._launch(member, pq.take(1), now)
         return None
 
-    def _launch(self, member: Member, events: list[Event]) -> Batch:
-        """Account a batch taken from the member's partitions as in flight."""
-        member.queued -= len(events)
-        member.in_flight += len(events)
-        member.delivered += len(events)
+    def _launch(self, member: Member, events: list[Event], now: float) -> Batch:
+        """Account events taken from the member's partitions as held by it."""
+        if not member.flights:
+            member.busy_since = now
         attempts = [self._attempts.pop(ev.offset, 0) + 1 for ev in events]
-        return Batch(member.member_id, member.session, events, attempts)
+        first = member.next_seq
+        for i, (ev, attempt) in enumerate(zip(events, attempts, strict=True)):
+            member.flights[ev.id] = Flight(ev, attempt, first + i, now)
+        member.next_seq += len(events)
+        member.queued -= len(events)
+        member.delivered += len(events)
+        return Batch(self.name, member.member_id, member.session, first, events, attempts)
 
-    # -- dispatch ------------------------------------------------------------------------
-    def take_batch(self, member_id: str) -> Batch | None:
-        """The next push for a member: ready partitions, up to its free prefetch."""
+    def _current(self, member_id: str, session: int) -> Member | None:
+        """The member if it is active in that session (else the message is stale)."""
+        member = self.members.get(member_id)
+        if member is None or member.session != session or not member.active:
+            return None
+        return member
+
+    def delivered(self, batch: Batch, now: float) -> bool:
+        """A push was answered. False when the batch is stale (its events moved on)."""
+        member = self._current(batch.member_id, batch.session)
+        if member is None:
+            return False
+        member.seen(now)
+        member.transport_failures = 0
+        return True
+
+    def push_failed(self, batch: Batch, now: float) -> bool:
+        """A push failed in transport: its events go back; the member retries after a
+        back-off. Returns True when this failure made the member inactive."""
+        member = self._current(batch.member_id, batch.session)
+        if member is None:
+            return False
+        last = batch.first_seq + len(batch.events)
+        back = [f for f in member.flights.values() if batch.first_seq <= f.seq < last]
+        self._unfly(member, back)
+        return self._transport_failure(member, now, f"{len(batch.events)}-event push failed")
+
+    def probe_failed(self, member_id: str, now: float) -> bool:
+        """A silent member did not answer a ping. True when it is now inactive."""
         member = self.members.get(member_id)
         if member is None or not member.active:
-            return None
-        budget = member.prefetch - member.in_flight
-        keys = sorted(member.partitions, key=str)
-        if not keys or budget <= 0:
-            return None
-        start = self._rotation % len(keys)
-        self._rotation += 1
-        events: list[Event] = []
-        for key in keys[start:] + keys[:start]:
-            pq = self.partitions[key]
-            if budget <= 0:
-                break
-            if pq.ready:
-                taken = pq.take(budget)
-                events.extend(taken)
-                budget -= len(taken)
-        return self._launch(member, events) if events else None
+            return False
+        return self._transport_failure(member, now, "no answer to pings")
 
-    def complete(self, batch: Batch, acked: set[str], nacked: dict[str, str]) -> AckOutcome:
-        """Apply a member's reply: acked ids are done, nacked ones are retried or
-        dead-lettered, ids in neither are redelivered and count as a failed attempt."""
+    def probe_answered(self, member_id: str, now: float) -> None:
+        member = self.members.get(member_id)
+        if member is not None:
+            member.seen(now)
+            member.transport_failures = 0
+
+    def _transport_failure(self, member: Member, now: float, what: str) -> bool:
+        member.failures += 1
+        member.transport_failures += 1
+        failures = member.transport_failures
+        if failures >= self.policy.max_attempts:
+            self.deactivate(member.member_id, f"{what}, {failures} failures in a row")
+            return True
+        member.retry_at = now + self.policy.retry_backoff_s * 2 ** (failures - 1)
+        return False
+
+    # -- acks ----------------------------------------------------------------------------
+    def acknowledge(
+        self,
+        member_id: str,
+        session: int,
+        acked: Iterable[str],
+        nacked: dict[str, str],
+        through_seq: int,
+        now: float,
+    ) -> AckOutcome:
+        """Apply an ack message: acked ids are done; nacked ones are retried or, after
+        ``max_attempts`` handler failures, dead; events delivered up to ``through_seq``
+        that it names neither way were skipped (a lost ack) and go back, counting as a
+        failed attempt of the member."""
+        member = self._current(member_id, session)
+        if member is None:
+            return AckOutcome(stale=True)
+        member.seen(now)
         outcome = AckOutcome()
-        for ev, attempt in zip(batch.events, batch.attempts, strict=True):
-            if ev.id in acked:
-                self._handler_failures.pop(ev.offset, None)
-                outcome.done.append(ev)
-            elif ev.id in nacked:
-                failures = self._handler_failures.get(ev.offset, 0) + 1
-                if failures >= self.max_attempts:
-                    self._handler_failures.pop(ev.offset, None)
-                    outcome.dead.append((ev, str(nacked[ev.id])))
-                else:
-                    self._handler_failures[ev.offset] = failures
-                    self._attempts[ev.offset] = attempt
-                    outcome.retried.append(ev)
+        busy_since = member.busy_since
+        finished: list[Event] = []
+        back: list[Flight] = []
+        for event_id in acked:
+            flight = member.flights.pop(event_id, None)
+            if flight is not None:
+                self._handler_failures.pop(flight.event.offset, None)
+                outcome.done.append(flight.event)
+                finished.append(flight.event)
+        for event_id, error in nacked.items():
+            flight = member.flights.pop(event_id, None)
+            if flight is None:
+                continue
+            if self._handler_failed(flight.event):
+                outcome.dead.append((flight.event, error))
+                finished.append(flight.event)
             else:
-                self._attempts[ev.offset] = attempt
-                outcome.retried.append(ev)
-                outcome.missing += 1
-        self.held -= len(outcome.done) + len(outcome.dead)
-        member = self.members[batch.member_id]
+                back.append(flight)
+        skipped = [f for f in member.flights.values() if f.seq <= through_seq]
+        outcome.missing = len(skipped)
+        for flight in skipped:
+            del member.flights[flight.event.id]
+        back.extend(skipped)
+        outcome.retried = [f.event for f in back]
         member.acked += len(outcome.done)
-        if outcome.missing:
-            outcome.deactivated = self._count_failure(member)
-        else:
-            member.consecutive_failures = 0
-        self._settle(batch, outcome.retried)
+        self._finish(member, finished)
+        self._return(member, back)
+        completed = len(finished) + len(back) - len(skipped)
+        if busy_since is not None:
+            member.window.observe(completed, now - busy_since)
+        member.busy_since = now if member.flights else None
+        outcome.deactivated = self._count_acks(member, outcome.missing, completed)
+        if member.active and member.ready:
+            self.touched.add(member_id)  # it has room again for what was waiting
         return outcome
 
-    def fail(self, batch: Batch) -> bool:
-        """A push failed in transport: everything goes back. Returns True when the member
-        has now failed ``max_attempts`` times in a row and was made inactive."""
-        for ev, attempt in zip(batch.events, batch.attempts, strict=True):
-            self._attempts[ev.offset] = attempt
-        member = self.members[batch.member_id]
-        gave_up = self._count_failure(member)
-        self._settle(batch, batch.events)
-        return gave_up
+    def _handler_failed(self, event: Event) -> bool:
+        """One more handler failure of an event; True when it should be dead-lettered."""
+        failures = self._handler_failures.get(event.offset, 0) + 1
+        if failures >= self.policy.max_attempts:
+            self._handler_failures.pop(event.offset, None)
+            return True
+        self._handler_failures[event.offset] = failures
+        return False
 
-    def _count_failure(self, member: Member) -> bool:
-        """One more failed attempt; the ``max_attempts``-th in a row makes it inactive."""
+    def _count_acks(self, member: Member, missing: int, completed: int) -> bool:
+        if not missing:
+            if completed:
+                member.ack_failures = 0
+            return False
         member.failures += 1
-        member.consecutive_failures += 1
-        if member.active and member.consecutive_failures >= self.max_attempts:
-            self.deactivate(member.member_id)
+        member.ack_failures += 1
+        if member.ack_failures >= self.policy.max_attempts:
+            self.deactivate(member.member_id, f"acks missing {member.ack_failures} times in a row")
             return True
         return False
 
-    def _settle(self, batch: Batch, put_back: list[Event]) -> None:
-        """Close the batch's partitions: clear in-flight, return what must be redelivered."""
-        member = self.members[batch.member_id]
-        member.in_flight -= len(batch.events)
-        back: dict[PartitionKey, list[Event]] = {}
-        for ev in put_back:
-            back.setdefault(ev.key, []).append(ev)
-        for key in {ev.key for ev in batch.events}:
+    def _finish(self, member: Member, events: list[Event]) -> None:
+        """Events done (acked or dead) in this group: out of their partitions for good."""
+        self.held -= len(events)
+        for key, done in _by_key(events).items():
             pq = self.partitions[key]
-            pq.in_flight = []
-            member.queued += pq.put_back(back.get(key, ()))
-            if not member.active:  # it was kept only for the batch in flight: release it
-                self._take_away(pq)
-        if member.leaving and not member.in_flight:
-            del self.members[member.member_id]
-        self.assign_unowned()
+            pq.resolve(done)
+            if pq.pinned:
+                pq.pinned = max(0, pq.pinned - sum(ev.offset < self.pin_below for ev in done))
+            self._refresh(pq)
+        if events:
+            rebalance.after_progress(self, member)
 
-    # -- housekeeping --------------------------------------------------------------------
+    def _unfly(self, member: Member, flights: list[Flight]) -> None:
+        for flight in flights:
+            member.flights.pop(flight.event.id, None)
+        self._return(member, flights)
+        if not member.flights:
+            member.busy_since = None
+
+    def _return(self, member: Member, flights: list[Flight]) -> None:
+        """Put events that were held back at their place in their partitions; their next
+        delivery counts as the next attempt."""
+        for flight in flights:
+            self._attempts[flight.event.offset] = flight.attempt
+        for key, events in _by_key(f.event for f in flights).items():
+            pq = self.partitions[key]
+            pq.resolve(events)
+            added = pq.put_back(events)
+            if pq.owner is not None:
+                self.members[pq.owner].queued += added
+            self._refresh(pq)
+
+    # -- liveness ------------------------------------------------------------------------
+    def heartbeat(self, member_id: str, now: float) -> Member | None:
+        member = self.members.get(member_id)
+        if member is not None:
+            member.seen(now)
+        return member
+
+    def silent(self, now: float, after_s: float) -> list[str]:
+        """Active push members holding events that gave no sign of life for ``after_s``:
+        frozen, or gone. They are pinged (delivery is judged, not the handlers)."""
+        return [
+            m.member_id
+            for m in self.members.values()
+            if m.active and not m.pull and m.flights and now - m.last_seen > after_s
+        ]
+
+    def stuck(self, now: float, after_s: float) -> list[str]:
+        """Active members holding an event longer than the handler timeout."""
+        return [
+            m.member_id
+            for m in self.members.values()
+            if m.active and m.flights and now - next(iter(m.flights.values())).sent_at > after_s
+        ]
+
+    def idle_pullers(self, now: float, after_s: float) -> list[str]:
+        """Active pull members that have not called ``get`` for ``after_s``."""
+        return [
+            m.member_id
+            for m in self.members.values()
+            if m.active and m.pull and now - m.last_seen > after_s
+        ]
+
     def sweep_idle(self, now: float, idle_s: float) -> list[PartitionKey]:
         """Drop partitions that stayed empty with nothing in flight for ``idle_s``."""
         dropped = []
         for key, pq in list(self.partitions.items()):
             if not pq.idle:
+                pq.idle_since = None
                 continue
             if pq.idle_since is None:
                 pq.idle_since = now
@@ -451,3 +548,11 @@ class ConsumerGroup:
                 self.owner_changes[key] = None
                 dropped.append(key)
         return dropped
+
+
+def _by_key(events: Iterable[Event]) -> dict[PartitionKey, list[Event]]:
+    """Events grouped by partition, in the order given."""
+    by_key: dict[PartitionKey, list[Event]] = {}
+    for ev in events:
+        by_key.setdefault(ev.key, []).append(ev)
+    return by_key

@@ -45,12 +45,17 @@ class GlobalQueue:
 
 
 class PartitionQueue:
-    """One partition of one consumer group: its pending events and its one unacked batch.
+    """One partition of one consumer group: its pending events and those in flight.
 
-    ``owner`` is the member the partition is assigned to (sticky), or None.
+    ``owner`` is the member the partition is assigned to (sticky), or None. Events are
+    delivered in order and the partition takes no new delivery until every event in flight
+    is resolved (acknowledged, put back or dead-lettered). ``pinned`` counts the events a
+    restarted broker restored while this owner held the partition: until they are resolved
+    the partition stays with its owner, who may have processed them already (its acks were
+    not yet written), so that no rebalance hands them to another member.
     """
 
-    __slots__ = ("idle_since", "in_flight", "key", "owner", "pending")
+    __slots__ = ("idle_since", "in_flight", "key", "owner", "pending", "pinned")
 
     def __init__(self, key: PartitionKey) -> None:
         self.key = key
@@ -58,22 +63,36 @@ class PartitionQueue:
         self.in_flight: list[Event] = []
         self.owner: str | None = None
         self.idle_since: float | None = None
+        self.pinned = 0
 
     @property
     def ready(self) -> bool:
-        """Has events to send and no unacknowledged batch (per-partition order)."""
+        """Has events to send and none in flight (per-partition order)."""
         return bool(self.pending) and not self.in_flight
 
     @property
     def idle(self) -> bool:
         return not self.pending and not self.in_flight
 
+    @property
+    def movable(self) -> bool:
+        """May change owner now: nothing in flight and no restored event left to its owner."""
+        return not self.in_flight and not self.pinned
+
     def take(self, limit: int) -> list[Event]:
-        """Move up to ``limit`` pending events, oldest first, into the in-flight batch."""
+        """Move up to ``limit`` pending events, oldest first, into flight."""
         batch = list(islice(self.pending, limit))
         del self.pending[: len(batch)]
         self.in_flight = batch
         return batch
+
+    def resolve(self, events: list[Event]) -> None:
+        """Events in flight are done with here (acknowledged, put back or dead)."""
+        if len(events) == len(self.in_flight):
+            self.in_flight = []
+        else:
+            gone = set(events)  # events hash by identity
+            self.in_flight = [ev for ev in self.in_flight if ev not in gone]
 
     def put_back(self, events: Iterable[Event]) -> int:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""

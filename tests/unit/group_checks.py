@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.core.group import ConsumerGroup
 from channel_server.events import Event, Partition
 
 
@@ -25,19 +25,19 @@ def pending_ids(group: ConsumerGroup, key) -> list[str]:
     return ids(group.partitions[key].pending)
 
 
-def check_group(group: ConsumerGroup, outstanding: Iterable[Batch] = ()) -> None:
-    """Assert the structural invariants of a group given the batches not yet resolved.
+def check_group(group: ConsumerGroup) -> None:
+    """Assert the structural invariants of a group.
 
     - every partition's events carry its key; pending is sorted; no event is held twice;
-    - each in-flight list is exactly the events of one outstanding batch for that partition,
-      and the batch belongs to the partition's owner;
+    - each partition's in-flight events are exactly the flights of its owner with that key,
+      and only an active member holds flights;
     - ownership is symmetric: ``pq.owner`` names a member that lists the partition, and a
-      member lists only partitions it owns (so no partition has two owners);
-    - an inactive member keeps only partitions with a batch in flight;
+      member lists only partitions it owns (so no partition has two owners); an inactive
+      member owns nothing;
+    - a member's ready set is exactly its partitions that are ready;
     - with an active member, no partition with pending events is left without an owner;
-    - ``queued`` / ``in_flight`` counters match the queues and the outstanding batches.
+    - ``queued`` / ``in_flight`` counters match the queues and the flights.
     """
-    outstanding = list(outstanding)
     held: set[int] = set()
     for key, pq in group.partitions.items():
         events = list(pq.pending) + list(pq.in_flight)
@@ -51,26 +51,23 @@ def check_group(group: ConsumerGroup, outstanding: Iterable[Batch] = ()) -> None
             assert pq.owner in group.members, f"{key} owned by departed {pq.owner}"
             member = group.members[pq.owner]
             assert key in member.partitions, f"{key} not listed by its owner {pq.owner}"
-            if not member.active:
-                assert pq.in_flight, f"inactive {pq.owner} keeps idle {key}"
-        if pq.in_flight:
-            assert pq.owner is not None, f"{key} in flight without an owner"
+            assert member.active, f"inactive {pq.owner} keeps {key}"
+            flying = [f.event for f in member.flights.values() if f.event.key == key]
+            assert ids(pq.in_flight) == ids(flying), key
+        else:
+            assert not pq.in_flight, f"{key} in flight without an owner"
     for member in group.members.values():
         for key in member.partitions:
             assert key in group.partitions, f"{member.member_id} lists dropped {key}"
             assert group.partitions[key].owner == member.member_id, (key, member.member_id)
+        for flight in member.flights.values():
+            assert flight.event.key in member.partitions, (member.member_id, flight.event.id)
+        ready = {k for k in member.partitions if group.partitions[k].ready}
+        assert set(member.ready) == ready, (member.member_id, member.ready, ready)
         queued = sum(len(group.partitions[k].pending) for k in member.partitions)
         assert member.queued == queued, (member.member_id, member.queued, queued)
-        in_flight = sum(len(b.events) for b in outstanding if b.member_id == member.member_id)
-        assert member.in_flight == in_flight, (member.member_id, member.in_flight, in_flight)
-    in_flight_by_key: dict = {}
-    for batch in outstanding:
-        assert batch.member_id in group.members, f"batch of departed {batch.member_id}"
-        for ev in batch.events:
-            in_flight_by_key.setdefault(ev.key, []).append(ev)
-            assert group.partitions[ev.key].owner == batch.member_id
-    for key, pq in group.partitions.items():
-        assert ids(pq.in_flight) == ids(in_flight_by_key.get(key, [])), key
+        if not member.active:
+            assert not member.partitions and not member.flights, member.member_id
     if group.active_members():
         for key, pq in group.partitions.items():
             assert not pq.pending or pq.owner is not None, f"{key} waits with no owner"

@@ -8,8 +8,10 @@ import pytest
 
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
-from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.core.group import AckOutcome, ConsumerGroup
+from channel_server.core.member import Batch
 from channel_server.errors import InvalidEvent
+from channel_server.events import Event
 from channel_server.wire import DEFAULT_GROUP
 from tests.unit.group_checks import ids
 
@@ -28,10 +30,26 @@ def publish(core: ChannelCore, batch: list[dict], now: float = 0.0):
     return outcome
 
 
+def join(group: ConsumerGroup, member_id: str, prefetch: int) -> None:
+    group.join(member_id, "cb", prefetch, session=1, now=0.0)
+
+
 def take(group: ConsumerGroup, member_id: str) -> Batch:
-    batch = group.take_batch(member_id)
+    batch = group.take_batch(member_id, 0.0)
     assert batch is not None
     return batch
+
+
+def complete(
+    core: ChannelCore,
+    group: ConsumerGroup,
+    batch: Batch,
+    acked: set[str],
+    nacked: dict[str, str],
+) -> tuple[AckOutcome, list[Event]]:
+    """The member's ack covering the whole batch (what it names neither way: skipped)."""
+    last = batch.first_seq + len(batch.events) - 1
+    return core.acknowledge(group, batch.member_id, batch.session, sorted(acked), nacked, last, 0.0)
 
 
 # -- publish ------------------------------------------------------------------------------
@@ -49,7 +67,7 @@ def test_prepare_assigns_offsets_and_enqueue_routes_in_order() -> None:
     assert (core.unacked, core.accepted_total, core.acked_total) == (3, 3, 0)
     group = core.groups[DEFAULT_GROUP]
     assert group.backlog == 3
-    group.join("s", "cb", 10)
+    join(group, "s", 10)
     assert ids(take(group, "s").events) == ["b", "c", "a"]
     assert outcome.summary() == {"accepted": 3, "duplicates": [], "refused": 0, "unrouted": 0}
 
@@ -101,10 +119,10 @@ def test_duplicates_against_delivered_set_and_within_batch() -> None:
 def test_acknowledged_id_is_still_a_duplicate() -> None:
     core = ChannelCore("c", config())
     group = core.groups[DEFAULT_GROUP]
-    group.join("s", "cb", 10)
+    join(group, "s", 10)
     publish(core, [raw("a")])
     batch = take(group, "s")
-    _, retired = core.complete(group, batch, {"a"}, {})
+    _, retired = complete(core, group, batch, {"a"}, {})
     assert ids(retired) == ["a"]
     assert core.prepare([raw("a")]).duplicates == ["a"]
 
@@ -126,10 +144,10 @@ def test_capacity_accepts_the_front_and_lists_refused_ids() -> None:
 def test_capacity_frees_up_as_events_retire() -> None:
     core = ChannelCore("c", config(capacity=2))
     group = core.groups[DEFAULT_GROUP]
-    group.join("s", "cb", 1)
+    join(group, "s", 1)
     publish(core, [raw("a"), raw("b")])
     assert core.prepare([raw("c")]).refused == ["c"]
-    core.complete(group, take(group, "s"), {"a"}, {})
+    complete(core, group, take(group, "s"), {"a"}, {})
     assert ids(publish(core, [raw("c")]).accepted) == ["c"]
 
 
@@ -153,7 +171,7 @@ def test_topic_keeps_events_only_for_groups_that_exist_at_publish() -> None:
     late = core.add_group("late")
     publish(core, [raw("b")])
     assert (early.backlog, late.backlog) == (2, 1)
-    late.join("s", "cb", 10)
+    join(late, "s", 10)
     assert ids(take(late, "s").events) == ["b"]
 
 
@@ -161,19 +179,19 @@ def test_topic_keeps_events_only_for_groups_that_exist_at_publish() -> None:
 def test_event_retires_only_when_every_group_at_publish_has_acked() -> None:
     core = ChannelCore("c", config())
     default, audit = core.groups[DEFAULT_GROUP], core.add_group("audit")
-    default.join("d", "cb", 10)
-    audit.join("x", "cb", 10)
+    join(default, "d", 10)
+    join(audit, "x", 10)
     publish(core, [raw("a", ts=1.0), raw("b", ts=2.0)])
     late = core.add_group("late")  # created after the publish: holds nothing of it
-    late.join("l", "cb", 10)
-    assert late.take_batch("l") is None
-    _, retired = core.complete(default, take(default, "d"), {"a", "b"}, {})
+    join(late, "l", 10)
+    assert late.take_batch("l", 0.0) is None
+    _, retired = complete(core, default, take(default, "d"), {"a", "b"}, {})
     assert retired == []
     assert (core.unacked, core.acked_total) == (2, 0)
-    _, retired = core.complete(audit, take(audit, "x"), {"b"}, {})
+    _, retired = complete(core, audit, take(audit, "x"), {"b"}, {})
     assert ids(retired) == ["b"]
     assert (core.unacked, core.acked_total) == (1, 1)
-    _, retired = core.complete(audit, take(audit, "x"), {"a"}, {})
+    _, retired = complete(core, audit, take(audit, "x"), {"a"}, {})
     assert ids(retired) == ["a"]
     assert (core.unacked, core.accepted_total, core.acked_total) == (0, 2, 2)
 
@@ -181,13 +199,13 @@ def test_event_retires_only_when_every_group_at_publish_has_acked() -> None:
 def test_redelivery_in_one_group_does_not_retire_early() -> None:
     core = ChannelCore("c", config())
     default, audit = core.groups[DEFAULT_GROUP], core.add_group("audit")
-    default.join("d", "cb", 10)
-    audit.join("x", "cb", 10)
+    join(default, "d", 10)
+    join(audit, "x", 10)
     publish(core, [raw("a")])
-    core.complete(default, take(default, "d"), set(), {})  # missing: redelivered
-    _, retired = core.complete(audit, take(audit, "x"), {"a"}, {})
+    complete(core, default, take(default, "d"), set(), {})  # missing: redelivered
+    _, retired = complete(core, audit, take(audit, "x"), {"a"}, {})
     assert retired == []
-    _, retired = core.complete(default, take(default, "d"), {"a"}, {})
+    _, retired = complete(core, default, take(default, "d"), {"a"}, {})
     assert ids(retired) == ["a"]
     assert core.unacked == 0
 
@@ -195,12 +213,12 @@ def test_redelivery_in_one_group_does_not_retire_early() -> None:
 def test_dead_letter_resolves_the_event_for_its_group() -> None:
     core = ChannelCore("c", config(max_attempts=2))
     group = core.groups[DEFAULT_GROUP]
-    group.join("s", "cb", 10)
+    join(group, "s", 10)
     publish(core, [raw("poison"), raw("fine", ts=2.0, partition=1)])
-    outcome, retired = core.complete(group, take(group, "s"), {"fine"}, {"poison": "bad"})
+    outcome, retired = complete(core, group, take(group, "s"), {"fine"}, {"poison": "bad"})
     assert ids(retired) == ["fine"]
     assert ids(outcome.retried) == ["poison"]
-    outcome, retired = core.complete(group, take(group, "s"), set(), {"poison": "still bad"})
+    outcome, retired = complete(core, group, take(group, "s"), set(), {"poison": "still bad"})
     assert ids(retired) == ["poison"]
     assert [(d.event.id, d.group, d.error) for d in core.dead_letters] == [
         ("poison", DEFAULT_GROUP, "still bad")

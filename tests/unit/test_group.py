@@ -1,476 +1,550 @@
-"""ConsumerGroup: ownership, dispatch, acks and failures, driven without a clock or I/O."""
+"""ConsumerGroup: ownership, delivery, acks, failures and liveness, on a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from channel_server.core.group import Batch, ConsumerGroup
+from channel_server.core import rebalance
+from channel_server.core.group import ConsumerGroup, GroupPolicy
+from channel_server.core.member import Batch, WindowPolicy
 from tests.unit.group_checks import check_group, ids, make_event, owners, pending_ids
 
 P0, P1, P2, P3 = (("p", n) for n in range(4))
 
 
-def new_group(weight: int = 10, max_attempts: int = 3) -> ConsumerGroup:
-    return ConsumerGroup("g", partition_weight=weight, max_attempts=max_attempts)
+class Driver:
+    """A group driven like the channel facade drives it: sessions and a fake clock."""
 
+    def __init__(self, weight: int = 10, max_attempts: int = 3, window: int = 1000) -> None:
+        policy = GroupPolicy(
+            partition_weight=weight, max_attempts=max_attempts, window=WindowPolicy(window)
+        )
+        self.g = ConsumerGroup("g", policy)
+        self.now = 0.0
+        self._session = 0
 
-def take(group: ConsumerGroup, member_id: str) -> Batch:
-    batch = group.take_batch(member_id)
-    assert batch is not None
-    return batch
+    def join(self, member_id: str, prefetch: int = 100, callback: str = "cb", pull: bool = False):
+        self._session += 1
+        return self.g.join(member_id, callback, prefetch, self._session, self.now, pull)
 
+    def take(self, member_id: str) -> Batch:
+        batch = self.g.take_batch(member_id, self.now)
+        assert batch is not None
+        return batch
 
-def ack_all(group: ConsumerGroup, batch: Batch) -> None:
-    outcome = group.complete(batch, set(ids(batch.events)), {})
-    assert ids(outcome.done) == ids(batch.events)
+    def ack(self, batch: Batch, acked=None, nacked=None, through: int | None = None):
+        acked = ids(batch.events) if acked is None else acked
+        last = batch.first_seq + len(batch.events) - 1
+        return self.g.acknowledge(
+            batch.member_id,
+            batch.session,
+            acked,
+            nacked or {},
+            last if through is None else through,
+            self.now,
+        )
 
 
 # -- ownership ----------------------------------------------------------------------------
 def test_partition_goes_whole_to_one_member_ties_to_lowest_id() -> None:
-    g = new_group()
-    g.join("b", "cb-b", 100)
-    g.join("a", "cb-a", 100)
-    g.enqueue([make_event(i) for i in range(5)])
-    assert owners(g) == {P0: "a"}
-    assert g.members["a"].partitions == {P0}
-    assert g.members["a"].queued == 5
-    assert g.ready_members() == {"a"}
-    assert g.take_batch("b") is None
-    batch = take(g, "a")
+    d = Driver()
+    d.join("b")
+    d.join("a")
+    d.g.enqueue([make_event(i) for i in range(5)])
+    assert owners(d.g) == {P0: "a"}
+    assert d.g.members["a"].queued == 5
+    assert d.g.ready_members() == {"a"}
+    assert d.g.take_batch("b", d.now) is None
+    batch = d.take("a")
     assert ids(batch.events) == ["e0", "e1", "e2", "e3", "e4"]
     assert batch.attempts == [1] * 5
-    check_group(g, [batch])
+    assert (batch.first_seq, batch.group) == (1, "g")
+    check_group(d.g)
 
 
 def test_second_partition_goes_to_the_other_member() -> None:
-    g = new_group()
-    g.join("a", "cb", 100)
-    g.join("b", "cb", 100)
-    g.enqueue([make_event(0, partition=0)])
-    g.enqueue([make_event(1, partition=1)])
-    assert owners(g) == {P0: "a", P1: "b"}
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    d.g.enqueue([make_event(0, partition=0)])
+    d.g.enqueue([make_event(1, partition=1)])
+    assert owners(d.g) == {P0: "a", P1: "b"}
     # Everything acked: each still owns one empty partition, which weighs
     # partition_weight (10): a tie, so the third partition goes to "a"; the fourth then
     # goes to "b", since "a" weighs two partitions and one queued event (21 > 10).
-    ack_all(g, take(g, "a"))
-    ack_all(g, take(g, "b"))
-    g.enqueue([make_event(2, partition=2)])
-    assert owners(g)[P2] == "a"
-    g.enqueue([make_event(3, partition=3)])
-    assert owners(g)[P3] == "b"
-    check_group(g)
+    d.ack(d.take("a"))
+    d.ack(d.take("b"))
+    d.g.enqueue([make_event(2, partition=2)])
+    assert owners(d.g)[P2] == "a"
+    d.g.enqueue([make_event(3, partition=3)])
+    assert owners(d.g)[P3] == "b"
+    check_group(d.g)
 
 
 @pytest.mark.parametrize(("weight", "expected"), [(10, "a"), (1, "b")])
 def test_partition_weight_against_queued_events(weight: int, expected: str) -> None:
-    g = new_group(weight=weight)
-    g.join("a", "cb", 100)
-    g.join("b", "cb", 100)
-    g.enqueue([make_event(i, partition=0) for i in range(5)])  # P0 -> a: 1 partition, 5 events
-    g.enqueue([make_event(5, partition=1)])  # P1 -> b
-    g.enqueue([make_event(6, partition=2)])  # P2 -> b
-    assert owners(g) == {P0: "a", P1: "b", P2: "b"}
-    ack_all(g, take(g, "b"))  # b: 2 empty partitions
+    d = Driver(weight=weight)
+    d.join("a")
+    d.join("b")
+    d.g.enqueue([make_event(i, partition=0) for i in range(5)])  # P0 -> a: 1 partition, 5 events
+    d.g.enqueue([make_event(5, partition=1)])  # P1 -> b
+    d.g.enqueue([make_event(6, partition=2)])  # P2 -> b
+    assert owners(d.g) == {P0: "a", P1: "b", P2: "b"}
+    d.ack(d.take("b"))  # b: 2 empty partitions
     # load(a) = w*1 + 5, load(b) = w*2: weight 10 -> a (15 < 20); weight 1 -> b (2 < 6)
-    g.enqueue([make_event(7, partition=3)])
-    assert owners(g)[P3] == expected
-    check_group(g)
+    d.g.enqueue([make_event(7, partition=3)])
+    assert owners(d.g)[P3] == expected
+    check_group(d.g)
 
 
 def test_events_before_any_member_wait_unowned_then_go_to_the_first() -> None:
-    g = new_group()
-    g.enqueue([make_event(1, partition=1), make_event(0, partition=0), make_event(2, partition=0)])
-    assert owners(g) == {P0: None, P1: None}
-    assert g.ready_members() == set()
-    assert g.backlog == 3
-    assert g.take_batch("nobody") is None
-    member = g.join("a", "cb", 100)
-    assert owners(g) == {P0: "a", P1: "a"}
+    d = Driver()
+    d.g.enqueue([make_event(1, partition=1), make_event(0, partition=0), make_event(2)])
+    assert owners(d.g) == {P0: None, P1: None}
+    assert d.g.ready_members() == set()
+    assert d.g.backlog == 3
+    assert d.g.take_batch("nobody", d.now) is None
+    member = d.join("a")
+    assert owners(d.g) == {P0: "a", P1: "a"}
     assert member.queued == 3
-    batch = take(g, "a")
+    batch = d.take("a")
     assert sorted(ids(batch.events)) == ["e0", "e1", "e2"]
     assert ids(e for e in batch.events if e.key == P0) == ["e0", "e2"]
-    check_group(g, [batch])
+    check_group(d.g)
 
 
-def test_join_moves_only_idle_partitions_and_keeps_their_order() -> None:
-    g = new_group()
-    g.join("a", "cb", 2)
-    g.enqueue([make_event(i, partition=i % 3) for i in range(9)])
-    busy = take(g, "a")  # prefetch 2: one or two partitions in flight
+def test_join_moves_only_movable_partitions_and_keeps_their_order() -> None:
+    d = Driver()
+    d.join("a", prefetch=2)
+    d.g.enqueue([make_event(i, partition=i % 3) for i in range(9)])
+    busy = d.take("a")  # prefetch 2: one or two partitions in flight
     busy_keys = {ev.key for ev in busy.events}
-    before = {key: pending_ids(g, key) for key in g.partitions}
-    g.join("b", "cb", 2)
-    assert all(owners(g)[key] == "a" for key in busy_keys)
-    assert "b" in owners(g).values()
-    assert {key: pending_ids(g, key) for key in g.partitions} == before
-    check_group(g, [busy])
+    before = {key: pending_ids(d.g, key) for key in d.g.partitions}
+    d.join("b", prefetch=2)
+    assert all(owners(d.g)[key] == "a" for key in busy_keys)
+    assert "b" in owners(d.g).values()
+    assert {key: pending_ids(d.g, key) for key in d.g.partitions} == before
+    check_group(d.g)
 
 
-# -- dispatch -----------------------------------------------------------------------------
-def test_take_batch_respects_prefetch() -> None:
-    g = new_group()
-    g.join("a", "cb", 3)
-    g.enqueue([make_event(i, partition=0) for i in range(5)])
-    first = take(g, "a")
-    assert ids(first.events) == ["e0", "e1", "e2"]
-    assert g.take_batch("a") is None
-    ack_all(g, first)
-    assert ids(take(g, "a").events) == ["e3", "e4"]
-
-
-def test_prefetch_spans_partitions_and_never_exceeds_free_budget() -> None:
-    g = new_group()
-    g.join("a", "cb", 3)
-    g.enqueue([make_event(i, partition=i % 2) for i in range(4)])  # P0: e0 e2; P1: e1 e3
-    first = take(g, "a")
+# -- delivery -----------------------------------------------------------------------------
+def test_take_batch_respects_prefetch_and_room_comes_back_with_acks() -> None:
+    d = Driver()
+    d.join("a", prefetch=3)
+    d.g.enqueue([make_event(i, partition=i % 2) for i in range(5)])  # P0: e0 e2 e4; P1: e1 e3
+    first = d.take("a")
     assert len(first.events) == 3
-    assert g.members["a"].in_flight == 3
-    assert g.take_batch("a") is None  # budget used up
-    check_group(g, [first])
-    ack_all(g, first)
-    second = take(g, "a")
-    assert len(second.events) == 1
-    assert sorted(ids(first.events) + ids(second.events)) == ["e0", "e1", "e2", "e3"]
+    assert d.g.members["a"].room == 0
+    assert d.g.take_batch("a", d.now) is None
+    assert not d.g.has_ready("a")
+    d.ack(first, acked=[first.events[0].id], through=first.first_seq)  # one event done
+    assert d.g.members["a"].room == 1
+    check_group(d.g)
 
 
-def test_one_unacked_batch_per_partition() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(i) for i in range(3)])
-    first = take(g, "a")
-    g.enqueue([make_event(3), make_event(4)])
-    assert g.take_batch("a") is None  # budget left, but P0 is in flight
-    assert g.ready_members() == set()
-    ack_all(g, first)
-    assert g.ready_members() == {"a"}
-    assert ids(take(g, "a").events) == ["e3", "e4"]
+def test_one_delivery_per_partition_until_every_event_is_resolved() -> None:
+    d = Driver()
+    d.join("a", prefetch=10)
+    d.g.enqueue([make_event(i) for i in range(3)])
+    first = d.take("a")
+    d.g.enqueue([make_event(3), make_event(4)])
+    assert d.g.take_batch("a", d.now) is None  # room left, but P0 is in flight
+    d.ack(first, acked=["e0", "e1"], through=first.first_seq + 1)
+    assert d.g.take_batch("a", d.now) is None  # e2 still held
+    d.ack(first, acked=["e2"], through=first.first_seq + 2)
+    assert ids(d.take("a").events) == ["e3", "e4"]
+    check_group(d.g)
 
 
 def test_batch_is_in_timestamp_offset_order_and_wire_form() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(0, ts=5.0), make_event(1, ts=1.0), make_event(2, ts=1.0)])
-    batch = take(g, "a")
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(0, ts=5.0), make_event(1, ts=1.0), make_event(2, ts=1.0)])
+    batch = d.take("a")
     assert ids(batch.events) == ["e1", "e2", "e0"]
     wire = batch.to_wire()
-    assert [w["id"] for w in wire] == ["e1", "e2", "e0"]
-    assert [w["attempt"] for w in wire] == [1, 1, 1]
-    assert batch.session == 1
+    assert (wire["session"], wire["seq"]) == (batch.session, 1)
+    assert [w["id"] for w in wire["events"]] == ["e1", "e2", "e0"]
+    assert [w["attempt"] for w in wire["events"]] == [1, 1, 1]
 
 
 def test_inactive_or_unknown_member_gets_nothing() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(0)])
-    g.deactivate("a")
-    assert g.take_batch("a") is None
-    assert g.take_batch("zz") is None
-    assert owners(g) == {P0: None}
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(0)])
+    d.g.deactivate("a", "test")
+    assert d.g.take_batch("a", d.now) is None
+    assert d.g.take_batch("zz", d.now) is None
+    assert owners(d.g) == {P0: None}
+    assert d.g.deactivations == [("a", "test")]
+
+
+def test_ready_partitions_are_served_round_robin() -> None:
+    d = Driver()
+    d.join("a", prefetch=1)
+    d.g.enqueue([make_event(i, partition=i % 3) for i in range(6)])
+    served = []
+    for _ in range(6):
+        batch = d.take("a")
+        served.append(batch.events[0].key)
+        d.ack(batch)
+    assert served == [P0, P1, P2, P0, P1, P2]
 
 
 # -- acks ---------------------------------------------------------------------------------
-def test_complete_acked_nacked_and_missing() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(i) for i in range(4)])
-    batch = take(g, "a")
-    outcome = g.complete(batch, {"e0", "e3"}, {"e1": "boom"})
+def test_ack_acked_nacked_and_skipped() -> None:
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(i) for i in range(5)])
+    batch = d.take("a")
+    # e0, e3 acked, e1 nacked, e2 skipped (the message covers up to e3), e4 still held.
+    outcome = d.ack(batch, acked=["e0", "e3"], nacked={"e1": "boom"}, through=batch.first_seq + 3)
     assert ids(outcome.done) == ["e0", "e3"]
-    assert ids(outcome.retried) == ["e1", "e2"]
-    assert outcome.dead == []
-    assert outcome.missing == 1
-    member = g.members["a"]
-    assert (member.acked, member.failures, member.consecutive_failures) == (2, 1, 1)
-    assert member.in_flight == 0
-    assert pending_ids(g, P0) == ["e1", "e2"]
-    check_group(g)
-    again = take(g, "a")
+    assert sorted(ids(outcome.retried)) == ["e1", "e2"]
+    assert (outcome.missing, outcome.dead, outcome.stale) == (1, [], False)
+    member = d.g.members["a"]
+    assert (member.acked, member.failures, member.ack_failures, member.in_flight) == (2, 1, 1, 1)
+    assert pending_ids(d.g, P0) == ["e1", "e2"]
+    check_group(d.g)
+    d.ack(batch, acked=["e4"], through=batch.first_seq + 4)
+    again = d.take("a")
     assert ids(again.events) == ["e1", "e2"]
     assert again.attempts == [2, 2]
+    assert again.first_seq == batch.first_seq + 5
 
 
-def test_full_ack_resets_consecutive_failures() -> None:
-    g = new_group(max_attempts=3)
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(i) for i in range(2)])
-    g.complete(take(g, "a"), set(), {})
-    g.complete(take(g, "a"), set(), {})
-    assert g.members["a"].consecutive_failures == 2
-    g.complete(take(g, "a"), {"e0"}, {"e1": "handler error"})  # a nack is not a failure
-    assert g.members["a"].consecutive_failures == 0
-    assert g.members["a"].active
+def test_a_clean_ack_resets_the_ack_failures() -> None:
+    d = Driver(max_attempts=3)
+    d.join("a")
+    d.g.enqueue([make_event(i) for i in range(2)])
+    d.ack(d.take("a"), acked=[])
+    d.ack(d.take("a"), acked=[])
+    assert d.g.members["a"].ack_failures == 2
+    d.ack(d.take("a"), acked=["e0"], nacked={"e1": "handler error"})  # a nack is no failure
+    assert d.g.members["a"].ack_failures == 0
+    assert d.g.members["a"].active
+
+
+def test_stale_acks_change_nothing() -> None:
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(0)])
+    batch = d.take("a")
+    d.join("a")  # a new session: what the old one held went back
+    assert pending_ids(d.g, P0) == ["e0"]
+    outcome = d.ack(batch)
+    assert outcome.stale and outcome.done == []
+    assert pending_ids(d.g, P0) == ["e0"]
+    again = d.take("a")
+    assert (again.attempts, again.first_seq) == ([2], 1)
+    check_group(d.g)
 
 
 def test_missing_acks_make_the_member_inactive_and_partitions_move_in_order() -> None:
-    g = new_group(max_attempts=3)
-    g.join("a", "cb", 100)
+    d = Driver(max_attempts=3)
+    d.join("a")
     # P0: e0 e3; P1: e1 e4; P2: e2 e5 (timestamps = offsets)
-    g.enqueue([make_event(i, partition=i % 3) for i in range(6)])
-    first = take(g, "a")
-    g.join("b", "cb", 100)  # every partition of "a" is in flight: nothing moves
-    g.join("c", "cb", 100)
-    assert set(owners(g).values()) == {"a"}
-    check_group(g, [first])
+    d.g.enqueue([make_event(i, partition=i % 3) for i in range(6)])
+    first = d.take("a")
+    d.join("b")  # every partition of "a" is in flight: nothing moves
+    d.join("c")
+    assert set(owners(d.g).values()) == {"a"}
     batch = first
     for attempt in (1, 2, 3):
-        batch = batch if attempt == 1 else take(g, "a")
+        batch = batch if attempt == 1 else d.take("a")
         assert len(batch.events) == 6
         assert batch.attempts == [attempt] * 6
-        outcome = g.complete(batch, set(), {})
+        outcome = d.ack(batch, acked=[])
         assert outcome.missing == 6
         assert outcome.deactivated is (attempt == 3)
-    member = g.members["a"]
-    assert not member.active
-    assert member.partitions == set()
+    member = d.g.members["a"]
+    assert not member.active and member.partitions == set()
+    assert member.inactive_reason == "acks missing 3 times in a row"
     # Oldest work first to the least loaded: P0 -> b (tie), P1 -> c, P2 -> b (tie, lowest).
-    assert owners(g) == {P0: "b", P1: "c", P2: "b"}
-    assert pending_ids(g, P0) == ["e0", "e3"]
-    assert pending_ids(g, P1) == ["e1", "e4"]
-    assert pending_ids(g, P2) == ["e2", "e5"]
-    check_group(g)
-    redelivered = take(g, "b")
-    assert redelivered.attempts == [4] * len(redelivered.events)
+    assert owners(d.g) == {P0: "b", P1: "c", P2: "b"}
+    assert pending_ids(d.g, P0) == ["e0", "e3"]
+    assert pending_ids(d.g, P2) == ["e2", "e5"]
+    check_group(d.g)
+    assert d.take("b").attempts == [4] * 4
 
 
 def test_nacked_event_is_retried_then_dead_lettered() -> None:
-    g = new_group(max_attempts=3)
-    g.join("a", "cb", 1)
-    g.enqueue([make_event(0), make_event(1)])
+    d = Driver(max_attempts=3)
+    d.join("a", prefetch=1)
+    d.g.enqueue([make_event(0), make_event(1)])
     for attempt in (1, 2):
-        batch = take(g, "a")
+        batch = d.take("a")
         assert (ids(batch.events), batch.attempts) == (["e0"], [attempt])
-        outcome = g.complete(batch, set(), {"e0": "poison"})
-        assert ids(outcome.retried) == ["e0"]
-        assert outcome.missing == 0
-    last = take(g, "a")
-    assert (ids(last.events), last.attempts) == (["e0"], [3])
-    outcome = g.complete(last, set(), {"e0": "poison"})
+        outcome = d.ack(batch, acked=[], nacked={"e0": "poison"})
+        assert ids(outcome.retried) == ["e0"] and outcome.missing == 0
+    last = d.take("a")
+    outcome = d.ack(last, acked=[], nacked={"e0": "poison"})
     assert [(ev.id, err) for ev, err in outcome.dead] == [("e0", "poison")]
-    assert outcome.retried == []
-    member = g.members["a"]
-    assert member.active
-    assert member.consecutive_failures == 0
-    nxt = take(g, "a")
+    assert d.g.members["a"].active and d.g.held == 1
+    nxt = d.take("a")
     assert (ids(nxt.events), nxt.attempts) == (["e1"], [1])
-    check_group(g, [nxt])
+    check_group(d.g)
 
 
-def test_fail_puts_events_back_in_order() -> None:
-    g = new_group(max_attempts=3)
-    g.join("a", "cb", 3)
-    g.enqueue([make_event(i, ts=10.0 + i) for i in range(4)])
-    batch = take(g, "a")
-    g.enqueue([make_event(9, ts=10.5), make_event(8, ts=0.0)])  # arrived meanwhile
-    assert g.fail(batch) is False
-    assert pending_ids(g, P0) == ["e8", "e0", "e9", "e1", "e2", "e3"]
-    member = g.members["a"]
-    assert (member.failures, member.consecutive_failures, member.in_flight) == (1, 1, 0)
-    check_group(g)
-    retry = take(g, "a")
+def test_failed_push_puts_events_back_in_order_and_backs_off() -> None:
+    d = Driver(max_attempts=3)
+    d.join("a", prefetch=3)
+    d.g.enqueue([make_event(i, ts=10.0 + i) for i in range(4)])
+    batch = d.take("a")
+    d.g.enqueue([make_event(9, ts=10.5), make_event(8, ts=0.0)])  # arrived meanwhile
+    assert d.g.push_failed(batch, d.now) is False
+    assert pending_ids(d.g, P0) == ["e8", "e0", "e9", "e1", "e2", "e3"]
+    member = d.g.members["a"]
+    assert (member.failures, member.transport_failures, member.in_flight) == (1, 1, 0)
+    assert member.retry_at == pytest.approx(0.05)
+    assert d.g.take_batch("a", d.now) is None  # backing off
+    d.now = 0.05
+    retry = d.take("a")
     assert ids(retry.events) == ["e8", "e0", "e9"]
     assert retry.attempts == [1, 2, 1]
+    assert d.g.delivered(retry, d.now)
+    assert member.transport_failures == 0
+    check_group(d.g)
 
 
-def test_fail_max_attempts_times_deactivates() -> None:
-    g = new_group(max_attempts=2)
-    g.join("a", "cb", 10)
-    g.join("b", "cb", 10)
-    g.enqueue([make_event(0)])
-    assert g.fail(take(g, "a")) is False
-    assert g.fail(take(g, "a")) is True
-    assert not g.members["a"].active
-    assert owners(g) == {P0: "b"}
-    assert take(g, "b").attempts == [3]
+def test_failed_pushes_max_attempts_times_deactivate() -> None:
+    d = Driver(max_attempts=2)
+    d.join("a")
+    d.join("b")
+    d.g.enqueue([make_event(0)])
+    assert d.g.push_failed(d.take("a"), d.now) is False
+    d.now = 1.0
+    assert d.g.push_failed(d.take("a"), d.now) is True
+    assert not d.g.members["a"].active
+    assert owners(d.g) == {P0: "b"}
+    assert d.take("b").attempts == [3]
+    stale = Batch("g", "a", 99, 1, [], [])
+    assert d.g.push_failed(stale, d.now) is False and not d.g.delivered(stale, d.now)
 
 
 # -- membership ---------------------------------------------------------------------------
-def test_leave_without_batch_in_flight() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.join("b", "cb", 10)
-    g.enqueue([make_event(0, partition=0), make_event(1, partition=0)])
-    assert owners(g) == {P0: "a"}
-    assert g.leave("a") is True
-    assert "a" not in g.members
-    assert owners(g) == {P0: "b"}
-    assert ids(take(g, "b").events) == ["e0", "e1"]
+def test_leave_hands_back_what_the_member_held_at_once() -> None:
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    d.g.enqueue([make_event(0), make_event(1)])
+    batch = d.take("a")
+    d.ack(batch, acked=["e0"], through=batch.first_seq)
+    d.g.leave("a")
+    assert "a" not in d.g.members
+    assert owners(d.g) == {P0: "b"}
+    assert ids(d.take("b").events) == ["e1"]
+    check_group(d.g)
 
 
-def test_leave_with_batch_in_flight_goes_when_it_resolves() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.join("b", "cb", 10)
-    g.enqueue([make_event(0), make_event(1)])
-    batch = take(g, "a")
-    assert g.leave("a") is False
-    assert "a" in g.members
-    assert not g.members["a"].active
-    assert g.take_batch("a") is None
-    assert owners(g) == {P0: "a"}  # kept for its batch in flight
-    outcome = g.complete(batch, {"e0"}, {})
-    assert ids(outcome.retried) == ["e1"]
-    assert "a" not in g.members
-    assert owners(g) == {P0: "b"}
-    assert ids(take(g, "b").events) == ["e1"]
+def test_a_resumed_active_member_keeps_its_partitions_and_gets_its_events_again() -> None:
+    d = Driver()
+    d.join("a", callback="cb-1")
+    d.join("b")
+    d.g.enqueue([make_event(0), make_event(1)])
+    batch = d.take("a")
+    again = d.join("a", prefetch=7, callback="cb-2")
+    assert (again.callback, again.prefetch, again.active) == ("cb-2", 7, True)
+    assert owners(d.g) == {P0: "a"}
+    redelivered = d.take("a")
+    assert ids(redelivered.events) == ids(batch.events)
+    assert redelivered.session == batch.session + 2  # b joined in between
+    check_group(d.g)
 
 
-def two_members_a_owning_two_partitions() -> tuple[ConsumerGroup, Batch]:
-    """ "a" owns P0 and P2, "b" owns P1; "a" has one of its partitions in flight."""
-    g = new_group()
-    g.join("a", "cb", 1)
-    g.join("b", "cb", 1)
-    g.enqueue([make_event(0, partition=0)])  # tie -> a
-    g.enqueue([make_event(1, partition=1)])  # -> b (a weighs 11)
-    g.enqueue([make_event(2, partition=2)])  # tie at 11 -> a
-    assert owners(g) == {P0: "a", P1: "b", P2: "a"}
-    batch = take(g, "a")
-    assert len(batch.events) == 1
-    return g, batch
+def test_an_inactive_member_rejoins_with_a_new_session() -> None:
+    d = Driver(max_attempts=1)
+    first = d.join("a")
+    d.g.enqueue([make_event(0)])
+    d.g.push_failed(d.take("a"), d.now)
+    assert not first.active and owners(d.g) == {P0: None}
+    again = d.join("a")
+    assert again is first and again.active and again.transport_failures == 0
+    assert owners(d.g) == {P0: "a"}
+    assert d.take("a").attempts == [2]
 
 
-def test_leave_with_batch_in_flight_releases_its_other_partitions() -> None:
-    g, batch = two_members_a_owning_two_partitions()
-    waiting = P2 if batch.events[0].key == P0 else P0
-    assert g.leave("a") is False
-    check_group(g, [batch])  # the waiting partition must not stay with a leaving member
-    assert owners(g)[waiting] == "b"
+# -- liveness -----------------------------------------------------------------------------
+def test_silent_stuck_and_idle_pull_members_are_found_by_the_clock() -> None:
+    d = Driver()
+    d.join("push")
+    d.join("puller", prefetch=1, pull=True)
+    d.join("idle")
+    d.g.enqueue([make_event(0, partition=0)])
+    d.g.enqueue([make_event(1, partition=1)])
+    holder = next(m for m in ("push", "puller", "idle") if d.g.members[m].partitions)
+    d.take(holder)
+    d.now = 6.0
+    assert d.g.silent(d.now, 5.0) == ([holder] if holder != "puller" else [])
+    assert d.g.idle_pullers(d.now, 5.0) == ["puller"]
+    d.g.heartbeat(holder, d.now)
+    assert d.g.silent(d.now, 5.0) == []
+    assert d.g.stuck(d.now, 5.0) == [holder]  # a heartbeat does not finish a handler
+    assert d.g.stuck(d.now, 10.0) == []
 
 
-def test_partition_of_departed_member_keeps_receiving_events() -> None:
-    g, batch = two_members_a_owning_two_partitions()
-    waiting = P2 if batch.events[0].key == P0 else P0
-    g.leave("a")
-    g.complete(batch, set(ids(batch.events)), {})
-    assert "a" not in g.members
-    check_group(g)
-    g.enqueue([make_event(3, partition=waiting[1])])  # to the partition "a" owned
-    assert owners(g)[waiting] == "b"
-    assert g.ready_members() == {"b"}
+def test_probes_count_like_failed_pushes() -> None:
+    d = Driver(max_attempts=2)
+    d.join("a")
+    d.g.enqueue([make_event(0)])
+    d.take("a")
+    assert d.g.probe_failed("a", d.now) is False
+    d.g.probe_answered("a", d.now)
+    assert d.g.members["a"].transport_failures == 0
+    assert d.g.probe_failed("a", d.now) is False
+    assert d.g.probe_failed("a", d.now) is True
+    assert d.g.members["a"].inactive_reason == "no answer to pings, 2 failures in a row"
+    assert pending_ids(d.g, P0) == ["e0"]
 
 
-def test_join_with_same_id_resumes() -> None:
-    g = new_group(max_attempts=1)
-    first = g.join("a", "cb-1", 5)
-    g.enqueue([make_event(0)])
-    g.fail(take(g, "a"))
-    assert not first.active
-    assert owners(g) == {P0: None}
-    again = g.join("a", "cb-2", 7)
-    assert again is first
-    assert (again.session, again.callback, again.prefetch) == (2, "cb-2", 7)
-    assert again.active and again.consecutive_failures == 0
-    assert owners(g) == {P0: "a"}
-    batch = take(g, "a")
-    assert (batch.session, batch.attempts) == (2, [2])
+# -- restart ------------------------------------------------------------------------------
+def test_a_restored_partition_stays_with_its_owner_until_its_events_are_resolved() -> None:
+    d = Driver()
+    d.join("a", prefetch=1)
+    d.g.restore_owner(P0, "a")
+    d.g.enqueue([make_event(i) for i in range(3)])
+    d.g.pin_restored(below_offset=3)
+    d.g.enqueue([make_event(3)])  # published after the restart
+    d.join("b")  # a rejoin or a newcomer: a rebalance would take an idle partition
+    assert owners(d.g) == {P0: "a"}
+    for n in range(3):
+        assert d.g.partitions[P0].pinned == 3 - n
+        d.ack(d.take("a"))
+        rebalance.rebalance(d.g)
+        assert owners(d.g) == {P0: "a"}, n
+    assert d.g.partitions[P0].pinned == 0
+    assert d.g.partitions[P0].movable
+    check_group(d.g)
 
 
-def test_rejoin_while_leaving_cancels_the_leave() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(0)])
-    batch = take(g, "a")
-    assert g.leave("a") is False
-    g.join("a", "cb", 10)
-    ack_all(g, batch)
-    assert "a" in g.members and g.members["a"].active
+def test_a_pinned_partition_moves_when_its_owner_is_declared_dead() -> None:
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    d.g.restore_owner(P0, "a")
+    d.g.enqueue([make_event(0)])
+    d.g.pin_restored(below_offset=1)
+    d.g.deactivate("a", "no answer")
+    assert owners(d.g) == {P0: "b"}
+    assert d.g.partitions[P0].pinned == 0
+
+
+# -- rebalancing --------------------------------------------------------------------------
+def test_rebalance_goes_on_when_partitions_become_movable() -> None:
+    # a owns four partitions, all in flight when b joins: b gets nothing yet.
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(i, partition=i % 4) for i in range(8)])
+    busy = d.take("a")
+    assert {ev.key for ev in busy.events} == {P0, P1, P2, P3}
+    d.join("b")
+    assert set(owners(d.g).values()) == {"a"}
+    d.ack(busy)  # its partitions are movable now: the join's share moves
+    assert sorted(owners(d.g).values()) == ["a", "a", "b", "b"]
+    assert rebalance.rebalance(d.g) == []  # balanced: nothing more moves
+    check_group(d.g)
+
+
+def test_an_idle_member_steals_a_ready_partition_from_a_busy_one() -> None:
+    d = Driver(window=1)
+    d.join("a", prefetch=1)
+    d.join("b", prefetch=1)
+    d.g.enqueue([make_event(i, partition=i % 3) for i in range(6)])
+    assert sorted(owners(d.g).values()) == ["a", "a", "b"]
+    b_batch = d.take("b")
+    a_batch = d.take("a")  # a holds one event; its other partition waits behind it
+    d.ack(b_batch)
+    d.ack(d.take("b"))  # b's partition is drained: b is idle and steals a's waiting one
+    assert sorted(owners(d.g).values()) == ["a", "b", "b"]
+    assert owners(d.g)[a_batch.events[0].key] == "a"
+    check_group(d.g)
+
+
+def test_offload_moves_movable_partitions_now_and_the_rest_as_they_free_up() -> None:
+    d = Driver()
+    d.join("a", prefetch=1)
+    d.join("b", prefetch=1)
+    d.g.enqueue([make_event(0, partition=0)])  # tie -> a
+    d.g.enqueue([make_event(1, partition=1)])  # -> b
+    d.g.enqueue([make_event(2, partition=2), make_event(3, partition=0)])  # P2 -> a
+    busy = d.take("a")
+    kept = busy.events[0].key
+    waiting = P2 if kept == P0 else P0
+    assert rebalance.offload(d.g, "a") == [waiting]
+    assert d.g.members["a"].active and d.g.members["a"].offloaded
+    assert owners(d.g)[waiting] == "b" and owners(d.g)[kept] == "a"
+    d.ack(busy)  # the partition in flight was done: it leaves the slow member too
+    assert owners(d.g)[kept] == ("b" if d.g.partitions[kept].pending else "a")
+    assert d.g.offloads[0] == ("a", 1)
+    check_group(d.g)
+
+
+def test_offload_keeps_work_when_nobody_else_is_active() -> None:
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(0, partition=0), make_event(1, partition=1)])
+    assert rebalance.offload(d.g, "a") == []
+    assert owners(d.g) == {P0: "a", P1: "a"}
+    check_group(d.g)
+
+
+def test_an_offloaded_member_is_not_rebalanced_work_until_fast_again() -> None:
+    d = Driver()
+    d.join("a", prefetch=1)
+    d.join("b", prefetch=1)
+    d.g.enqueue([make_event(i, partition=i % 6) for i in range(12)])
+    assert sorted(owners(d.g).values()) == ["a"] * 3 + ["b"] * 3
+    busy = d.take("a")
+    assert len(rebalance.offload(d.g, "a")) == 2  # its two waiting partitions go to b
+    d.ack(busy)  # its last partition was in flight: now it goes too
+    assert sorted(owners(d.g).values()) == ["b"] * 6
+    assert rebalance.rebalance(d.g) == []  # nothing goes back to slow a
+    d.g.members["a"].offloaded = False  # a fast push clears the mark (the facade does it)
+    assert len(rebalance.rebalance(d.g)) == 3
+    assert sorted(owners(d.g).values()) == ["a"] * 3 + ["b"] * 3
+    check_group(d.g)
 
 
 # -- housekeeping -------------------------------------------------------------------------
 def test_sweep_idle_drops_only_idle_partitions_after_idle_s() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(0, partition=0), make_event(1, partition=1), make_event(2, partition=2)])
-    batch = take(g, "a")
-    for ev in batch.events:  # P0 done, P1 stays in flight
-        assert ev.key in (P0, P1, P2)
-    g.complete(batch, {"e0", "e2"}, {})  # P1's e1 goes back: pending
-    in_flight = take(g, "a")
-    assert ids(in_flight.events) == ["e1"]
-    assert g.sweep_idle(now=100.0, idle_s=30.0) == []  # starts P0's and P2's idle clocks
-    assert g.sweep_idle(now=129.9, idle_s=30.0) == []
-    g.enqueue([make_event(3, partition=2)])  # P2 busy again: its clock restarts
-    assert sorted(g.sweep_idle(now=130.0, idle_s=30.0)) == [P0]
-    assert P0 not in g.partitions
-    assert P0 not in g.members["a"].partitions
-    assert set(g.partitions) == {P1, P2}
-    check_group(g, [in_flight])
-    g.complete(in_flight, {"e1"}, {})
-    ack_all(g, take(g, "a"))
-    assert g.sweep_idle(now=500.0, idle_s=30.0) == []
-    assert sorted(g.sweep_idle(now=530.0, idle_s=30.0)) == [P1, P2]
-    assert g.partitions == {}
-    assert g.members["a"].partitions == set()
-
-
-def test_offload_moves_waiting_partitions_but_not_in_flight_ones() -> None:
-    g, busy = two_members_a_owning_two_partitions()
-    kept = busy.events[0].key
-    waiting = P2 if kept == P0 else P0
-    assert g.offload("a") == [waiting]
-    assert g.members["a"].active
-    assert owners(g) == {kept: "a", P1: "b", waiting: "b"}
-    check_group(g, [busy])
-
-
-def test_offload_keeps_work_when_nobody_else_is_active() -> None:
-    g = new_group()
-    g.join("a", "cb", 10)
-    g.enqueue([make_event(0, partition=0), make_event(1, partition=1)])
-    assert g.offload("a") == []
-    assert owners(g) == {P0: "a", P1: "a"}
-    check_group(g)
-
-
-def test_rebalance_goes_on_when_partitions_become_idle() -> None:
-    # a owns four partitions, all in flight when b joins: b gets nothing yet.
-    g = new_group()
-    g.join("a", "cb", 100)
-    g.enqueue([make_event(i, partition=i % 4) for i in range(8)])
-    busy = take(g, "a")
-    assert {ev.key for ev in busy.events} == {P0, P1, P2, P3}
-    g.join("b", "cb", 100)
-    assert set(owners(g).values()) == {"a"}
-    # once a's batch is acknowledged its partitions are idle and the join's share moves.
-    ack_all(g, busy)
-    g.enqueue([make_event(i, partition=i % 4) for i in range(8, 12)])
-    moved = g.rebalance()
-    assert len(moved) == 2
-    assert sorted(owners(g).values()) == ["a", "a", "b", "b"]
-    assert g.rebalance() == []  # balanced: nothing more moves
-    check_group(g)
-
-
-def test_an_offloaded_member_is_not_rebalanced_work_until_fast_again() -> None:
-    g = new_group()
-    g.join("a", "cb", 1)
-    g.join("b", "cb", 1)
-    g.enqueue([make_event(i, partition=i % 6) for i in range(12)])
-    assert sorted(owners(g).values()) == ["a"] * 3 + ["b"] * 3
-    busy = take(g, "a")
-    assert len(g.offload("a")) == 2  # its two waiting partitions go to b
-    ack_all(g, busy)
-    g.enqueue([make_event(i, partition=i % 6) for i in range(12, 18)])
-    assert g.rebalance() == []  # b owns 5, a 1: still nothing goes back to slow a
-    g.members["a"].offloaded = False  # a fast push clears the mark (the facade does it)
-    assert len(g.rebalance()) == 2
-    assert sorted(owners(g).values()) == ["a"] * 3 + ["b"] * 3
-    check_group(g)
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(0, partition=0), make_event(1, partition=1), make_event(2, 2)])
+    batch = d.take("a")
+    d.ack(batch, acked=["e0", "e2"], through=batch.first_seq - 1)  # e1 stays in flight
+    assert d.g.sweep_idle(now=100.0, idle_s=30.0) == []  # starts P0's and P2's idle clocks
+    assert d.g.sweep_idle(now=129.9, idle_s=30.0) == []
+    d.g.enqueue([make_event(3, partition=2)])  # P2 busy again: its clock restarts
+    assert sorted(d.g.sweep_idle(now=130.0, idle_s=30.0)) == [P0]
+    assert set(d.g.partitions) == {P1, P2}
+    assert P0 not in d.g.members["a"].partitions
+    check_group(d.g)
 
 
 def test_ready_short_means_a_batch_could_go_but_not_a_full_one() -> None:
-    g = new_group()
-    g.join("a", "cb-a", 4)
-    assert not g.ready_short("a")  # nothing ready
-    g.enqueue([make_event(i) for i in range(2)])
-    assert g.ready_short("a")  # 2 ready, room for 4: worth lingering
-    g.enqueue([make_event(i) for i in range(2, 4)])
-    assert not g.ready_short("a")  # a full batch is ready
-    batch = take(g, "a")
-    g.enqueue([make_event(4)])
-    assert not g.ready_short("a")  # its only partition is in flight: not ready
-    ack_all(g, batch)
-    assert g.ready_short("a")
-    g.deactivate("a")
-    assert not g.ready_short("a")
-    assert not g.ready_short("nobody")
+    d = Driver()
+    d.join("a", prefetch=4)
+    assert not d.g.ready_short("a")  # nothing ready
+    d.g.enqueue([make_event(i) for i in range(2)])
+    assert d.g.ready_short("a")  # 2 ready, room for 4: worth lingering
+    d.g.enqueue([make_event(i) for i in range(2, 4)])
+    assert not d.g.ready_short("a")  # a full batch is ready
+    batch = d.take("a")
+    d.g.enqueue([make_event(4)])
+    assert not d.g.ready_short("a")  # its only partition is in flight: not ready
+    d.ack(batch)
+    assert d.g.ready_short("a")
+    d.g.deactivate("a", "test")
+    assert not d.g.ready_short("a")
+    assert not d.g.ready_short("nobody")
+
+
+def test_touched_names_members_that_may_have_work() -> None:
+    d = Driver()
+    d.join("a", prefetch=1)
+    d.g.enqueue([make_event(0, partition=0), make_event(1, partition=1)])
+    d.g.touched.clear()
+    batch = d.take("a")
+    assert d.g.touched == set()
+    d.ack(batch)  # room again, and a partition still waits
+    assert d.g.touched == {"a"}

@@ -14,6 +14,7 @@ from subscriber.faults import CRASH_EXIT_CODE, Faults, FaultSpec, InjectedFailur
     [
         ("delay:0.15:0.3", FaultSpec("delay", 0.15, seconds=0.3)),
         ("long-delay:1:2", FaultSpec("long-delay", 1.0, seconds=2.0)),
+        ("slow:0.5:1.2", FaultSpec("slow", 0.5, seconds=1.2)),
         ("crash-after:4", FaultSpec("crash-after", count=4)),
         ("drop-acks:0.5", FaultSpec("drop-acks", 0.5)),
         ("fail-on:PUB-5", FaultSpec("fail-on", event_id="PUB-5")),
@@ -54,13 +55,24 @@ def test_crash_after_exits_on_the_nth_arrival() -> None:
     assert exits == [CRASH_EXIT_CODE]
 
 
-def test_delay_fires_with_its_probability() -> None:
+def test_delay_fires_with_its_probability_on_arrival() -> None:
     slept: list[float] = []
     faults = Faults([parse_fault("delay:0.5:0.2")], random.Random(3), sleep=slept.append)
     for i in range(200):
         faults.before({"id": f"e{i}"})
+    assert slept == []  # a delivery delay: not in the handler's path
+    faults.on_arrival([{"id": f"e{i}"} for i in range(200)])
     assert set(slept) == {0.2}
     assert 70 < len(slept) < 130
+
+
+def test_slow_lengthens_the_handler_only() -> None:
+    slept: list[float] = []
+    faults = Faults([parse_fault("slow:1:1.2")], sleep=slept.append)
+    faults.on_arrival([{"id": "e0"}])
+    assert slept == []
+    faults.before({"id": "e0"})
+    assert slept == [1.2]
 
 
 def test_fail_on_and_drop_acks() -> None:

@@ -1,0 +1,144 @@
+"""A member of a consumer group: what it owns, what it holds, and how healthy it looks.
+
+Pure state (DESIGN §6): no clock reads, no threads, no I/O; times are passed in. Delivery
+and completion are told apart: a push hands a batch over (a short call judged by the ack
+timeout and the delay rules), and acks come back later, event by event, as handlers finish.
+So a member *holds* events (its flights) between the two, and how many it may hold adapts
+to how fast it finishes them (:class:`Window`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from channel_server.core.health import DelayPolicy, DelayTracker
+from channel_server.events import Event, PartitionKey
+
+PULL_CALLBACK = ""
+"""The callback of a pull member: it has none, it calls ``get``."""
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """How many events a member may hold: about ``hold_s`` seconds of its work."""
+
+    initial: int = 10
+    """Held before the member's pace is known (never more than its prefetch)."""
+    hold_s: float = 1.0
+    smoothing: float = 0.3
+    """Weight of the newest pace sample in the running average."""
+
+
+class Window:
+    """Adapts what a member holds to its pace: a slow handler holds few events, so work
+    queued behind it can still go to a member that is free (work is not trapped behind a
+    long job), while a fast one holds up to its whole prefetch (fewer, fuller pushes)."""
+
+    __slots__ = ("_policy", "per_event_s", "prefetch")
+
+    def __init__(self, prefetch: int, policy: WindowPolicy) -> None:
+        self.prefetch = prefetch
+        self._policy = policy
+        self.per_event_s: float | None = None
+        """Running average of the seconds one event takes, None until measured."""
+
+    def limit(self) -> int:
+        if self.per_event_s is None:
+            return min(self.prefetch, self._policy.initial)
+        if self.per_event_s <= 0:
+            return self.prefetch
+        return max(1, min(self.prefetch, int(self._policy.hold_s / self.per_event_s)))
+
+    def observe(self, completed: int, busy_s: float) -> None:
+        """``completed`` events finished over ``busy_s`` seconds of holding work."""
+        if completed <= 0:
+            return
+        sample = max(0.0, busy_s) / completed
+        if self.per_event_s is None:
+            self.per_event_s = sample
+        else:
+            self.per_event_s += self._policy.smoothing * (sample - self.per_event_s)
+
+
+@dataclass(slots=True)
+class Flight:
+    """One event handed to a member and not yet resolved."""
+
+    event: Event
+    attempt: int
+    seq: int
+    """Its place in the member's delivery stream (per session): handlers run in this order,
+    so an ack for a later event means an earlier one without an ack was skipped."""
+    sent_at: float
+
+
+@dataclass
+class Batch:
+    """Events pushed to one member in one call, grouped partition by partition."""
+
+    group: str
+    member_id: str
+    session: int
+    first_seq: int
+    events: list[Event]
+    attempts: list[int]
+
+    def to_wire(self) -> dict:
+        return {
+            "session": self.session,
+            "seq": self.first_seq,
+            "events": [ev.to_dict(att) for ev, att in zip(self.events, self.attempts, strict=True)],
+        }
+
+
+@dataclass
+class Member:
+    """A subscriber in a group. ``queued`` counts pending events of owned partitions."""
+
+    member_id: str
+    callback: str
+    prefetch: int
+    session: int = 1
+    """Changes each time the member (re)joins; acks of an older session are stale."""
+    pull: bool = False
+    active: bool = True
+    inactive_reason: str = ""
+    partitions: set[PartitionKey] = field(default_factory=set)
+    ready: dict[PartitionKey, None] = field(default_factory=dict)
+    """Owned partitions ready to send, oldest readiness first (round robin)."""
+    queued: int = 0
+    flights: dict[str, Flight] = field(default_factory=dict)
+    """Events held, by id, in delivery order."""
+    next_seq: int = 1
+    last_seen: float = 0.0
+    """Last sign of life: a push answered, an ack, a heartbeat, a ping or a get."""
+    busy_since: float | None = None
+    retry_at: float = 0.0
+    """No push before this (back-off after a failed one)."""
+    transport_failures: int = 0
+    """Pushes and pings failed in a row."""
+    ack_failures: int = 0
+    """Ack messages in a row that skipped an event they should have covered."""
+    delivered: int = 0
+    acked: int = 0
+    failures: int = 0
+    delays: DelayTracker = field(default_factory=lambda: DelayTracker(DelayPolicy()))
+    offloaded: bool = False
+    """Its queued work was moved away for slowness; no rebalance hands it more until a
+    push of its is fast again (or it rejoins)."""
+    window: Window = field(default_factory=lambda: Window(100, WindowPolicy()))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.flights)
+
+    @property
+    def room(self) -> int:
+        """How many more events it may be given now."""
+        return self.window.limit() - len(self.flights)
+
+    def load(self, partition_weight: int) -> int:
+        return partition_weight * len(self.partitions) + self.queued + len(self.flights)
+
+    def seen(self, now: float) -> None:
+        self.last_seen = max(self.last_seen, now)

@@ -1,0 +1,104 @@
+"""Moving partitions between members of a group (DESIGN §5), pure.
+
+Only a *movable* partition changes owner: nothing in flight (so no batch is split and
+nothing overtakes an event being processed) and no restored event still owed to its owner
+(after a restart). A moved partition keeps its queue, so order is never broken.
+
+- A joining member takes movable partitions from the members owning the most, until no
+  one is more than ``rebalance_threshold`` partitions ahead of it; as partitions become
+  movable later, progress carries the same rebalance on.
+- A member with nothing to do takes a ready partition from a busy member that has other
+  work in hand (work stealing), so no batch waits behind a long job it could go around.
+- A slow member (long delays) hands its movable queued partitions to the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from channel_server.events import PartitionKey
+
+if TYPE_CHECKING:
+    from channel_server.core.group import ConsumerGroup
+    from channel_server.core.member import Member
+    from channel_server.core.queues import PartitionQueue
+
+
+def rebalance_to(group: ConsumerGroup, newcomer: Member) -> list[PartitionKey]:
+    """Move movable partitions from the members owning the most to ``newcomer`` until no
+    donor is more than ``rebalance_threshold`` partitions ahead of it."""
+    moved: list[PartitionKey] = []
+    donors = {m.member_id: m for m in group.active_members() if m is not newcomer}
+    while donors:
+        donor = max(donors.values(), key=lambda m: (len(m.partitions), m.member_id))
+        if len(donor.partitions) - len(newcomer.partitions) <= group.policy.rebalance_threshold:
+            break
+        movable = [group.partitions[k] for k in donor.partitions if group.partitions[k].movable]
+        if not movable:
+            del donors[donor.member_id]
+            continue
+        pq = min(movable, key=lambda q: str(q.key))
+        group.move(pq, newcomer)
+        moved.append(pq.key)
+    return moved
+
+
+def after_progress(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
+    """After a member finished events: a slow member's partitions that became movable
+    leave it; then a join's rebalance carries on, and an idle member may steal work."""
+    moved = offload(group, member.member_id) if member.offloaded and member.active else []
+    return moved + rebalance(group) + steal(group, member)
+
+
+def rebalance(group: ConsumerGroup) -> list[PartitionKey]:
+    """The active member owning the fewest partitions takes movable ones from the busiest
+    (see rebalance_to); members offloaded for slowness are not given more."""
+    active = group.active_members()
+    takers = [m for m in active if not m.offloaded]
+    if len(active) < 2 or not takers:
+        return []
+    return rebalance_to(group, min(takers, key=lambda m: (len(m.partitions), m.member_id)))
+
+
+def steal(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
+    """When ``member`` has nothing to do, give it the oldest ready partition of the busiest
+    member that has other work in hand, if that leaves the stealer owning no more."""
+    if not member.active or member.flights or member.ready or member.offloaded:
+        return []
+    best: tuple[PartitionQueue, Member] | None = None
+    for donor in group.active_members():
+        if donor is member or len(donor.partitions) < len(member.partitions) + 1:
+            continue
+        if not donor.flights and len(donor.ready) < 2:
+            continue  # its only work: moving it would just move the wait
+        for key in donor.ready:
+            pq = group.partitions[key]
+            if pq.movable and (best is None or pq.pending[0] < best[0].pending[0]):
+                best = (pq, donor)
+    if best is None:
+        return []
+    group.move(best[0], member)
+    return [best[0].key]
+
+
+def offload(group: ConsumerGroup, member_id: str) -> list[PartitionKey]:
+    """Move a slow member's movable queued partitions to the least-loaded others; the
+    member stays active (DESIGN §6, long delays). It stays ``offloaded`` until a push of
+    its is fast again, so partitions in flight now leave once their events are done."""
+    member = group.members[member_id]
+    member.offloaded = True
+    waiting = [
+        group.partitions[k]
+        for k in member.partitions
+        if group.partitions[k].pending and group.partitions[k].movable
+    ]
+    moved = []
+    for pq in sorted(waiting, key=lambda q: q.pending[0]):
+        group.take_away(pq)
+        if group.assign(pq, exclude=member_id) is None:
+            group.give(pq, member)  # nobody else is active: keep it
+            break
+        moved.append(pq.key)
+    if moved:
+        group.offloads.append((member_id, len(moved)))
+    return moved

@@ -1,0 +1,154 @@
+"""The broker's dispatch pool, and the link to one push member's callback.
+
+A push only hands a batch over (the subscriber acknowledges events later, as its handlers
+finish), so pushes are short and a small, bounded pool of threads serves every push member
+of every channel: a thousand subscribers do not need a thousand threads. The same pool runs
+delayed work (a retry after a back-off, a lingering batch, the housekeeping round) and the
+liveness pings. A task that raises is logged and the worker goes on: no thread dies with a
+member's work in its hands.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import Pyro5.api
+
+from channel_server.wire import make_proxy
+
+log = logging.getLogger(__name__)
+Task = Callable[[], None]
+IDLE_WAIT_S = 1.0
+"""Longest a worker waits for work before looking again (every wait has a timeout)."""
+STOP_TIMEOUT_S = 5.0
+
+
+class DispatchPool:
+    """A bounded set of worker threads running short tasks, now or after a delay.
+
+    ``_cond`` (with its lock) guards ``_due`` (a heap of (due time, sequence, task)) and
+    ``_stopping``. Tasks run outside it. Callers may hold their own locks while submitting:
+    the pool never calls out while holding ``_cond``.
+    """
+
+    def __init__(self, threads: int, name: str = "dispatch") -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._due: list[tuple[float, int, Task]] = []
+        self._order = itertools.count()
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
+            for n in range(threads)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, task: Task, delay_s: float = 0.0) -> None:
+        due = time.monotonic() + max(0.0, delay_s)
+        with self._cond:
+            if self._stopping:
+                return
+            heapq.heappush(self._due, (due, next(self._order), task))
+            self._cond.notify()
+
+    def stop(self) -> None:
+        """Stop taking tasks; workers finish the task in hand and end."""
+        with self._cond:
+            self._stopping = True
+            self._due.clear()
+            self._cond.notify_all()
+        for thread in self._threads:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(STOP_TIMEOUT_S)
+
+    def _next(self) -> Task | None:
+        with self._cond:
+            while not self._stopping:
+                now = time.monotonic()
+                if self._due and self._due[0][0] <= now:
+                    return heapq.heappop(self._due)[2]
+                wait = self._due[0][0] - now if self._due else IDLE_WAIT_S
+                self._cond.wait(min(wait, IDLE_WAIT_S))
+            return None
+
+    def _work(self) -> None:
+        while (task := self._next()) is not None:
+            try:
+                task()
+            except Exception:
+                log.exception("dispatch task %r failed", task)
+
+
+class MemberLink:
+    """The broker's connection to one push member's callback object.
+
+    One proxy per member, used by one pool thread at a time: ``_lock`` guards ``_proxy``
+    and ``_failed``; the thread holding it claims the proxy (Pyro5 proxies belong to a
+    thread). After a failed push the next one pings first with the short liveness timeout,
+    so a frozen subscriber costs one ack timeout and then a ping per retry, not a timeout
+    each.
+    """
+
+    def __init__(self, callback: str, push_timeout_s: float, ping_timeout_s: float) -> None:
+        self.callback = callback
+        self._push_timeout_s = push_timeout_s
+        self._ping_timeout_s = ping_timeout_s
+        self._lock = threading.Lock()
+        self._proxy: Pyro5.api.Proxy | None = None
+        self._failed = False
+
+    def push(self, delivery: dict[str, Any]) -> tuple[Any, float]:
+        """Hand a batch over; returns the reply and the round trip in seconds. Raises on
+        any failure (the caller counts it against the member)."""
+        if not self._lock.acquire(timeout=self._push_timeout_s + self._ping_timeout_s):
+            raise TimeoutError(f"link to {self.callback} busy")
+        try:
+            if self._failed and not answers(self.callback, self._ping_timeout_s):
+                raise ConnectionError(f"{self.callback} does not answer a ping")
+            if self._proxy is None:
+                self._proxy = make_proxy(self.callback, self._push_timeout_s)
+            self._proxy._pyroClaimOwnership()
+            started = time.monotonic()
+            reply = self._proxy.deliver(delivery)
+            self._failed = False
+            return reply, time.monotonic() - started
+        except Exception:
+            self._failed = True
+            self._drop()
+            raise
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        if self._lock.acquire(timeout=self._push_timeout_s + self._ping_timeout_s):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+
+    def _drop(self) -> None:
+        if self._proxy is not None:
+            try:
+                self._proxy._pyroClaimOwnership()
+                self._proxy._pyroRelease()
+            except Exception as exc:  # closing a broken connection: nothing more to do
+                log.debug("closing the link to %s: %s", self.callback, exc)
+            self._proxy = None
+
+
+def answers(callback: str, timeout_s: float) -> bool:
+    """Whether a subscriber's callback object answers a ping within ``timeout_s``."""
+    try:
+        with make_proxy(callback, timeout_s) as proxy:
+            proxy.ping()
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,252 @@
+"""The push subscriber's conversation with its channel, on one thread that owns the proxy.
+
+It subscribes, sends the handlers' outcomes back as acks (on disk in the processed-ID
+window first), says it is alive every ``heartbeat_s`` and learns its standing: a member the
+channel declared dead (a freeze, a long GC pause) subscribes again by itself, and one the
+broker restored in a new session adopts it. When the channel cannot be reached (a broker
+restarting) it keeps the outcomes and retries, finding the channel again through the name
+server, and says so once when contact is lost and once when it is back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import Pyro5.errors
+
+from channel_server.errors import BrokerUnavailable, ChannelError, UnknownChannel
+from channel_server.remote import RemoteChannel
+from subscriber.inbox import Inbox, Outbox, Outcome
+from subscriber.processed import ProcessedIds
+
+log = logging.getLogger("subscriber")
+RETRY_FIRST_S = 0.2
+RETRY_MAX_S = 2.0
+DEFAULT_HEARTBEAT_S = 2.0
+UNREACHABLE = (BrokerUnavailable, UnknownChannel, Pyro5.errors.CommunicationError)
+"""Errors that mean "the channel is away for now" once it has been reached."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who subscribes, where it is reached, and the channel it asks for."""
+
+    ns_host: str
+    ns_port: int
+    channel: str
+    subscriber_id: str
+    callback: str
+    group: str | None
+    prefetch: int | None
+    timeout_s: float
+    connect_timeout_s: float
+
+
+class ChannelSession:
+    """Runs on the control thread (``run``); other threads only call ``finish``."""
+
+    def __init__(
+        self,
+        who: Identity,
+        inbox: Inbox,
+        outbox: Outbox,
+        processed: ProcessedIds,
+        stuck_s: Callable[[], float],
+    ) -> None:
+        self._who = who
+        self._inbox = inbox
+        self._outbox = outbox
+        self._processed = processed
+        self._stuck_s = stuck_s
+        self._remote: RemoteChannel | None = None
+        self.group = who.group
+        self.session: int | None = None
+        self.info: dict[str, Any] = {}
+        self.ready = threading.Event()
+        """Set once the first subscribe answered (``info``) or failed (``error``)."""
+        self.error: BaseException | None = None
+        self._heartbeat_s = DEFAULT_HEARTBEAT_S
+        self.handler_timeout_s = float("inf")
+        """The channel's handler timeout: how long a stop waits for the handler in hand."""
+        self._finishing = threading.Event()
+        self._unsubscribe_at_end = True
+        self._away_since: float | None = None
+        self._last_contact = time.monotonic()
+        self._check_standing = False
+        self._last_drop: str | None = None
+        """Why the channel last dropped us, while rejoining fails (logged once)."""
+
+    # -- the control thread --------------------------------------------------------------
+    def run(self) -> None:
+        self._remote = RemoteChannel(
+            self._who.ns_host,
+            self._who.ns_port,
+            self._who.channel,
+            timeout_s=self._who.timeout_s,
+            attempts=1,
+        )
+        try:
+            if self._first_subscribe():
+                self._serve()
+        finally:
+            self._remote.release()
+
+    def finish(self, unsubscribe: bool) -> None:
+        """Send what is left, unsubscribe (if asked) and end (called by ``stop``, after
+        the worker has stopped)."""
+        self._unsubscribe_at_end = unsubscribe
+        self._finishing.set()
+        self._outbox.interrupt()
+
+    def _serve(self) -> None:
+        while not self._finishing.is_set():
+            outcomes = self._outbox.wait(self._until_heartbeat())
+            if outcomes:
+                self._send(outcomes)
+            elif self._check_standing or self._until_heartbeat() <= 0:
+                self._heartbeat()
+        self._send(self._outbox.drain())
+        if self._unsubscribe_at_end:
+            self._call("unsubscribe", self._who.subscriber_id, self.group)
+
+    def _until_heartbeat(self) -> float:
+        return self._last_contact + self._heartbeat_s - time.monotonic()
+
+    # -- subscribing ---------------------------------------------------------------------
+    def _first_subscribe(self) -> bool:
+        """Subscribe, waiting up to ``connect_timeout_s`` for an unreachable broker. A
+        channel the name server does not know is an error at once (a wrong name)."""
+        deadline = time.monotonic() + self._who.connect_timeout_s
+        for attempt in itertools.count():
+            try:
+                self._subscribe()
+                return True
+            except (BrokerUnavailable, Pyro5.errors.CommunicationError) as exc:
+                if time.monotonic() >= deadline or self._finishing.is_set():
+                    self.error = exc
+                    break
+                if attempt == 0:
+                    log.warning(
+                        "channel %s not reachable yet (%s); waiting", self._who.channel, exc
+                    )
+                self._finishing.wait(RETRY_FIRST_S)
+            except BaseException as exc:  # handed to start(), which raises it
+                self.error = exc
+                break
+        self.ready.set()
+        return False
+
+    def _subscribe(self) -> None:
+        who = self._who
+        info = self._remote.call(
+            "subscribe", who.subscriber_id, who.callback, who.group, who.prefetch
+        )
+        self.info, self.group, self.session = info, info["group"], info["session"]
+        self._heartbeat_s = info.get("heartbeat_s", DEFAULT_HEARTBEAT_S)
+        self.handler_timeout_s = info.get("handler_timeout_s", float("inf"))
+        self._inbox.adopt(self.session)
+        self._contact()
+        self.ready.set()
+
+    # -- acks and heartbeats -------------------------------------------------------------
+    def _send(self, outcomes: list[Outcome]) -> None:
+        if not outcomes:
+            return
+        self._processed.flush()  # on disk before the channel forgets these events
+        for session, run in itertools.groupby(outcomes, key=lambda o: o.session):
+            done = list(run)
+            acked = [o.event_id for o in done if o.error is None and not o.dropped]
+            nacked = {o.event_id: o.error for o in done if o.error is not None}
+            through = max(o.seq for o in done)
+            who = self._who
+            reply = self._call(
+                "ack", who.subscriber_id, self.group, session, through, acked, nacked
+            )
+            if reply is not None and reply.get("status") != "ok":
+                log.info("acks of %d events of an ended session dropped", len(done))
+                self._check_standing = True
+
+    def _heartbeat(self) -> None:
+        self._check_standing = False
+        reply = self._call("heartbeat", self._who.subscriber_id, self.group, self.session or 0)
+        if reply is None:
+            return
+        status = reply.get("status")
+        if status == "moved" and reply.get("callback") == self._who.callback:
+            log.info("the channel resumed this subscriber in session %s", reply["session"])
+            self.session = reply["session"]
+            self._inbox.adopt(self.session)
+        elif status in ("moved", "inactive", "unknown"):
+            self._rejoin(status, reply)
+
+    def _rejoin(self, status: str, reply: dict[str, Any]) -> None:
+        stuck = self._stuck_s()
+        if stuck > self.handler_timeout_s:
+            log.error(
+                "dropped by the channel (%s), but a handler has run %.0f s: not subscribing "
+                "again until it returns",
+                status,
+                stuck,
+            )
+            return
+        why = reply.get("reason") or {"moved": "its id is used from elsewhere"}.get(status, status)
+        first = why != self._last_drop
+        if first:
+            log.warning(
+                "the channel dropped subscriber %s (%s); subscribing again",
+                self._who.subscriber_id,
+                why,
+            )
+        self._last_drop = why
+        try:
+            self._subscribe()
+        except (ChannelError, *UNREACHABLE) as exc:
+            if first:
+                log.warning("subscribing again failed: %s (retried at each heartbeat)", exc)
+        else:
+            self._last_drop = None
+
+    # -- calls ---------------------------------------------------------------------------
+    def _call(self, method: str, *args: Any) -> Any:
+        """Call the channel, retrying while it is unreachable. None when given up: only
+        while finishing, after ``connect_timeout_s`` (the events come back to others)."""
+        pause = RETRY_FIRST_S
+        while True:
+            try:
+                result = self._remote.call(method, *args)
+            except UNREACHABLE as exc:
+                self._lost(exc)
+                if self._finishing.is_set() and self._away_for() > self._who.connect_timeout_s:
+                    log.warning("giving up on %s: the channel stays away", method)
+                    return None
+                threading.Event().wait(pause)  # back-off while the channel is away
+                pause = min(pause * 2, RETRY_MAX_S)
+                continue
+            except ChannelError as exc:
+                log.error("%s refused by the channel: %s", method, exc)
+                return None
+            self._contact()
+            return result
+
+    def _lost(self, exc: BaseException) -> None:
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+            log.warning("lost contact with channel %s (%s); retrying", self._who.channel, exc)
+
+    def _away_for(self) -> float:
+        return 0.0 if self._away_since is None else time.monotonic() - self._away_since
+
+    def _contact(self) -> None:
+        if self._away_since is not None:
+            log.warning(
+                "channel %s reachable again after %.1f s", self._who.channel, self._away_for()
+            )
+            self._away_since = None
+            self._check_standing = True
+        self._last_contact = time.monotonic()

@@ -1,0 +1,155 @@
+"""The subscriber's two queues: events pushed and not yet handled, outcomes not yet sent.
+
+A push only hands events over (the reply says how many were queued), the worker thread
+runs the handler on them in delivery order, and the control thread sends the outcomes back
+as acks. Both queues are thread-safe; each has one ``_cond`` guarding all its state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+ACK_BATCH_MAX = 500
+"""Outcomes sent at once at most (well below the channel's limit per message)."""
+ACK_LINGER_S = 0.005
+"""While the worker is busy, outcomes wait at most this long to be sent together."""
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    session: int
+    seq: int
+    event: dict[str, Any]
+
+
+class Inbox:
+    """Events of the current session in delivery order. A push of a new session (the
+    subscriber was resubscribed or the broker restored it) drops what is left of the old
+    one: the channel took those events back and hands them out again."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: deque[Item] = deque()
+        self.session: int | None = None
+        self._closed = False
+
+    def put(self, session: int, seq: int, events: list[dict[str, Any]]) -> int:
+        with self._cond:
+            self._switch(session)
+            self._items.extend(Item(session, seq + i, ev) for i, ev in enumerate(events))
+            self._cond.notify()
+        return len(events)
+
+    def adopt(self, session: int) -> None:
+        """The channel says this is the current session (a subscribe or heartbeat)."""
+        with self._cond:
+            self._switch(session)
+
+    def _switch(self, session: int) -> None:
+        if session != self.session:
+            if self._items:
+                log.info(
+                    "session %s is over: %d queued events dropped", self.session, len(self._items)
+                )
+            self._items.clear()
+            self.session = session
+
+    def take_all(self, timeout_s: float) -> list[Item]:
+        """Everything queued now (waiting up to ``timeout_s`` for something). The caller
+        checks ``current`` before each item: a new session may drop the rest."""
+        with self._cond:
+            if not self._items and not self._closed:
+                self._cond.wait(timeout_s)
+            if self._closed:
+                return []
+            items = list(self._items)
+            self._items.clear()
+            return items
+
+    def current(self, item: Item) -> bool:
+        return item.session == self.session
+
+    def empty(self) -> bool:
+        with self._cond:
+            return not self._items
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    session: int
+    seq: int
+    event_id: str
+    error: str | None = None
+    """None: processed (or processed before); a string: the handler failed (a nack)."""
+    dropped: bool = False
+    """Processed, but left out of the ack (the drop-acks fault: a lost ack)."""
+
+
+class Outbox:
+    """Outcomes waiting to be sent, collected so that one ack message covers many."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: list[Outcome] = []
+        self._oldest = 0.0
+        self._urgent = False
+        self._interrupted = False
+
+    def add(self, outcomes: list[Outcome], urgent: bool) -> None:
+        """``urgent``: the worker has nothing more to do now (or held these long enough),
+        so send them at once."""
+        with self._cond:
+            if not self._pending:
+                self._oldest = time.monotonic()
+            self._pending.extend(outcomes)
+            self._urgent = self._urgent or urgent
+            self._cond.notify()
+
+    def wait(self, timeout_s: float) -> list[Outcome]:
+        """The outcomes due to be sent (urgent, many, or lingered long enough); [] after
+        ``timeout_s`` with none due."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                if self._pending and (
+                    self._urgent
+                    or len(self._pending) >= ACK_BATCH_MAX
+                    or now - self._oldest >= ACK_LINGER_S
+                ):
+                    return self._take()
+                if now >= deadline or self._interrupted:
+                    self._interrupted = False
+                    return []
+                wait = deadline - now
+                if self._pending:
+                    wait = min(wait, self._oldest + ACK_LINGER_S - now)
+                self._cond.wait(max(wait, 0.0))
+
+    def interrupt(self) -> None:
+        """Make the current (or next) ``wait`` return at once."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
+
+    def drain(self) -> list[Outcome]:
+        with self._cond:
+            return self._take()
+
+    def _take(self) -> list[Outcome]:
+        taken, self._pending = self._pending[:ACK_BATCH_MAX], self._pending[ACK_BATCH_MAX:]
+        self._urgent = bool(self._pending) and self._urgent
+        if self._pending:
+            self._oldest = time.monotonic()
+        return taken

@@ -1,0 +1,69 @@
+"""In-process edges: a real EventChannel over the memory store and a real dispatch pool,
+driven with a fake clock (pull, housekeeping) or a real Pyro5 daemon on port 0 (push)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from channel_server.channel import EventChannel
+from channel_server.config import ChannelConfig
+from channel_server.core.channel_core import ChannelKind
+from channel_server.dispatch import DispatchPool
+from channel_server.store import MemoryStore, Store
+
+
+class FakeClock:
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def pool() -> Iterator[DispatchPool]:
+    p = DispatchPool(2, name="test-dispatch")
+    p.start()
+    yield p
+    p.stop()
+
+
+ChannelFactory = Callable[..., EventChannel]
+
+
+@pytest.fixture
+def make_channel(pool: DispatchPool) -> Iterator[ChannelFactory]:
+    made: list[EventChannel] = []
+
+    def make(
+        name: str = "c",
+        kind: ChannelKind = ChannelKind.QUEUE,
+        clock: Callable[[], float] | None = None,
+        store: Store | None = None,
+        **overrides: Any,
+    ) -> EventChannel:
+        config = dataclasses.replace(ChannelConfig(), **overrides)
+        extra = {} if clock is None else {"clock": clock}
+        channel = EventChannel(name, config, store or MemoryStore(), pool, kind, **extra)
+        made.append(channel)
+        return channel
+
+    yield make
+    for channel in made:
+        channel.close()
+
+
+def event(event_id: str, partition: int | str = 0, ts: float = 1.0) -> dict[str, Any]:
+    return {"id": event_id, "publisher_id": "pub", "partition": partition, "timestamp": ts}

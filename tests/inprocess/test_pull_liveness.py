@@ -1,0 +1,92 @@
+"""Pull members cannot wedge partitions: timeouts, unsubscribe with a message in hand,
+readmission by the next get, and housekeeping of pull groups (fake clock, no sockets)."""
+
+from __future__ import annotations
+
+from channel_server.core.channel_core import ChannelKind
+from tests.inprocess.conftest import ChannelFactory, FakeClock, event
+
+PULL_TIMEOUT_S = 60.0
+
+
+def got(reply: dict) -> tuple[str, int] | None:
+    if reply["status"] == "empty":
+        return None
+    return reply["event"]["id"], reply["event"]["attempt"]
+
+
+def member(channel, member_id: str, group: str = "default") -> dict:
+    members = channel.stats()["groups"][group]["members"]
+    return next(m for m in members if m["id"] == member_id)
+
+
+def test_a_quiet_pull_member_times_out_and_its_message_moves_on(
+    make_channel: ChannelFactory, clock: FakeClock
+) -> None:
+    channel = make_channel(clock=clock, pull_timeout_s=PULL_TIMEOUT_S)
+    channel.subscribe("p1")
+    channel.publish([event("e1"), event("e2", ts=2.0)])
+    assert got(channel.get("p1")) == ("e1", 1)
+    channel.subscribe("p2")  # joins while p1 holds the partition: nothing moves
+    assert got(channel.get("p2")) is None
+    clock.advance(PULL_TIMEOUT_S - 1)
+    channel.get("p2")  # p2 is alive
+    clock.advance(2)
+    channel.housekeep()
+    state = member(channel, "p1")
+    assert state["active"] is False
+    assert state["inactive_reason"] == "no get for 60 s"
+    assert member(channel, "p2")["active"] is True
+    assert got(channel.get("p2")) == ("e1", 2)  # the held message, at the head, redelivered
+    assert got(channel.get("p2", "e1")) == ("e2", 1)
+
+
+def test_the_next_get_readmits_a_timed_out_member(
+    make_channel: ChannelFactory, clock: FakeClock
+) -> None:
+    channel = make_channel(kind=ChannelKind.TOPIC, clock=clock, pull_timeout_s=PULL_TIMEOUT_S)
+    channel.subscribe("s1")
+    channel.publish([event("m1"), event("m2", ts=2.0)])
+    assert got(channel.get("s1")) == ("m1", 1)
+    clock.advance(PULL_TIMEOUT_S + 1)
+    channel.housekeep()
+    assert member(channel, "s1", "s1")["active"] is False
+    # The client got m1 before it went quiet: naming it acknowledges it, exactly once.
+    assert got(channel.get("s1", "m1")) == ("m2", 1)
+    assert member(channel, "s1", "s1")["active"] is True
+    assert got(channel.get("s1", "m2")) is None
+    assert channel.stats()["unacked"] == 0
+
+
+def test_unsubscribe_with_a_message_in_hand_puts_it_back_at_the_head(
+    make_channel: ChannelFactory, clock: FakeClock
+) -> None:
+    channel = make_channel(clock=clock)
+    channel.subscribe("p1")
+    channel.publish([event("e1"), event("e2", ts=2.0)])
+    assert got(channel.get("p1")) == ("e1", 1)
+    assert channel.unsubscribe("p1") is True
+    channel.subscribe("p1")
+    assert got(channel.get("p1")) == ("e1", 2)
+    assert got(channel.get("p1", "e1")) == ("e2", 1)
+    assert got(channel.get("p1", "e2")) is None
+    stats = channel.stats()
+    assert (stats["unacked"], stats["acked"]) == (0, 2)
+
+
+def test_housekeeping_drops_idle_partitions_of_a_pull_group(
+    make_channel: ChannelFactory, clock: FakeClock
+) -> None:
+    channel = make_channel(kind=ChannelKind.TOPIC, clock=clock, partition_idle_s=30.0)
+    channel.subscribe("s1")
+    channel.publish([event("m1", partition="a"), event("m2", partition="b", ts=2.0)])
+    last = None
+    for _ in range(3):
+        reply = channel.get("s1", last)
+        last = reply["event"]["id"] if reply["status"] == "message" else last
+    assert len(channel.stats()["groups"]["s1"]["partitions"]) == 2
+    channel.housekeep()  # starts the idle clocks
+    clock.advance(31)
+    channel.get("s1", last)  # a live member: it is not timed out, its partitions are idle
+    channel.housekeep()
+    assert channel.stats()["groups"]["s1"]["partitions"] == []

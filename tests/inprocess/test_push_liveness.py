@@ -1,0 +1,148 @@
+"""The push side against a real Pyro5 daemon on port 0: deliveries are answered at once and
+acknowledged later; failed pushes back off and make a member inactive; a silent member
+holding events is pinged; a failure inside a push task does not wedge its member."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import Pyro5.api
+import Pyro5.server
+import pytest
+
+from channel_server import push
+from channel_server.channel import EventChannel
+from tests.inprocess.conftest import ChannelFactory, event
+from tests.integration.procs import wait_until
+
+
+class FakeSubscriber:
+    """A callback object whose behaviour the test sets; deliveries are recorded."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[dict[str, Any]] = []
+        self.fail_deliveries = False
+        self.alive = True
+
+    @Pyro5.api.expose
+    def deliver(self, delivery: dict[str, Any]) -> dict[str, Any]:
+        if self.fail_deliveries:
+            raise RuntimeError("delivery refused")
+        self.deliveries.append(delivery)
+        return {"queued": len(delivery["events"])}
+
+    @Pyro5.api.expose
+    def ping(self) -> str:
+        if not self.alive:
+            raise RuntimeError("frozen")
+        return "ok"
+
+    def ids(self) -> list[str]:
+        return [ev["id"] for d in self.deliveries for ev in d["events"]]
+
+
+@pytest.fixture
+def daemon() -> Iterator[Pyro5.server.Daemon]:
+    d = Pyro5.server.Daemon(host="127.0.0.1", port=0)
+    loop = threading.Thread(target=d.requestLoop, daemon=True)
+    loop.start()
+    yield d
+    d.shutdown()
+    loop.join(5)
+    d.close()
+
+
+def subscriber(channel: EventChannel, daemon: Pyro5.server.Daemon, sub_id: str, **kw: Any):
+    fake = FakeSubscriber()
+    uri = str(daemon.register(fake, f"sub.{sub_id}"))
+    info = channel.subscribe(sub_id, uri, **kw)
+    return fake, info
+
+
+def ack_all(channel: EventChannel, sub_id: str, fake: FakeSubscriber) -> None:
+    for d in fake.deliveries:
+        last = d["seq"] + len(d["events"]) - 1
+        ids = [ev["id"] for ev in d["events"]]
+        assert channel.ack(sub_id, "default", d["session"], last, ids, {}) == {"status": "ok"}
+    fake.deliveries.clear()
+
+
+def member(channel: EventChannel, member_id: str) -> dict:
+    members = channel.stats()["groups"]["default"]["members"]
+    return next(m for m in members if m["id"] == member_id)
+
+
+def test_a_push_is_answered_at_once_and_acknowledged_later(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
+) -> None:
+    channel = make_channel()
+    fake, info = subscriber(channel, daemon, "s1", prefetch=10)
+    assert (info["mode"], info["heartbeat_s"], info["handler_timeout_s"]) == ("push", 2.0, 1800.0)
+    channel.publish([event(f"e{i}", ts=float(i)) for i in range(3)])
+    wait_until(lambda: len(fake.ids()) == 3, what="the delivery")
+    assert fake.ids() == ["e0", "e1", "e2"]
+    assert fake.deliveries[0]["session"] == info["session"]
+    assert member(channel, "s1")["in_flight"] == 3  # held until the handlers finish
+    stale = channel.ack("s1", "default", info["session"] - 1, 3, ["e0"], {})
+    assert stale == {"status": "stale"}
+    ack_all(channel, "s1", fake)
+    stats = channel.stats()
+    assert (stats["unacked"], stats["acked"], member(channel, "s1")["in_flight"]) == (0, 3, 0)
+
+
+def test_failed_pushes_make_the_member_inactive_and_its_work_moves(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
+) -> None:
+    channel = make_channel(retry_backoff_s=0.01, dispatch_linger_s=0)
+    bad, _ = subscriber(channel, daemon, "a")
+    bad.fail_deliveries = True
+    channel.publish([event("e0")])
+    wait_until(lambda: not member(channel, "a")["active"], what="a marked inactive")
+    assert "push failed, 3 failures in a row" in member(channel, "a")["inactive_reason"]
+    good, _ = subscriber(channel, daemon, "b")
+    wait_until(lambda: good.ids() == ["e0"], what="e0 moved to b")
+    assert good.deliveries[0]["events"][0]["attempt"] == 4
+
+
+def test_a_silent_member_holding_events_is_pinged_then_declared_dead(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
+) -> None:
+    channel = make_channel(ack_timeout_s=0.3, liveness_timeout_s=0.3, retry_backoff_s=0.01)
+    slow, _ = subscriber(channel, daemon, "a")
+    channel.publish([event("e0")])
+    wait_until(lambda: slow.ids() == ["e0"], what="the delivery")
+    # A long job: silent, but it answers pings, so it stays (delivery is what is judged).
+    wait_until(lambda: channel.housekeep() or member(channel, "a")["seen_s_ago"] < 0.3, 3)
+    assert member(channel, "a")["active"] is True
+    slow.alive = False  # frozen: pings fail now
+    wait_until(
+        lambda: channel.housekeep() or not member(channel, "a")["active"], 5, "a declared dead"
+    )
+    assert member(channel, "a")["inactive_reason"].startswith("no answer to pings")
+    assert channel.stats()["groups"]["default"]["partitions"][0]["owner"] is None
+
+
+def test_a_failure_inside_a_push_task_does_not_wedge_its_member(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    channel = make_channel(dispatch_linger_s=0)
+    original = push.PushDelivery._observe_delay
+    calls = {"n": 0}
+
+    def failing_once(self: Any, *args: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected: a bug after a push")
+        original(self, *args)
+
+    monkeypatch.setattr(push.PushDelivery, "_observe_delay", failing_once)
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=1)
+    channel.publish([event("e0"), event("e1", ts=2.0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="first delivery")
+    ack_all(channel, "s1", fake)
+    wait_until(lambda: fake.ids() == ["e1"], what="the member keeps being served")
+    ack_all(channel, "s1", fake)
+    assert channel.stats()["unacked"] == 0
+    assert calls["n"] >= 2

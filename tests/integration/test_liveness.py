@@ -1,0 +1,71 @@
+"""Slow work and frozen processes, with real processes: a long job is not a failure, a
+frozen subscriber is declared dead and readmitted once it runs again."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+
+import pytest
+
+from tests.integration.conftest import channel_stats
+from tests.integration.procs import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+JOB_S = 0.24
+ACK_TIMEOUT_S = 1.0
+"""A job takes 24 % of the ack timeout: the ratio of a 1.2 s job to the default 5 s."""
+
+
+def members(cluster: Cluster, channel: str) -> dict[str, dict]:
+    found = channel_stats(cluster, channel)["groups"]["default"]["members"]
+    return {m["id"]: m for m in found}
+
+
+def publish(cluster: Cluster, channel: str, count: int, partitions: int) -> None:
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", channel, "--id", "JOB"]
+    argv += ["--count", str(count), "--partitions", str(partitions)]
+    result = cluster.run(argv)
+    assert result.returncode == 0, result.stderr
+
+
+def test_long_jobs_finish_near_the_ideal_time_without_failures(cluster: Cluster) -> None:
+    """200 jobs on 4 workers: within 10 % of 200 x JOB_S / 4, nobody inactive, none twice."""
+    workers = ("w1", "w2", "w3", "w4")
+    broker = cluster.broker("jobs", extra=("--ack-timeout", str(ACK_TIMEOUT_S)))
+    for w in workers:
+        cluster.subscriber("jobs", w, "--quiet", "--fault", f"slow:1:{JOB_S}")
+    started = time.monotonic()
+    publish(cluster, "jobs", 200, 8)
+    got = cluster.wait_for_records("jobs", workers, 200, timeout_s=60)
+    elapsed = time.monotonic() - started
+    ideal = 200 * JOB_S / len(workers)
+    ran = collections.Counter(r["id"] for recs in got.values() for r in recs)
+    assert len(ran) == 200 and set(ran.values()) == {1}, "a job ran twice"
+    assert elapsed <= 1.1 * ideal, f"{elapsed:.2f} s for an ideal of {ideal:.2f} s"
+    assert all(m["active"] and m["failures"] == 0 for m in members(cluster, "jobs").values())
+    assert broker.count(r"marked inactive|delay from") == 0
+
+
+def test_a_frozen_subscriber_is_declared_dead_then_readmitted(cluster: Cluster) -> None:
+    broker = cluster.broker("frz", extra=("--ack-timeout", str(ACK_TIMEOUT_S)))
+    cluster.subscriber("frz", "s1", "--quiet")
+    frozen = cluster.subscriber("frz", "s2", "--prefetch", "1", "--fault", "slow:1:0.3")
+    publish(cluster, "frz", 20, 2)
+    cluster.wait_for_records("frz", ("s2",), 1)
+    frozen.popen.send_signal(signal.SIGSTOP)
+    try:
+        broker.wait_for(r"frz: s2 marked inactive \(no answer to pings")
+        got = cluster.wait_for_records("frz", ("s1", "s2"), 20)
+        assert {r["id"] for recs in got.values() for r in recs} == {
+            f"JOB-{i}" for i in range(1, 21)
+        }
+        assert members(cluster, "frz")["s2"]["active"] is False
+    finally:
+        frozen.popen.send_signal(signal.SIGCONT)
+    thawed = time.monotonic()
+    broker.wait_for(r"frz: s2 readmitted \(it was inactive: no answer to pings")
+    frozen.wait_for(r"the channel dropped subscriber s2 \(.*\); subscribing again")
+    assert time.monotonic() - thawed < 10
+    wait_until(lambda: members(cluster, "frz")["s2"]["active"], what="s2 active again")
