@@ -22,7 +22,7 @@ from typing import Any
 from subscriber.faults import CRASH_EXIT_CODE
 
 CLOCK_TOLERANCE_S = 0.05
-"""Records, signals and log lines are stamped by different processes' clocks reads."""
+"""Records, signals and log lines are stamped by different processes' clock reads."""
 LOG_LAG_S = 0.25
 """Declared-dead times are arrival stamps of broker log lines, taken after the broker
 decided (and possibly after another subscriber already got the events)."""
@@ -199,7 +199,7 @@ def explain_duplicates(
             if cause is None:
                 missing[event_id].append(
                     f"no death of {r['subscriber']} (pid {r['pid']}) between "
-                    f"{r['at']:.3f} and {nxt['at']:.3f}"
+                    f"{r['at']:.3f} and {nxt['at']:.3f}" + _zombie_hint(nxt, causes)
                 )
             else:
                 charged[cause].append((r["at"], event_id))
@@ -237,6 +237,19 @@ def _first_cause(
         if r["at"] - tolerance_s <= c.at <= nxt["at"] + tolerance_s + lag:
             return c
     return None
+
+
+def _zombie_hint(nxt: Mapping[str, Any], causes: list[Cause]) -> str:
+    """A hint when the later record's subscriber had been declared dead before it: it may
+    have handled a push that had already timed out (a zombie, e.g. after a SIGSTOP)."""
+    dead = [
+        c.at
+        for c in causes
+        if c.kind == DECLARED and c.subscriber == nxt["subscriber"] and c.at < nxt["at"]
+    ]
+    if not dead:
+        return ""
+    return f" ({nxt['subscriber']} had been declared dead at {max(dead):.3f} before it)"
 
 
 def _id_key(event_id: str) -> tuple[str, int]:

@@ -91,6 +91,12 @@ def test_a_duplicate_without_a_death_is_unexplained() -> None:
     assert not report.ok
 
 
+def test_a_redelivery_by_a_subscriber_declared_dead_before_is_named() -> None:
+    records = [*in_order(), rec("P-4", sub="s2", pid=200, at=6.0)]
+    report = run(records, declared=[(3.5, "s2")])  # s2 woke up and handled a stale push
+    assert report.unexplained[0].why_not.endswith("(s2 had been declared dead at 3.500 before it)")
+
+
 def test_the_death_must_hit_that_process_between_the_two_records() -> None:
     records = [*in_order(), rec("P-4", sub="s2", pid=200, at=6.0)]
     assert run(records, [kill("s1", 101, 5.0)]).unexplained  # another incarnation of s1
