@@ -19,7 +19,7 @@ SHORT = {
     "drop-acks": "drop",
     "crash-after": "crash",
 }
-ROW = "{:>8}  {:<30} {:>6} {:>7} {:>9} {:>5} {:>5} {:<12} {:>6}  {}"
+ROW = "{:>8}  {:<34} {:>6} {:>7} {:>9} {:>5} {:>5} {:<12} {:>6}  {}"
 HEADER = ROW.format(
     "seed", "faults fired", "events", "records", "dup ok/x", "lost", "order", "inactive",
     "secs", "result",
