@@ -63,12 +63,15 @@ class Proc:
             env=env,
         )
         self.lines: list[str] = []
+        self.stamped: list[tuple[float, str]] = []
+        """Each output line with the wall-clock time (``time.time()``) it arrived."""
         self._new: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         for line in self.popen.stdout:
+            self.stamped.append((time.time(), line.rstrip("\n")))
             self.lines.append(line.rstrip("\n"))
             self._new.put(line)
 
@@ -102,8 +105,11 @@ class Proc:
         return self.popen.poll() is None
 
     def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM and wait; SIGKILL if it does not stop in time. Returns the exit code."""
+        """SIGTERM and wait; SIGKILL if it does not stop in time. Returns the exit code.
+
+        SIGCONT first: a stopped process (a fault test's SIGSTOP) cannot act on SIGTERM."""
         if self.alive:
+            self.popen.send_signal(signal.SIGCONT)
             self.popen.send_signal(signal.SIGTERM)
             try:
                 return self.popen.wait(timeout_s)
@@ -140,7 +146,11 @@ class Cluster:
         proc = Proc(name, argv, self.env)
         self.procs.append(proc)
         if ready:
-            proc.wait_for(ready)
+            try:
+                proc.wait_for(ready)
+            except AssertionError:
+                proc.kill()  # one that hangs before ready must not outlive the attempt
+                raise
         return proc
 
     def broker(self, *channels: str, extra: tuple[str, ...] = (), name: str = "broker") -> Proc:

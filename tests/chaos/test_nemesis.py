@@ -1,0 +1,51 @@
+"""The fault schedule is a pure function of the seed and keeps its promises."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.chaos.nemesis import BROKER, KINDS, schedule
+
+SUBS = ("s1", "s2", "s3")
+STREAM_S = 12.0
+DURATIONS = {
+    "sub-kill": (0.5, 2.0),
+    "broker-kill": (0.5, 2.0),
+    "sub-stop": (1.0, 8.0),
+    "drop-acks": (2.0, 5.0),
+    "sub-term": (0.0, 0.0),
+}
+
+
+@given(st.integers(min_value=0, max_value=2**32))
+def test_the_same_seed_gives_the_same_schedule(seed: int) -> None:
+    assert schedule(seed, STREAM_S, SUBS) == schedule(seed, STREAM_S, SUBS)
+
+
+@given(st.integers(min_value=0, max_value=2**32))
+def test_a_schedule_keeps_its_bounds(seed: int) -> None:
+    faults = schedule(seed, STREAM_S, SUBS)
+    assert 3 <= len(faults) <= 6
+    assert faults == sorted(faults, key=lambda f: (f.at, f.target))
+    for f in faults:
+        assert f.kind in KINDS
+        assert (f.target == BROKER) == (f.kind == "broker-kill")
+        assert f.target in (*SUBS, BROKER)
+        assert 0.05 * STREAM_S - 0.001 <= f.at <= 0.7 * STREAM_S + 0.001
+        if f.kind == "crash-after":
+            assert 5 <= f.count <= 30
+        else:
+            low, high = DURATIONS[f.kind]
+            assert low - 0.001 <= f.duration <= high + 0.001
+    for a, b in itertools.combinations(faults, 2):
+        if a.target == b.target:  # one process is never hit by two faults at once
+            assert a.busy[1] <= b.busy[0] or b.busy[1] <= a.busy[0]
+
+
+def test_seeds_differ_and_every_kind_is_drawn() -> None:
+    schedules = [schedule(seed, STREAM_S, SUBS) for seed in range(50)]
+    assert len({tuple(s) for s in schedules}) == 50
+    assert {f.kind for s in schedules for f in s} == set(KINDS)
