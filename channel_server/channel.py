@@ -273,7 +273,8 @@ class EventChannel:
         """A push subscriber reports events its handlers finished: ``acked`` ones are done,
         ``nacked`` ones failed (retried, or dead-lettered after ``max_attempts``), and any
         other event it was given up to ``through_seq`` was skipped (redelivered). Answers
-        ``{"status": "ok"}``, or ``"stale"`` for a session that is over."""
+        ``{"status": "ok"}``, or ``"stale"`` for a session that is over (whose acks still
+        count for events waiting for this member: after a broker restart, say)."""
         boundary.check_name("subscriber_id", subscriber_id)
         boundary.check_name("group", group)
         session, through_seq = (
@@ -288,13 +289,12 @@ class EventChannel:
             outcome, retired = self.core.acknowledge(
                 grp, subscriber_id, session, acked, nacked, through_seq, self.now()
             )
-            if outcome.stale:
-                return {"status": "stale"}
-            self._note_connection((group, subscriber_id))
+            if not outcome.stale:
+                self._note_connection((group, subscriber_id))
             self._persist_outcome(group, outcome, retired)
             self.after_change()
         self._log_outcome(subscriber_id, outcome)
-        return {"status": "ok"}
+        return {"status": "stale" if outcome.stale else "ok"}
 
     @Pyro5.api.expose
     def heartbeat(self, subscriber_id: str, group: str, session: int) -> dict[str, Any]:

@@ -173,6 +173,8 @@ class Subscriber:
     def take_in(self, delivery: dict[str, Any]) -> dict[str, Any]:
         """A push: queue its events for the worker; the reply says how many."""
         session, seq, events = _parse_delivery(delivery)
+        if self._stopping.is_set():
+            raise RuntimeError("stopping: not taking pushes any more")
         self._faults.on_arrival(events)
         return {"queued": self._inbox.put(session, seq, events)}
 
@@ -184,7 +186,7 @@ class Subscriber:
             done: list[Outcome] = []
             first_at = 0.0
             for item in self._inbox.take_all(IDLE_WAIT_S):
-                if self._stopping.is_set():
+                if not self._wait_trusted():
                     break
                 if not self._inbox.current(item):
                     continue  # its session ended: the channel gave it to another member
@@ -199,6 +201,14 @@ class Subscriber:
                     done = []
             if done:
                 self._outbox.add(done, urgent=self._inbox.empty())
+
+    def _wait_trusted(self) -> bool:
+        """Before starting an event: wait while the control thread checks our standing
+        after a freeze (False when stopping)."""
+        while not self._stopping.is_set():
+            if self._session is None or self._session.trusted.wait(IDLE_WAIT_S):
+                return True
+        return False
 
     def _process(self, item: Item) -> Outcome | None:
         """Run the handler once on an event; None when stopping intervened before it ran.

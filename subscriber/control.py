@@ -29,6 +29,12 @@ log = logging.getLogger("subscriber")
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 2.0
 DEFAULT_HEARTBEAT_S = 2.0
+FREEZE_SLACK_S = 1.0
+"""A wait that returns this much later than asked means the process was frozen (SIGSTOP,
+a long GC pause, a paused VM): the channel may have declared it dead meanwhile."""
+RECENT_IDS = 1000
+"""Ids processed last that are acknowledged again after contact with the channel was lost
+and before leaving: acks that a broker crash kept from being written then still count."""
 UNREACHABLE = (BrokerUnavailable, UnknownChannel, Pyro5.errors.CommunicationError)
 """Errors that mean "the channel is away for now" once it has been reached."""
 
@@ -68,6 +74,9 @@ class ChannelSession:
         self.group = who.group
         self.session: int | None = None
         self.info: dict[str, Any] = {}
+        self.trusted = threading.Event()
+        """Clear while the process may have been frozen and its standing is unchecked:
+        the worker starts no new event then (the channel may have moved them on)."""
         self.ready = threading.Event()
         """Set once the first subscribe answered (``info``) or failed (``error``)."""
         self.error: BaseException | None = None
@@ -79,6 +88,7 @@ class ChannelSession:
         self._away_since: float | None = None
         self._last_contact = time.monotonic()
         self._check_standing = False
+        self._recent_due = False
         self._last_drop: str | None = None
         """Why the channel last dropped us, while rejoining fails (logged once)."""
 
@@ -106,14 +116,33 @@ class ChannelSession:
 
     def _serve(self) -> None:
         while not self._finishing.is_set():
-            outcomes = self._outbox.wait(self._until_heartbeat())
+            wait_s = max(0.0, self._until_heartbeat())
+            due = time.monotonic() + wait_s + FREEZE_SLACK_S
+            outcomes = self._outbox.wait(wait_s)
+            if time.monotonic() > due:
+                log.warning("this process was frozen for a while: checking its standing")
+                self.trusted.clear()
+                self._check_standing = True
             if outcomes:
                 self._send(outcomes)
             elif self._check_standing or self._until_heartbeat() <= 0:
                 self._heartbeat()
+            if self._recent_due:
+                self._recent_due = False
+                self._ack_recent()
         self._send(self._outbox.drain())
         if self._unsubscribe_at_end:
+            self._ack_recent()
             self._call("unsubscribe", self._who.subscriber_id, self.group)
+
+    def _ack_recent(self) -> None:
+        """Acknowledge the ids processed last once more. A broker that crashed before
+        writing their acks restored those events and keeps them for this subscriber (its
+        partitions are pinned): they are done now, not handed to another member."""
+        if recent := self._processed.recent(RECENT_IDS):
+            self._processed.flush()
+            who = self._who
+            self._call("ack", who.subscriber_id, self.group, self.session or 0, 0, recent, {})
 
     def _until_heartbeat(self) -> float:
         return self._last_contact + self._heartbeat_s - time.monotonic()
@@ -152,6 +181,7 @@ class ChannelSession:
         self.handler_timeout_s = info.get("handler_timeout_s", float("inf"))
         self._inbox.adopt(self.session)
         self._contact()
+        self.trusted.set()
         self.ready.set()
 
     # -- acks and heartbeats -------------------------------------------------------------
@@ -184,6 +214,7 @@ class ChannelSession:
             self._inbox.adopt(self.session)
         elif status in ("moved", "inactive", "unknown"):
             self._rejoin(status, reply)
+        self.trusted.set()
 
     def _rejoin(self, status: str, reply: dict[str, Any]) -> None:
         stuck = self._stuck_s()
@@ -249,4 +280,5 @@ class ChannelSession:
             )
             self._away_since = None
             self._check_standing = True
+            self._recent_due = True
         self._last_contact = time.monotonic()

@@ -55,6 +55,12 @@ class ProcessedIds:
         with self._lock:
             return len(self._ids)
 
+    def recent(self, count: int) -> list[str]:
+        """The ``count`` ids processed last, oldest first."""
+        with self._lock:
+            start = max(0, len(self._order) - count)
+            return [self._order[i] for i in range(start, len(self._order))]
+
     def add(self, event_ids: Iterable[str]) -> None:
         """Remember ids (in memory now; on disk at the next ``flush``)."""
         with self._lock:

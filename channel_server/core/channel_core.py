@@ -219,7 +219,10 @@ class ChannelCore:
         saved callbacks), partition owners, the delivered window, dead letters, events.
         Each restored partition stays with its owner until its restored events are
         resolved: that owner may have processed them before the restart."""
-        self.next_offset = max(self.next_offset, snapshot.next_offset)
+        # Offsets used up by publishes that stored nothing (all duplicates) are not in
+        # the store's next offset, but a group created after them starts past them.
+        starts = snapshot.groups.values()
+        self.next_offset = max(self.next_offset, snapshot.next_offset, *starts, 0)
         for name, created in sorted(snapshot.groups.items(), key=lambda g: g[1]):
             self.add_group(name, created)
         for record in snapshot.members:

@@ -85,7 +85,9 @@ class ConsumerGroup:
     def has_ready(self, member_id: str) -> bool:
         """Whether the member is active, has room and owns a partition ready to send."""
         member = self.members.get(member_id)
-        return bool(member and member.active and member.ready and member.room > 0)
+        if member is None or not member.active or not member.ready:
+            return False
+        return member.room > 0 or member.owed > 0
 
     def ready_short(self, member_id: str) -> bool:
         """Whether the member could be sent a batch now, but not a full one (less ready
@@ -124,6 +126,7 @@ class ConsumerGroup:
         for pq in self.partitions.values():
             if pq.owner is not None:
                 self.members[pq.owner].queued -= len(pq.pending)
+                self.members[pq.owner].owed -= pq.held_pending()  # back with the rebuild
             dropped += len(pq.pending)
             pq.pending.clear()
             self._refresh(pq)
@@ -147,7 +150,10 @@ class ConsumerGroup:
             if pq.owner is None:
                 self.assign(pq)
             else:
-                self.members[pq.owner].queued += added
+                owner = self.members[pq.owner]
+                owner.queued += added
+                if pq.held_back:  # a rebuild brings owed events back
+                    owner.owed += sum(1 for ev in evs if ev.offset in pq.held_back)
                 self._refresh(pq)
 
     # -- ownership -----------------------------------------------------------------------
@@ -177,8 +183,9 @@ class ConsumerGroup:
         member.partitions.discard(pq.key)
         member.ready.pop(pq.key, None)
         member.queued -= len(pq.pending)
+        member.owed -= pq.held_pending()
         pq.owner = None
-        pq.pinned = 0
+        pq.release_pins()
         self.owner_changes[pq.key] = None
 
     def move(self, pq: PartitionQueue, member: Member) -> None:
@@ -308,12 +315,15 @@ class ConsumerGroup:
         budget = member.room
         events: list[Event] = []
         for key in list(member.ready):
-            if budget <= 0:
+            if budget <= 0 and not member.owed:
                 break
-            taken = self.partitions[key].take(budget)
+            taken, fresh = self.partitions[key].take(budget)
+            if not taken:
+                continue
             del member.ready[key]
+            member.owed -= len(taken) - fresh
             events.extend(taken)
-            budget -= len(taken)
+            budget -= fresh
         return self._launch(member, events, now) if events else None
 
     def take_event(self, member_id: str, event_id: str, now: float) -> Batch | None:
@@ -326,7 +336,9 @@ class ConsumerGroup:
             pq = self.partitions[key]
             if pq.pending[0].id == event_id:
                 del member.ready[key]
-                return self._launch(member, pq.take(1), now)
+                taken, fresh = pq.take(1)
+                member.owed -= len(taken) - fresh
+                return self._launch(member, taken, now)
         return None
 
     def _launch(self, member: Member, events: list[Event], now: float) -> Batch:
@@ -408,18 +420,21 @@ class ConsumerGroup:
         failed attempt of the member."""
         member = self._current(member_id, session)
         if member is None:
-            return AckOutcome(stale=True)
+            return self._stale_acks(member_id, acked)
         member.seen(now)
         outcome = AckOutcome()
         busy_since = member.busy_since
         finished: list[Event] = []
-        back: list[Flight] = []
+        failed: list[Flight] = []
+        elsewhere: list[str] = []
         for event_id in acked:
             flight = member.flights.pop(event_id, None)
             if flight is not None:
                 self._handler_failures.pop(flight.event.offset, None)
                 outcome.done.append(flight.event)
                 finished.append(flight.event)
+            else:
+                elsewhere.append(event_id)
         for event_id, error in nacked.items():
             flight = member.flights.pop(event_id, None)
             if flight is None:
@@ -428,17 +443,18 @@ class ConsumerGroup:
                 outcome.dead.append((flight.event, error))
                 finished.append(flight.event)
             else:
-                back.append(flight)
+                failed.append(flight)
         skipped = [f for f in member.flights.values() if f.seq <= through_seq]
         outcome.missing = len(skipped)
         for flight in skipped:
             del member.flights[flight.event.id]
-        back.extend(skipped)
-        outcome.retried = [f.event for f in back]
+        outcome.retried = [f.event for f in failed + skipped]
+        outcome.done.extend(self._ack_owed(member, elsewhere))
         member.acked += len(outcome.done)
         self._finish(member, finished)
-        self._return(member, back)
-        completed = len(finished) + len(back) - len(skipped)
+        self._return(member, failed, hold=False)  # the handler failed: anyone may retry
+        self._return(member, skipped)  # processed, maybe: they stay with the member
+        completed = len(finished) + len(failed)
         if busy_since is not None:
             member.window.observe(completed, now - busy_since)
         member.busy_since = now if member.flights else None
@@ -446,6 +462,53 @@ class ConsumerGroup:
         if member.active and member.ready:
             self.touched.add(member_id)  # it has room again for what was waiting
         return outcome
+
+    def _stale_acks(self, member_id: str, acked: Iterable[str]) -> AckOutcome:
+        """Acks of an ended session (a broker restart, or a resubscribe) still say what
+        the member processed: what it holds again in its new session is done, and so is
+        what ``_ack_owed`` finds; nothing else of them counts."""
+        outcome = AckOutcome(stale=True)
+        member = self.members.get(member_id)
+        if member is None or not member.active:
+            return outcome
+        rest = []
+        for event_id in acked:
+            flight = member.flights.pop(event_id, None)
+            if flight is None:
+                rest.append(event_id)
+            else:
+                self._handler_failures.pop(flight.event.offset, None)
+                outcome.done.append(flight.event)
+        owed = self._ack_owed(member, rest)
+        self._finish(member, list(outcome.done))
+        outcome.done.extend(owed)
+        member.acked += len(outcome.done)
+        if not member.flights:
+            member.busy_since = None
+        return outcome
+
+    def _ack_owed(self, member: Member, acked: Iterable[str]) -> list[Event]:
+        """Acked ids the member does not hold may name events waiting in its partitions
+        that it processed already (restored after a restart, or back after a lost ack):
+        those are done now, instead of going to someone else when the partition moves."""
+        wanted = set(acked)
+        found: list[Event] = []
+        for key in list(member.partitions):
+            pq = self.partitions[key]
+            if not wanted or not (pq.pinned or pq.held_back):
+                continue
+            done = [ev for ev in pq.pending if ev.id in wanted]
+            for ev in done:
+                pq.pending.remove(ev)
+                self._handler_failures.pop(ev.offset, None)
+            member.queued -= len(done)
+            member.owed -= sum(1 for ev in done if ev.offset in pq.held_back)
+            wanted.difference_update(ev.id for ev in done)
+            self._unpin(pq, done)
+            self._refresh(pq)
+            found.extend(done)
+        self.held -= len(found)
+        return found
 
     def _handler_failed(self, event: Event) -> bool:
         """One more handler failure of an event; True when it should be dead-lettered."""
@@ -474,11 +537,16 @@ class ConsumerGroup:
         for key, done in _by_key(events).items():
             pq = self.partitions[key]
             pq.resolve(done)
-            if pq.pinned:
-                pq.pinned = max(0, pq.pinned - sum(ev.offset < self.pin_below for ev in done))
+            self._unpin(pq, done)
             self._refresh(pq)
         if events:
             rebalance.after_progress(self, member)
+
+    def _unpin(self, pq: PartitionQueue, resolved: list[Event]) -> None:
+        if pq.pinned:
+            pq.pinned = max(0, pq.pinned - sum(ev.offset < self.pin_below for ev in resolved))
+        if pq.held_back:
+            pq.held_back.difference_update(ev.offset for ev in resolved)
 
     def _unfly(self, member: Member, flights: list[Flight]) -> None:
         for flight in flights:
@@ -487,14 +555,20 @@ class ConsumerGroup:
         if not member.flights:
             member.busy_since = None
 
-    def _return(self, member: Member, flights: list[Flight]) -> None:
+    def _return(self, member: Member, flights: list[Flight], hold: bool = True) -> None:
         """Put events that were held back at their place in their partitions; their next
-        delivery counts as the next attempt."""
+        delivery counts as the next attempt. ``hold``: the member may have processed them
+        (a skipped ack, a failed push): they stay with it (PartitionQueue.held_back)."""
         for flight in flights:
             self._attempts[flight.event.offset] = flight.attempt
         for key, events in _by_key(f.event for f in flights).items():
             pq = self.partitions[key]
             pq.resolve(events)
+            if hold and pq.owner == member.member_id:
+                pq.held_back.update(ev.offset for ev in events)
+                member.owed += len(events)
+            else:
+                pq.held_back.difference_update(ev.offset for ev in events)
             added = pq.put_back(events)
             if pq.owner is not None:
                 self.members[pq.owner].queued += added

@@ -109,6 +109,9 @@ class Member:
     queued: int = 0
     flights: dict[str, Flight] = field(default_factory=dict)
     """Events held, by id, in delivery order."""
+    owed: int = 0
+    """Pending events back from it that it may have processed (a lost ack, a failed push):
+    it still holds them, in a way, so they count against its window."""
     next_seq: int = 1
     last_seen: float = 0.0
     """Last sign of life: a push answered, an ack, a heartbeat, a ping or a get."""
@@ -134,8 +137,9 @@ class Member:
 
     @property
     def room(self) -> int:
-        """How many more events it may be given now."""
-        return self.window.limit() - len(self.flights)
+        """How many more events it may be given now (besides those it owes): a member
+        never holds more than its window, counting events whose acks were lost."""
+        return self.window.limit() - len(self.flights) - self.owed
 
     def load(self, partition_weight: int) -> int:
         return partition_weight * len(self.partitions) + self.queued + len(self.flights)

@@ -49,13 +49,17 @@ class PartitionQueue:
 
     ``owner`` is the member the partition is assigned to (sticky), or None. Events are
     delivered in order and the partition takes no new delivery until every event in flight
-    is resolved (acknowledged, put back or dead-lettered). ``pinned`` counts the events a
-    restarted broker restored while this owner held the partition: until they are resolved
-    the partition stays with its owner, who may have processed them already (its acks were
-    not yet written), so that no rebalance hands them to another member.
+    is resolved (acknowledged, put back or dead-lettered).
+
+    Some pending events may have been processed by the owner already, their acks lost: the
+    events a restarted broker restored (``pinned`` counts them: their acks were not yet
+    written), and those that came back from the owner after a skipped ack or a failed push
+    (``held_back``, by offset: the push may have arrived). Until they are resolved the
+    partition stays with its owner, whose processed-ID window acknowledges them without
+    running its handler again, so that no rebalance hands them to another member.
     """
 
-    __slots__ = ("idle_since", "in_flight", "key", "owner", "pending", "pinned")
+    __slots__ = ("held_back", "idle_since", "in_flight", "key", "owner", "pending", "pinned")
 
     def __init__(self, key: PartitionKey) -> None:
         self.key = key
@@ -64,6 +68,7 @@ class PartitionQueue:
         self.owner: str | None = None
         self.idle_since: float | None = None
         self.pinned = 0
+        self.held_back: set[int] = set()
 
     @property
     def ready(self) -> bool:
@@ -76,15 +81,41 @@ class PartitionQueue:
 
     @property
     def movable(self) -> bool:
-        """May change owner now: nothing in flight and no restored event left to its owner."""
-        return not self.in_flight and not self.pinned
+        """May change owner now: nothing in flight and nothing its owner may have done."""
+        return not self.in_flight and not self.pinned and not self.held_back
 
-    def take(self, limit: int) -> list[Event]:
-        """Move up to ``limit`` pending events, oldest first, into flight."""
-        batch = list(islice(self.pending, limit))
+    def release_pins(self) -> None:
+        """The owner goes (left, or declared dead): nothing is owed to it any more."""
+        self.pinned = 0
+        self.held_back.clear()
+
+    def take(self, limit: int) -> tuple[list[Event], int]:
+        """Move pending events, oldest first, into flight: every event held back for the
+        owner (it owes them already), the others before them (order comes first), and up
+        to ``limit`` others in all. Returns them and how many were not held back."""
+        if not self.held_back:
+            batch = list(islice(self.pending, max(0, limit)))
+            del self.pending[: len(batch)]
+            self.in_flight = batch
+            return batch, len(batch)
+        batch, fresh, owed = [], 0, self.held_pending()
+        for ev in self.pending:
+            if ev.offset in self.held_back:
+                owed -= 1
+            elif fresh >= limit and not owed:
+                break
+            else:
+                fresh += 1
+            batch.append(ev)
         del self.pending[: len(batch)]
         self.in_flight = batch
-        return batch
+        return batch, fresh
+
+    def held_pending(self) -> int:
+        """Pending events held back for the owner."""
+        if not self.held_back:
+            return 0
+        return sum(1 for ev in self.pending if ev.offset in self.held_back)
 
     def resolve(self, events: list[Event]) -> None:
         """Events in flight are done with here (acknowledged, put back or dead)."""

@@ -7,7 +7,10 @@ small synthetic histories (tests/chaos/test_checker.py) before it judges a real 
 A duplicate of id X (X recorded more than once) is explained only when, between one
 record of X and the next, the process holding it died hard (``sub-kill``: SIGKILL, or
 ``crash-after``: it exited by itself with 137) or the broker declared its subscriber dead;
-one death explains at most ``prefetch`` duplicates. A graceful SIGTERM explains nothing.
+or when the later record is a *zombie's*: its subscriber had been declared dead while it
+held X (frozen, say) and finished X once it ran again (within ``ZOMBIE_WINDOW_S`` of the
+declaration, or of the end of the freeze that caused it). One death explains at most
+``prefetch`` duplicates. A graceful SIGTERM explains nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ LOG_LAG_S = 0.25
 """Declared-dead times are arrival stamps of broker log lines, taken after the broker
 decided (and possibly after another subscriber already got the events)."""
 DECLARED = "declared-dead"
+ZOMBIE_WINDOW_S = 2.0
+"""How long after it runs again a subscriber declared dead may still finish what it held."""
 
 
 @dataclass(frozen=True)
@@ -185,10 +190,12 @@ def explain_duplicates(
     prefetch: int,
     tolerance_s: float = CLOCK_TOLERANCE_S,
     log_lag_s: float = LOG_LAG_S,
+    stops: Iterable[Mapping[str, Any]] = (),
 ) -> list[Duplicate]:
     """Explain each extra record of an id by the earliest cause that hit the previous
     record's process between the two records; then no cause may explain more than
     ``prefetch`` extra records: those processed longest before it are the excess."""
+    stops = list(stops)
     charged: dict[Cause, list[tuple[float, str]]] = defaultdict(list)
     missing: dict[str, list[str]] = defaultdict(list)
     dup_ids = sorted((i for i, recs in by_id.items() if len(recs) > 1), key=_id_key)
@@ -196,6 +203,7 @@ def explain_duplicates(
         recs = by_id[event_id]
         for r, nxt in itertools.pairwise(recs):
             cause = _first_cause(r, nxt, causes, tolerance_s, log_lag_s)
+            cause = cause or _zombie_cause(r, nxt, causes, stops, tolerance_s, log_lag_s)
             if cause is None:
                 missing[event_id].append(
                     f"no death of {r['subscriber']} (pid {r['pid']}) between "
@@ -239,6 +247,35 @@ def _first_cause(
     return None
 
 
+def _zombie_cause(
+    r: Mapping[str, Any],
+    nxt: Mapping[str, Any],
+    causes: list[Cause],
+    stops: list[Mapping[str, Any]],
+    tolerance_s: float,
+    log_lag_s: float,
+) -> Cause | None:
+    """The declaration of death that makes ``nxt`` a zombie's record, if any: its
+    subscriber was declared dead after it was given the event (the earlier record ``r``,
+    by whoever took the event over, came after the declaration) and before ``nxt``, and
+    ``nxt`` came soon after that subscriber ran again (the end of a freeze of its process
+    that the declaration fell in, or the declaration itself)."""
+    for c in causes:
+        if c.kind != DECLARED or c.subscriber != nxt["subscriber"]:
+            continue
+        slack = tolerance_s + log_lag_s
+        if not r["at"] + slack >= c.at <= nxt["at"] + slack:
+            continue
+        ran_again = c.at
+        for stop in stops:
+            same = stop["target"] == c.subscriber and stop["pid"] == nxt["pid"]
+            if same and stop["start"] - tolerance_s <= c.at <= stop["end"] + log_lag_s:
+                ran_again = max(ran_again, stop["end"])
+        if nxt["at"] <= ran_again + ZOMBIE_WINDOW_S:
+            return c
+    return None
+
+
 def _zombie_hint(nxt: Mapping[str, Any], causes: list[Cause]) -> str:
     """A hint when the later record's subscriber had been declared dead before it: it may
     have handled a push that had already timed out (a zombie, e.g. after a SIGSTOP)."""
@@ -276,7 +313,8 @@ def check(
     for recs in by_id.values():
         recs.sort(key=lambda r: r["at"])
     causes = causes_of(faults, declared_dead)
-    duplicates = explain_duplicates(by_id, causes, prefetch, tolerance_s, log_lag_s)
+    stops = [f for f in faults if f["kind"] == "sub-stop"]
+    duplicates = explain_duplicates(by_id, causes, prefetch, tolerance_s, log_lag_s, stops)
     fired = Counter(f["kind"] for f in faults if f.get("fired", True))
     return Report(
         lost=sorted(wanted - by_id.keys(), key=_id_key),

@@ -184,3 +184,20 @@ def test_declared_dead_lines_in_all_three_wordings() -> None:
         (7.0, "xchaos: s1 marked inactive (3 failed pushes)"),
     ]
     assert declared_dead_events(lines, "chaos") == [(1.0, "s2"), (3.0, "s3"), (5.0, "s1")]
+
+
+def test_a_zombie_finishing_what_it_held_after_a_freeze_is_explained() -> None:
+    # s1 froze holding P-4 (5.0-9.0); declared dead at 7.0, P-4 went to s2 (7.5); thawed,
+    # s1 finished P-4 at 9.2: a later record than s2's, by the subscriber declared dead.
+    records = [*in_order(3), rec("P-4", sub="s2", pid=200, at=7.5), rec("P-4", at=9.2)]
+    stop = kill("s1", 100, 5.0, kind="sub-stop") | {"end": 9.0}
+    report = run(records, [stop], declared=[(7.0, "s1")])
+    assert report.unexplained == []
+    assert report.duplicates[0].explanation.startswith("declared-dead of s1")
+
+
+def test_a_late_record_long_after_the_zombie_ran_again_is_unexplained() -> None:
+    records = [*in_order(3), rec("P-4", sub="s2", pid=200, at=7.5), rec("P-4", at=20.0)]
+    stop = kill("s1", 100, 5.0, kind="sub-stop") | {"end": 9.0}
+    report = run(records, [stop], declared=[(7.0, "s1")])
+    assert [d.id for d in report.unexplained] == ["P-4"]

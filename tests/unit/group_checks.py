@@ -66,6 +66,8 @@ def check_group(group: ConsumerGroup) -> None:
         assert set(member.ready) == ready, (member.member_id, member.ready, ready)
         queued = sum(len(group.partitions[k].pending) for k in member.partitions)
         assert member.queued == queued, (member.member_id, member.queued, queued)
+        owed = sum(group.partitions[k].held_pending() for k in member.partitions)
+        assert member.owed == owed, (member.member_id, member.owed, owed)
         if not member.active:
             assert not member.partitions and not member.flights, member.member_id
     if group.active_members():

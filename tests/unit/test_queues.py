@@ -35,8 +35,8 @@ def test_partition_queue_take_returns_oldest_first() -> None:
     pq = PartitionQueue(("pub", 0))
     assert pq.put_back([ev(5, 2.0), ev(1, 1.0), ev(3, 1.0), ev(0, 9.0)]) == 4
     assert pq.ready and not pq.idle
-    batch = pq.take(3)
-    assert order(batch) == [1, 3, 5]
+    batch, fresh = pq.take(3)
+    assert (order(batch), fresh) == ([1, 3, 5], 3)
     assert pq.in_flight is batch
     assert order(list(pq.pending)) == [0]
     assert not pq.ready  # a batch is in flight
@@ -46,23 +46,35 @@ def test_partition_queue_take_returns_oldest_first() -> None:
 def test_put_back_restores_order_before_newer_events() -> None:
     pq = PartitionQueue(("pub", 0))
     pq.put_back([ev(i, float(i)) for i in range(6)])
-    batch = pq.take(2)
+    batch, _ = pq.take(2)
     pq.put_back([ev(6, 0.5)])  # published late with an early timestamp
     pq.in_flight = []
     assert pq.put_back(batch) == 2
     assert order(list(pq.pending)) == [0, 6, 1, 2, 3, 4, 5]
-    assert order(pq.take(10)) == [0, 6, 1, 2, 3, 4, 5]
+    assert order(pq.take(10)[0]) == [0, 6, 1, 2, 3, 4, 5]
     assert not pq.pending
 
 
 def test_take_limit_and_empty_queue() -> None:
     pq = PartitionQueue(("pub", "k"))
     assert pq.idle and not pq.ready
-    assert pq.take(5) == []
+    assert pq.take(5) == ([], 0)
     pq.put_back([ev(0, 1.0), ev(1, 1.0)])
-    assert order(pq.take(1)) == [0]
+    assert order(pq.take(1)[0]) == [0]
     pq.in_flight = []
-    assert order(pq.take(1)) == [1]
+    assert order(pq.take(1)[0]) == [1]
+
+
+def test_events_held_back_for_the_owner_are_taken_whatever_the_limit() -> None:
+    pq = PartitionQueue(("pub", 0))
+    pq.put_back([ev(i, float(i)) for i in range(5)])
+    pq.held_back = {0, 1, 3}
+    assert pq.held_pending() == 3 and not pq.movable
+    batch, fresh = pq.take(1)  # 0, 1, 3 are owed; 2 comes along (order); 4 waits
+    assert (order(batch), fresh) == ([0, 1, 2, 3], 1)
+    pq.in_flight = []
+    pq.held_back = {4}
+    assert pq.take(0) == ([pq.in_flight[0]], 0) and order(pq.in_flight) == [4]
 
 
 def test_new_partition_has_no_owner() -> None:
