@@ -104,6 +104,12 @@ class ChaosWorld:
                 self.brokers.append(proc)
         return proc
 
+    def stop_subscribers(self) -> None:
+        with self._lock:
+            procs = [p for name, p in self._procs.items() if name != BROKER]
+        for proc in procs:
+            proc.terminate()
+
     def channel_answers(self) -> bool:
         try:
             uri = resolve_channel("127.0.0.1", self.cluster.ns_port, CHANNEL)
@@ -212,6 +218,7 @@ def run_once(
     finally:
         nemesis.stop.set()
         nemesis.join(NEMESIS_TIMEOUT_S)
+        world.stop_subscribers()  # before the broker, so they leave cleanly
         cluster.close()
         _save(tmp, cluster, faults, nemesis)
     seconds = time.monotonic() - started
