@@ -142,9 +142,7 @@ class Broker:
         with self._lock:
             if name in self._channels:
                 return str(self._daemon.uriFor(self._channels[name]))
-            channel = EventChannel(
-                name, self.config.channel, self.store, self._pool, channel_kind
-            )
+            channel = EventChannel(name, self.config.channel, self.store, self._pool, channel_kind)
             uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
             winner = self._claim(name, uri, channel_kind)
             if winner != uri:

@@ -1,10 +1,13 @@
 """EventChannel: the Pyro5-exposed facade over one channel's pure core.
 
+It validates arguments (:mod:`boundary`) and runs each call under its lock over parts that
+own their state: the core (pure), the backup (:mod:`backup`), the push side
+(:mod:`push`), the liveness judge (:mod:`liveness`) and the pull ``get`` (:mod:`pull`).
+
 Threads: Pyro5 worker threads call the exposed methods; the broker's dispatch pool runs
-this channel's pushes (:class:`PushDelivery`), pings and housekeeping. Lock order: the
-channel's ``lock`` first, then the store's and the pool's own locks, which never call back.
-``lock`` guards the core, the push side's scheduling state, ``_closed`` and ``_trimmed``;
-no RPC is made while holding it.
+this channel's pushes, pings and housekeeping. Lock order: the channel's ``lock`` first,
+then the store's and the pool's own locks, which never call back. ``lock`` guards the
+core and every part's state, and ``_closed``; no RPC is made while holding it.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import Pyro5.api
-from Pyro5.callcontext import current_context
 
-from channel_server import boundary
+from channel_server import boundary, pull
+from channel_server.backup import ChannelBackup
 from channel_server.channel_stats import channel_stats, dead_letter_rows
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
@@ -29,8 +32,9 @@ from channel_server.core.member import PULL_CALLBACK
 from channel_server.dispatch import DispatchPool, answers
 from channel_server.errors import NotSubscribed, QueueFull, SubscriberIdInUse
 from channel_server.events import Event
+from channel_server.liveness import Liveness
 from channel_server.push import PushDelivery
-from channel_server.store.base import DeadLetterRecord, MemberRecord, Store
+from channel_server.store.base import MemberRecord, Store
 from channel_server.wire import DEFAULT_GROUP
 
 log = logging.getLogger(__name__)
@@ -61,13 +65,10 @@ class EventChannel:
         self.now = clock
         self.lock = threading.Lock()
         self.core = ChannelCore(name, config, kind, int(clock() * SESSION_SEED_SCALE))
+        self._backup = ChannelBackup(name, store, self.core)
         self._push = PushDelivery(self, pool)
+        self._liveness = Liveness(self.core, config, self._push)
         self._closed = False
-        self._trimmed = 0
-        """Delivered ids already trimmed from the store's window."""
-        self._connections: dict[int, set[tuple[str, str]]] = {}
-        """id of a client connection -> the push members that spoke through it: when it
-        closes (the subscriber's process died, say), they are pinged at once."""
 
     def restore(self) -> int:
         """Load what the store kept (a restart) and resume pushing to the saved members.
@@ -77,7 +78,7 @@ class EventChannel:
         with self.lock:
             with _no_gc():
                 self.core.restore(snapshot, self.now())
-            self._trimmed = self.core.delivered.expired_total
+            self._backup.restored()
             for grp in self.core.groups.values():
                 self._store.save_group(self._name, grp.name, grp.created_offset)
                 for member in grp.members.values():
@@ -113,7 +114,7 @@ class EventChannel:
         was stored; the exception says how much).
         """
         with self.lock:
-            self._check_queues()  # publishing halts here while lost events are rebuilt
+            self._backup.repair()  # publishing halts here while lost events are rebuilt
             outcome = self.core.prepare(batch)
             if outcome.accepted:
                 self._accept(outcome.accepted)
@@ -134,9 +135,9 @@ class EventChannel:
         threads blocked on the lock do not compete for the GIL when the publish wants it
         back (measured: slightly faster than committing outside the lock)."""
         now = self.now()
-        self._store.append(self._name, events, self.core.next_offset, now)
+        self._backup.accept(events, now)
         self.core.enqueue(events, now)
-        self._trim_delivered()
+        self._backup.trim()
         self.after_change()
 
     # -- subscriptions -------------------------------------------------------------------
@@ -160,7 +161,7 @@ class EventChannel:
         if claimed_by and answers(claimed_by, self.config.liveness_timeout_s):
             raise SubscriberIdInUse(subscriber_id, group)
         with self.lock:
-            self._check_queues()
+            self._backup.repair()
             grp = self._add_group(group)
             existing = grp.members.get(subscriber_id)
             if existing and existing.active and existing.callback != callback:
@@ -188,7 +189,7 @@ class EventChannel:
             )
             if not pull:
                 self._push.member_joined((group, subscriber_id), callback)
-                self._note_connection((group, subscriber_id))
+                self._liveness.note((group, subscriber_id))
             self.after_change()
             partitions = sorted(member.partitions, key=str)
         log.info(
@@ -290,8 +291,8 @@ class EventChannel:
                 grp, subscriber_id, session, acked, nacked, through_seq, self.now()
             )
             if not outcome.stale:
-                self._note_connection((group, subscriber_id))
-            self._persist_outcome(group, outcome, retired)
+                self._liveness.note((group, subscriber_id))
+            self._backup.outcome(group, outcome, retired)
             self.after_change()
         self._log_outcome(subscriber_id, outcome)
         return {"status": "stale" if outcome.stale else "ok"}
@@ -310,7 +311,7 @@ class EventChannel:
             member = grp.heartbeat(subscriber_id, self.now()) if grp else None
             if member is None:
                 return {"status": "unknown"}
-            self._note_connection((group, subscriber_id))
+            self._liveness.note((group, subscriber_id))
             if not member.active:
                 return {"status": "inactive", "reason": member.inactive_reason}
             if member.session != session:
@@ -351,36 +352,14 @@ class EventChannel:
             grp = self.core.groups.get(group)
             if grp is None or subscriber_id not in grp.members:
                 raise NotSubscribed(subscriber_id, self._name)
-            self._check_queues()
-            now = self.now()
-            member = grp.members[subscriber_id]
-            if not member.active:
-                log.warning("%s: %s readmitted by a get", self._name, subscriber_id)
-                session = self.core.new_session()
-                member = grp.join(subscriber_id, PULL_CALLBACK, 1, session, now, pull=True)
-            member.seen(now)
-            if last_id is not None:
-                self._ack_pulled(grp, subscriber_id, last_id, now)
-            flights = grp.flights_of(subscriber_id)
-            if not flights and grp.take_batch(subscriber_id, now) is not None:
-                flights = grp.flights_of(subscriber_id)
-            self.after_change()
-        if not flights:
-            return {"status": "empty"}
-        return {"status": "message", "event": flights[0].event.to_dict(flights[0].attempt)}
-
-    def _ack_pulled(self, grp: ConsumerGroup, member_id: str, last_id: str, now: float) -> None:
-        """Acknowledge the message a pull client names as the last one it got, whether it
-        is held (the usual case) or back at the head of its partition (after a restart)."""
-        held = [f for f in grp.flights_of(member_id) if f.event.id == last_id]
-        if not held and not grp.flights_of(member_id) and grp.take_event(member_id, last_id, now):
-            held = grp.flights_of(member_id)
-        if held:
-            session = grp.members[member_id].session
-            outcome, retired = self.core.acknowledge(
-                grp, member_id, session, [last_id], {}, held[0].seq, now
+            self._backup.repair()
+            flight = pull.next_message(
+                self.core, self._backup, grp, subscriber_id, last_id, self.now()
             )
-            self._persist_outcome(grp.name, outcome, retired)
+            self.after_change()
+        if flight is None:
+            return {"status": "empty"}
+        return {"status": "message", "event": flight.event.to_dict(flight.attempt)}
 
     @Pyro5.api.expose
     def memberships(self, subscriber_id: str) -> list[dict[str, Any]]:
@@ -398,21 +377,10 @@ class EventChannel:
                 if subscriber_id in grp.members
             ]
 
-    def _note_connection(self, key: tuple[str, str]) -> None:
-        """Remember which client connection a push member speaks through (under the lock)."""
-        conn = current_context.client
-        if conn is not None:
-            self._connections.setdefault(id(conn), set()).add(key)
-
     def connection_closed(self, conn_id: int) -> None:
-        """A client connection closed: ping the push members that spoke through it now,
-        instead of waiting for them to fall silent (a crashed subscriber is found fast)."""
+        """A client connection closed (the broker's daemon says): see Liveness.closed."""
         with self.lock:
-            for key in self._connections.pop(conn_id, ()):
-                grp = self.core.groups.get(key[0])
-                member = grp.members.get(key[1]) if grp else None
-                if member is not None and member.active and not member.pull:
-                    self._push.probe(key)
+            self._liveness.closed(conn_id)
 
     # -- the parts' side -----------------------------------------------------------------
     def after_change(self) -> None:
@@ -431,7 +399,7 @@ class EventChannel:
                 )
             grp.offloads.clear()
             if changes := grp.take_owner_changes():
-                self._store.save_owners(self._name, grp.name, changes)
+                self._backup.owners(grp.name, changes)
             for member_id in grp.touched:
                 self._push.wake((grp.name, member_id))
             grp.touched.clear()
@@ -440,61 +408,13 @@ class EventChannel:
         """The broker's periodic round: ping silent members holding events, time out
         stuck handlers and quiet pull members, drop idle partitions, expire the dedupe
         window, and check the queues' invariant."""
-        cfg = self.config
         with self.lock:
             if self._closed:
                 return
-            now = self.now()
-            self._check_queues()
-            for grp in self.core.groups.values():
-                for member_id in grp.stuck(now, cfg.handler_timeout_s):
-                    grp.deactivate(member_id, f"held an event over {cfg.handler_timeout_s:g} s")
-                for member_id in grp.idle_pullers(now, cfg.pull_timeout_s):
-                    grp.deactivate(member_id, f"no get for {cfg.pull_timeout_s:g} s")
-                for member_id in grp.silent(now, cfg.ack_timeout_s):
-                    self._push.probe((grp.name, member_id))
-                for key in grp.sweep_idle(now, cfg.partition_idle_s):
-                    log.debug("%s: dropped idle partition %s", self._name, key)
-            self.core.delivered.expire(now)
-            self._trim_delivered()
+            self._backup.repair()
+            self._liveness.round(self.now())
+            self._backup.trim()
             self.after_change()
-
-    # -- persistence ---------------------------------------------------------------------
-    def _persist_outcome(self, group: str, outcome: AckOutcome, retired: list[Event]) -> None:
-        if outcome.dead:
-            letters = [DeadLetterRecord(group, ev, error) for ev, error in outcome.dead]
-            self._store.add_dead_letters(self._name, letters)
-        gone = {ev.offset for ev in retired}
-        kept = [ev.offset for ev in outcome.done if ev.offset not in gone]
-        if kept:
-            self._store.ack(self._name, group, kept)
-        if gone:
-            self._store.delete(self._name, sorted(gone))
-
-    def _trim_delivered(self) -> None:
-        expired = self.core.delivered.expired_total - self._trimmed
-        if expired:
-            self._store.trim_delivered(self._name, expired)
-            self._trimmed += expired
-
-    def _check_queues(self) -> None:
-        """The invariant of DESIGN §7: accepted - acknowledged = queued + in flight. When
-        it breaks (kill_queues), rebuild the queues from the backup before going on."""
-        lost = self.core.lost()
-        if not lost:
-            return
-        log.warning(
-            "%s: the queues lost %d events (accepted - acknowledged != queued + "
-            "in flight): publishing halted, rebuilding from the backup",
-            self._name,
-            lost,
-        )
-        refilled = self.core.rebuild(self._store.load(self._name))
-        log.warning(
-            "%s: rebuilt %d events in timestamp order; publishing resumed", self._name, refilled
-        )
-        for grp in self.core.groups.values():
-            grp.touched.update(grp.members)
 
     def kill_queues(self) -> int:
         """The fault of DESIGN §8: empty the in-memory queues and say nothing. The channel

@@ -2,8 +2,10 @@
 
 Pure bookkeeping (DESIGN §4-§6): no clock reads, no threads, no I/O. The channel facade
 holds the lock, performs the pushes and passes ``now`` in; this class decides what to push,
-to whom, and what a delivery, an ack, a failure or a silence changes. Where partitions move
-between members is decided in :mod:`channel_server.core.rebalance`.
+to whom, and what a delivery, an ack, a failure or a silence changes. The state lives here;
+handing events out is :mod:`~channel_server.core.delivery`, what acks do is
+:mod:`~channel_server.core.acks`, and where partitions move is
+:mod:`~channel_server.core.rebalance`.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from channel_server.core import rebalance
+from channel_server.core import acks, delivery, rebalance
+from channel_server.core.acks import AckOutcome
 from channel_server.core.assignment import least_loaded
+from channel_server.core.delivery import by_key
 from channel_server.core.health import DelayPolicy, DelayTracker
 from channel_server.core.member import Batch, Flight, Member, Window, WindowPolicy
 from channel_server.core.queues import PartitionQueue
 from channel_server.events import Event, PartitionKey
+
+__all__ = ["AckOutcome", "ConsumerGroup", "GroupPolicy"]
 
 
 @dataclass(frozen=True)
@@ -29,20 +35,6 @@ class GroupPolicy:
     retry_backoff_s: float = 0.05
     delay: DelayPolicy = field(default_factory=DelayPolicy)
     window: WindowPolicy = field(default_factory=WindowPolicy)
-
-
-@dataclass
-class AckOutcome:
-    """What an ack message did: events now done in this group, put back, or dead-lettered."""
-
-    done: list[Event] = field(default_factory=list)
-    retried: list[Event] = field(default_factory=list)
-    dead: list[tuple[Event, str]] = field(default_factory=list)
-    missing: int = 0
-    """Events the message should have covered but skipped (a lost ack): redelivered."""
-    deactivated: bool = False
-    stale: bool = False
-    """The message belongs to a session that is over (or a member that is gone)."""
 
 
 class ConsumerGroup:
@@ -70,9 +62,10 @@ class ConsumerGroup:
         """(member, partitions moved away) of slow members since the facade last looked."""
         self.pin_below = 0
         """Events with a lower offset were restored by a restart (see PartitionQueue)."""
-        self._attempts: dict[int, int] = {}
+        self.attempts: dict[int, int] = {}
         """Deliveries made so far of events that went back to a queue (offset -> count)."""
-        self._handler_failures: dict[int, int] = {}
+        self.handler_failures: dict[int, int] = {}
+        """Handler failures so far of events not yet dead-lettered (offset -> count)."""
 
     # -- queries -------------------------------------------------------------------------
     @property
@@ -129,7 +122,7 @@ class ConsumerGroup:
                 self.members[pq.owner].owed -= pq.held_pending()  # back with the rebuild
             dropped += len(pq.pending)
             pq.pending.clear()
-            self._refresh(pq)
+            self.refresh(pq)
         return dropped
 
     def in_flight_offsets(self) -> set[int]:
@@ -141,7 +134,7 @@ class ConsumerGroup:
         self._fill(events)
 
     def _fill(self, events: Iterable[Event]) -> None:
-        for key, evs in _by_key(events).items():
+        for key, evs in by_key(events).items():
             pq = self.partitions.get(key)
             if pq is None:
                 pq = self.partitions[key] = PartitionQueue(key)
@@ -154,7 +147,7 @@ class ConsumerGroup:
                 owner.queued += added
                 if pq.held_back:  # a rebuild brings owed events back
                     owner.owed += sum(1 for ev in evs if ev.offset in pq.held_back)
-                self._refresh(pq)
+                self.refresh(pq)
 
     # -- ownership -----------------------------------------------------------------------
     def assign(self, pq: PartitionQueue, exclude: str | None = None) -> str | None:
@@ -175,7 +168,7 @@ class ConsumerGroup:
         member.partitions.add(pq.key)
         member.queued += len(pq.pending)
         self.owner_changes[pq.key] = member.member_id
-        self._refresh(pq)
+        self.refresh(pq)
 
     def take_away(self, pq: PartitionQueue) -> None:
         """Unown a partition that has nothing in flight (its queue stays as it is)."""
@@ -192,7 +185,7 @@ class ConsumerGroup:
         self.take_away(pq)
         self.give(pq, member)
 
-    def _refresh(self, pq: PartitionQueue) -> None:
+    def refresh(self, pq: PartitionQueue) -> None:
         """Keep the owner's ready set in step with the partition (after any change)."""
         owner = self.members.get(pq.owner) if pq.owner is not None else None
         if owner is None:
@@ -261,7 +254,7 @@ class ConsumerGroup:
             )
             self.members[member_id] = member
         else:
-            self._unfly(member, list(member.flights.values()))
+            delivery.unfly(self, member, list(member.flights.values()))
             pace = member.window.per_event_s
             member.callback, member.prefetch = callback, prefetch
             member.window = Window(prefetch, self.policy.window)
@@ -282,7 +275,7 @@ class ConsumerGroup:
         member = self.members[member_id]
         member.active, member.inactive_reason = False, reason
         self.deactivations.append((member_id, reason))
-        self._unfly(member, list(member.flights.values()))
+        delivery.unfly(self, member, list(member.flights.values()))
         self._release_partitions(member)
 
     def leave(self, member_id: str) -> None:
@@ -290,7 +283,7 @@ class ConsumerGroup:
         head of its partitions at once, and the partitions to the others."""
         member = self.members[member_id]
         member.active = False
-        self._unfly(member, list(member.flights.values()))
+        delivery.unfly(self, member, list(member.flights.values()))
         self._release_partitions(member)
         del self.members[member_id]
 
@@ -307,104 +300,34 @@ class ConsumerGroup:
         self.assign_unowned()
 
     # -- delivery ------------------------------------------------------------------------
+
+    # -- acks ----------------------------------------------------------------------------
+
+    # -- delivery and acks (see the delivery and acks modules) ----------------------------
     def take_batch(self, member_id: str, now: float) -> Batch | None:
         """The next push for a member: its ready partitions, round robin, up to its room."""
-        member = self.members.get(member_id)
-        if member is None or not member.active or now < member.retry_at:
-            return None
-        budget = member.room
-        events: list[Event] = []
-        for key in list(member.ready):
-            if budget <= 0 and not member.owed:
-                break
-            taken, fresh = self.partitions[key].take(budget)
-            if not taken:
-                continue
-            del member.ready[key]
-            member.owed -= len(taken) - fresh
-            events.extend(taken)
-            budget -= fresh
-        return self._launch(member, events, now) if events else None
+        return delivery.take_batch(self, member_id, now)
 
     def take_event(self, member_id: str, event_id: str, now: float) -> Batch | None:
         """A one-event batch of ``event_id`` when it is next in one of the member's
         partitions (a pull client acknowledging what it got before a restart)."""
-        member = self.members.get(member_id)
-        if member is None:
-            return None
-        for key in list(member.ready):
-            pq = self.partitions[key]
-            if pq.pending[0].id == event_id:
-                del member.ready[key]
-                taken, fresh = pq.take(1)
-                member.owed -= len(taken) - fresh
-                return self._launch(member, taken, now)
-        return None
-
-    def _launch(self, member: Member, events: list[Event], now: float) -> Batch:
-        """Account events taken from the member's partitions as held by it."""
-        if not member.flights:
-            member.busy_since = now
-        attempts = [self._attempts.pop(ev.offset, 0) + 1 for ev in events]
-        first = member.next_seq
-        for i, (ev, attempt) in enumerate(zip(events, attempts, strict=True)):
-            member.flights[ev.id] = Flight(ev, attempt, first + i, now)
-        member.next_seq += len(events)
-        member.queued -= len(events)
-        member.delivered += len(events)
-        return Batch(self.name, member.member_id, member.session, first, events, attempts)
-
-    def _current(self, member_id: str, session: int) -> Member | None:
-        """The member if it is active in that session (else the message is stale)."""
-        member = self.members.get(member_id)
-        if member is None or member.session != session or not member.active:
-            return None
-        return member
+        return delivery.take_event(self, member_id, event_id, now)
 
     def delivered(self, batch: Batch, now: float) -> bool:
         """A push was answered. False when the batch is stale (its events moved on)."""
-        member = self._current(batch.member_id, batch.session)
-        if member is None:
-            return False
-        member.seen(now)
-        member.transport_failures = 0
-        return True
+        return delivery.delivered(self, batch, now)
 
     def push_failed(self, batch: Batch, now: float) -> bool:
-        """A push failed in transport: its events go back; the member retries after a
-        back-off. Returns True when this failure made the member inactive."""
-        member = self._current(batch.member_id, batch.session)
-        if member is None:
-            return False
-        last = batch.first_seq + len(batch.events)
-        back = [f for f in member.flights.values() if batch.first_seq <= f.seq < last]
-        self._unfly(member, back)
-        return self._transport_failure(member, now, f"{len(batch.events)}-event push failed")
+        """A push failed in transport. True when this failure made the member inactive."""
+        return delivery.push_failed(self, batch, now)
 
     def probe_failed(self, member_id: str, now: float) -> bool:
         """A silent member did not answer a ping. True when it is now inactive."""
-        member = self.members.get(member_id)
-        if member is None or not member.active:
-            return False
-        return self._transport_failure(member, now, "no answer to pings")
+        return delivery.probe_failed(self, member_id, now)
 
     def probe_answered(self, member_id: str, now: float) -> None:
-        member = self.members.get(member_id)
-        if member is not None:
-            member.seen(now)
-            member.transport_failures = 0
+        delivery.probe_answered(self, member_id, now)
 
-    def _transport_failure(self, member: Member, now: float, what: str) -> bool:
-        member.failures += 1
-        member.transport_failures += 1
-        failures = member.transport_failures
-        if failures >= self.policy.max_attempts:
-            self.deactivate(member.member_id, f"{what}, {failures} failures in a row")
-            return True
-        member.retry_at = now + self.policy.retry_backoff_s * 2 ** (failures - 1)
-        return False
-
-    # -- acks ----------------------------------------------------------------------------
     def acknowledge(
         self,
         member_id: str,
@@ -414,165 +337,8 @@ class ConsumerGroup:
         through_seq: int,
         now: float,
     ) -> AckOutcome:
-        """Apply an ack message: acked ids are done; nacked ones are retried or, after
-        ``max_attempts`` handler failures, dead; events delivered up to ``through_seq``
-        that it names neither way were skipped (a lost ack) and go back, counting as a
-        failed attempt of the member."""
-        member = self._current(member_id, session)
-        if member is None:
-            return self._stale_acks(member_id, acked)
-        member.seen(now)
-        outcome = AckOutcome()
-        busy_since = member.busy_since
-        finished: list[Event] = []
-        failed: list[Flight] = []
-        elsewhere: list[str] = []
-        for event_id in acked:
-            flight = member.flights.pop(event_id, None)
-            if flight is not None:
-                self._handler_failures.pop(flight.event.offset, None)
-                outcome.done.append(flight.event)
-                finished.append(flight.event)
-            else:
-                elsewhere.append(event_id)
-        for event_id, error in nacked.items():
-            flight = member.flights.pop(event_id, None)
-            if flight is None:
-                continue
-            if self._handler_failed(flight.event):
-                outcome.dead.append((flight.event, error))
-                finished.append(flight.event)
-            else:
-                failed.append(flight)
-        skipped = [f for f in member.flights.values() if f.seq <= through_seq]
-        outcome.missing = len(skipped)
-        for flight in skipped:
-            del member.flights[flight.event.id]
-        outcome.retried = [f.event for f in failed + skipped]
-        outcome.done.extend(self._ack_owed(member, elsewhere))
-        member.acked += len(outcome.done)
-        self._finish(member, finished)
-        self._return(member, failed, hold=False)  # the handler failed: anyone may retry
-        self._return(member, skipped)  # processed, maybe: they stay with the member
-        completed = len(finished) + len(failed)
-        if busy_since is not None:
-            member.window.observe(completed, now - busy_since)
-        member.busy_since = now if member.flights else None
-        outcome.deactivated = self._count_acks(member, outcome.missing, completed)
-        if member.active and member.ready:
-            self.touched.add(member_id)  # it has room again for what was waiting
-        return outcome
-
-    def _stale_acks(self, member_id: str, acked: Iterable[str]) -> AckOutcome:
-        """Acks of an ended session (a broker restart, or a resubscribe) still say what
-        the member processed: what it holds again in its new session is done, and so is
-        what ``_ack_owed`` finds; nothing else of them counts."""
-        outcome = AckOutcome(stale=True)
-        member = self.members.get(member_id)
-        if member is None or not member.active:
-            return outcome
-        rest = []
-        for event_id in acked:
-            flight = member.flights.pop(event_id, None)
-            if flight is None:
-                rest.append(event_id)
-            else:
-                self._handler_failures.pop(flight.event.offset, None)
-                outcome.done.append(flight.event)
-        owed = self._ack_owed(member, rest)
-        self._finish(member, list(outcome.done))
-        outcome.done.extend(owed)
-        member.acked += len(outcome.done)
-        if not member.flights:
-            member.busy_since = None
-        return outcome
-
-    def _ack_owed(self, member: Member, acked: Iterable[str]) -> list[Event]:
-        """Acked ids the member does not hold may name events waiting in its partitions
-        that it processed already (restored after a restart, or back after a lost ack):
-        those are done now, instead of going to someone else when the partition moves."""
-        wanted = set(acked)
-        found: list[Event] = []
-        for key in list(member.partitions):
-            pq = self.partitions[key]
-            if not wanted or not (pq.pinned or pq.held_back):
-                continue
-            done = [ev for ev in pq.pending if ev.id in wanted]
-            for ev in done:
-                pq.pending.remove(ev)
-                self._handler_failures.pop(ev.offset, None)
-            member.queued -= len(done)
-            member.owed -= sum(1 for ev in done if ev.offset in pq.held_back)
-            wanted.difference_update(ev.id for ev in done)
-            self._unpin(pq, done)
-            self._refresh(pq)
-            found.extend(done)
-        self.held -= len(found)
-        return found
-
-    def _handler_failed(self, event: Event) -> bool:
-        """One more handler failure of an event; True when it should be dead-lettered."""
-        failures = self._handler_failures.get(event.offset, 0) + 1
-        if failures >= self.policy.max_attempts:
-            self._handler_failures.pop(event.offset, None)
-            return True
-        self._handler_failures[event.offset] = failures
-        return False
-
-    def _count_acks(self, member: Member, missing: int, completed: int) -> bool:
-        if not missing:
-            if completed:
-                member.ack_failures = 0
-            return False
-        member.failures += 1
-        member.ack_failures += 1
-        if member.ack_failures >= self.policy.max_attempts:
-            self.deactivate(member.member_id, f"acks missing {member.ack_failures} times in a row")
-            return True
-        return False
-
-    def _finish(self, member: Member, events: list[Event]) -> None:
-        """Events done (acked or dead) in this group: out of their partitions for good."""
-        self.held -= len(events)
-        for key, done in _by_key(events).items():
-            pq = self.partitions[key]
-            pq.resolve(done)
-            self._unpin(pq, done)
-            self._refresh(pq)
-        if events:
-            rebalance.after_progress(self, member)
-
-    def _unpin(self, pq: PartitionQueue, resolved: list[Event]) -> None:
-        if pq.pinned:
-            pq.pinned = max(0, pq.pinned - sum(ev.offset < self.pin_below for ev in resolved))
-        if pq.held_back:
-            pq.held_back.difference_update(ev.offset for ev in resolved)
-
-    def _unfly(self, member: Member, flights: list[Flight]) -> None:
-        for flight in flights:
-            member.flights.pop(flight.event.id, None)
-        self._return(member, flights)
-        if not member.flights:
-            member.busy_since = None
-
-    def _return(self, member: Member, flights: list[Flight], hold: bool = True) -> None:
-        """Put events that were held back at their place in their partitions; their next
-        delivery counts as the next attempt. ``hold``: the member may have processed them
-        (a skipped ack, a failed push): they stay with it (PartitionQueue.held_back)."""
-        for flight in flights:
-            self._attempts[flight.event.offset] = flight.attempt
-        for key, events in _by_key(f.event for f in flights).items():
-            pq = self.partitions[key]
-            pq.resolve(events)
-            if hold and pq.owner == member.member_id:
-                pq.held_back.update(ev.offset for ev in events)
-                member.owed += len(events)
-            else:
-                pq.held_back.difference_update(ev.offset for ev in events)
-            added = pq.put_back(events)
-            if pq.owner is not None:
-                self.members[pq.owner].queued += added
-            self._refresh(pq)
+        """Apply an ack message (see :func:`channel_server.core.acks.acknowledge`)."""
+        return acks.acknowledge(self, member_id, session, acked, nacked, through_seq, now)
 
     # -- liveness ------------------------------------------------------------------------
     def heartbeat(self, member_id: str, now: float) -> Member | None:
@@ -622,11 +388,3 @@ class ConsumerGroup:
                 self.owner_changes[key] = None
                 dropped.append(key)
         return dropped
-
-
-def _by_key(events: Iterable[Event]) -> dict[PartitionKey, list[Event]]:
-    """Events grouped by partition, in the order given."""
-    by_key: dict[PartitionKey, list[Event]] = {}
-    for ev in events:
-        by_key.setdefault(ev.key, []).append(ev)
-    return by_key

@@ -1,0 +1,186 @@
+"""What an ack message does to a group (DESIGN §6), pure functions over a group.
+
+Acked ids are done; nacked ones are retried, or dead-lettered after ``max_attempts``
+handler failures; events delivered up to the message's ``through_seq`` that it names
+neither way were skipped (a lost ack). Acks name facts, so an ack of an ended session still
+resolves what the member holds again, or owes (restored or held back for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from channel_server.core import rebalance
+from channel_server.core.delivery import by_key, current, give_back
+from channel_server.core.member import Flight, Member
+from channel_server.core.queues import PartitionQueue
+from channel_server.events import Event
+
+if TYPE_CHECKING:
+    from channel_server.core.group import ConsumerGroup
+
+
+@dataclass
+class AckOutcome:
+    """What an ack message did: events now done in this group, put back, or dead-lettered."""
+
+    done: list[Event] = field(default_factory=list)
+    retried: list[Event] = field(default_factory=list)
+    dead: list[tuple[Event, str]] = field(default_factory=list)
+    missing: int = 0
+    """Events the message should have covered but skipped (a lost ack): redelivered."""
+    deactivated: bool = False
+    stale: bool = False
+    """The message belongs to a session that is over (or a member that is gone)."""
+
+
+def acknowledge(
+    group: ConsumerGroup,
+    member_id: str,
+    session: int,
+    acked: Iterable[str],
+    nacked: dict[str, str],
+    through_seq: int,
+    now: float,
+) -> AckOutcome:
+    """Apply an ack message: acked ids are done; nacked ones are retried or, after
+    ``max_attempts`` handler failures, dead; events delivered up to ``through_seq``
+    that it names neither way were skipped (a lost ack) and go back, counting as a
+    failed attempt of the member."""
+    member = current(group, member_id, session)
+    if member is None:
+        return stale_acks(group, member_id, acked)
+    member.seen(now)
+    outcome = AckOutcome()
+    busy_since = member.busy_since
+    finished: list[Event] = []
+    failed: list[Flight] = []
+    elsewhere: list[str] = []
+    for event_id in acked:
+        flight = member.flights.pop(event_id, None)
+        if flight is not None:
+            group.handler_failures.pop(flight.event.offset, None)
+            outcome.done.append(flight.event)
+            finished.append(flight.event)
+        else:
+            elsewhere.append(event_id)
+    for event_id, error in nacked.items():
+        flight = member.flights.pop(event_id, None)
+        if flight is None:
+            continue
+        if handler_failed(group, flight.event):
+            outcome.dead.append((flight.event, error))
+            finished.append(flight.event)
+        else:
+            failed.append(flight)
+    skipped = [f for f in member.flights.values() if f.seq <= through_seq]
+    outcome.missing = len(skipped)
+    for flight in skipped:
+        del member.flights[flight.event.id]
+    outcome.retried = [f.event for f in failed + skipped]
+    outcome.done.extend(ack_owed(group, member, elsewhere))
+    member.acked += len(outcome.done)
+    finish(group, member, finished)
+    give_back(group, member, failed, hold=False)  # the handler failed: anyone may retry
+    give_back(group, member, skipped)  # processed, maybe: they stay with the member
+    completed = len(finished) + len(failed)
+    if busy_since is not None:
+        member.window.observe(completed, now - busy_since)
+    member.busy_since = now if member.flights else None
+    outcome.deactivated = count_acks(group, member, outcome.missing, completed)
+    if member.active and member.ready:
+        group.touched.add(member_id)  # it has room again for what was waiting
+    return outcome
+
+
+def stale_acks(group: ConsumerGroup, member_id: str, acked: Iterable[str]) -> AckOutcome:
+    """Acks of an ended session (a broker restart, or a resubscribe) still say what
+    the member processed: what it holds again in its new session is done, and so is
+    what ``_ack_owed`` finds; nothing else of them counts."""
+    outcome = AckOutcome(stale=True)
+    member = group.members.get(member_id)
+    if member is None or not member.active:
+        return outcome
+    rest = []
+    for event_id in acked:
+        flight = member.flights.pop(event_id, None)
+        if flight is None:
+            rest.append(event_id)
+        else:
+            group.handler_failures.pop(flight.event.offset, None)
+            outcome.done.append(flight.event)
+    owed = ack_owed(group, member, rest)
+    finish(group, member, list(outcome.done))
+    outcome.done.extend(owed)
+    member.acked += len(outcome.done)
+    if not member.flights:
+        member.busy_since = None
+    return outcome
+
+
+def ack_owed(group: ConsumerGroup, member: Member, acked: Iterable[str]) -> list[Event]:
+    """Acked ids the member does not hold may name events waiting in its partitions
+    that it processed already (restored after a restart, or back after a lost ack):
+    those are done now, instead of going to someone else when the partition moves."""
+    wanted = set(acked)
+    found: list[Event] = []
+    for key in list(member.partitions):
+        pq = group.partitions[key]
+        if not wanted or not (pq.pinned or pq.held_back):
+            continue
+        done = [ev for ev in pq.pending if ev.id in wanted]
+        for ev in done:
+            pq.pending.remove(ev)
+            group.handler_failures.pop(ev.offset, None)
+        member.queued -= len(done)
+        member.owed -= sum(1 for ev in done if ev.offset in pq.held_back)
+        wanted.difference_update(ev.id for ev in done)
+        unpin(group, pq, done)
+        group.refresh(pq)
+        found.extend(done)
+    group.held -= len(found)
+    return found
+
+
+def handler_failed(group: ConsumerGroup, event: Event) -> bool:
+    """One more handler failure of an event; True when it should be dead-lettered."""
+    failures = group.handler_failures.get(event.offset, 0) + 1
+    if failures >= group.policy.max_attempts:
+        group.handler_failures.pop(event.offset, None)
+        return True
+    group.handler_failures[event.offset] = failures
+    return False
+
+
+def count_acks(group: ConsumerGroup, member: Member, missing: int, completed: int) -> bool:
+    if not missing:
+        if completed:
+            member.ack_failures = 0
+        return False
+    member.failures += 1
+    member.ack_failures += 1
+    if member.ack_failures >= group.policy.max_attempts:
+        group.deactivate(member.member_id, f"acks missing {member.ack_failures} times in a row")
+        return True
+    return False
+
+
+def finish(group: ConsumerGroup, member: Member, events: list[Event]) -> None:
+    """Events done (acked or dead) in this group: out of their partitions for good."""
+    group.held -= len(events)
+    for key, done in by_key(events).items():
+        pq = group.partitions[key]
+        pq.resolve(done)
+        unpin(group, pq, done)
+        group.refresh(pq)
+    if events:
+        rebalance.after_progress(group, member)
+
+
+def unpin(group: ConsumerGroup, pq: PartitionQueue, resolved: list[Event]) -> None:
+    if pq.pinned:
+        pq.pinned = max(0, pq.pinned - sum(ev.offset < group.pin_below for ev in resolved))
+    if pq.held_back:
+        pq.held_back.difference_update(ev.offset for ev in resolved)

@@ -1,0 +1,162 @@
+"""Handing events to a member and taking them back (DESIGN §6), pure functions over a group.
+
+A push only hands a batch over; what the member holds is tracked as flights (per-session
+delivery seq). A failed push or ping counts against the member, and ``max_attempts`` of
+them in a row make it inactive. Events that come back from a member that may have
+processed them (a lost ack, a failed push that may have arrived) are *held back* for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from channel_server.core.member import Batch, Flight, Member
+from channel_server.events import Event, PartitionKey
+
+if TYPE_CHECKING:
+    from channel_server.core.group import ConsumerGroup
+
+
+def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None:
+    """The next push for a member: its ready partitions, round robin, up to its room."""
+    member = group.members.get(member_id)
+    if member is None or not member.active or now < member.retry_at:
+        return None
+    budget = member.room
+    events: list[Event] = []
+    for key in list(member.ready):
+        if budget <= 0 and not member.owed:
+            break
+        taken, fresh = group.partitions[key].take(budget)
+        if not taken:
+            continue
+        del member.ready[key]
+        member.owed -= len(taken) - fresh
+        events.extend(taken)
+        budget -= fresh
+    return launch(group, member, events, now) if events else None
+
+
+def take_event(group: ConsumerGroup, member_id: str, event_id: str, now: float) -> Batch | None:
+    """A one-event batch of ``event_id`` when it is next in one of the member's
+    partitions (a pull client acknowledging what it got before a restart)."""
+    member = group.members.get(member_id)
+    if member is None:
+        return None
+    for key in list(member.ready):
+        pq = group.partitions[key]
+        if pq.pending[0].id == event_id:
+            del member.ready[key]
+            taken, fresh = pq.take(1)
+            member.owed -= len(taken) - fresh
+            return launch(group, member, taken, now)
+    return None
+
+
+def launch(group: ConsumerGroup, member: Member, events: list[Event], now: float) -> Batch:
+    """Account events taken from the member's partitions as held by it."""
+    if not member.flights:
+        member.busy_since = now
+    attempts = [group.attempts.pop(ev.offset, 0) + 1 for ev in events]
+    first = member.next_seq
+    for i, (ev, attempt) in enumerate(zip(events, attempts, strict=True)):
+        member.flights[ev.id] = Flight(ev, attempt, first + i, now)
+    member.next_seq += len(events)
+    member.queued -= len(events)
+    member.delivered += len(events)
+    return Batch(group.name, member.member_id, member.session, first, events, attempts)
+
+
+def current(group: ConsumerGroup, member_id: str, session: int) -> Member | None:
+    """The member if it is active in that session (else the message is stale)."""
+    member = group.members.get(member_id)
+    if member is None or member.session != session or not member.active:
+        return None
+    return member
+
+
+def delivered(group: ConsumerGroup, batch: Batch, now: float) -> bool:
+    """A push was answered. False when the batch is stale (its events moved on)."""
+    member = current(group, batch.member_id, batch.session)
+    if member is None:
+        return False
+    member.seen(now)
+    member.transport_failures = 0
+    return True
+
+
+def push_failed(group: ConsumerGroup, batch: Batch, now: float) -> bool:
+    """A push failed in transport: its events go back; the member retries after a
+    back-off. Returns True when this failure made the member inactive."""
+    member = current(group, batch.member_id, batch.session)
+    if member is None:
+        return False
+    last = batch.first_seq + len(batch.events)
+    back = [f for f in member.flights.values() if batch.first_seq <= f.seq < last]
+    unfly(group, member, back)
+    return transport_failure(group, member, now, f"{len(batch.events)}-event push failed")
+
+
+def probe_failed(group: ConsumerGroup, member_id: str, now: float) -> bool:
+    """A silent member did not answer a ping. True when it is now inactive."""
+    member = group.members.get(member_id)
+    if member is None or not member.active:
+        return False
+    return transport_failure(group, member, now, "no answer to pings")
+
+
+def probe_answered(group: ConsumerGroup, member_id: str, now: float) -> None:
+    member = group.members.get(member_id)
+    if member is not None:
+        member.seen(now)
+        member.transport_failures = 0
+
+
+def transport_failure(group: ConsumerGroup, member: Member, now: float, what: str) -> bool:
+    member.failures += 1
+    member.transport_failures += 1
+    failures = member.transport_failures
+    if failures >= group.policy.max_attempts:
+        group.deactivate(member.member_id, f"{what}, {failures} failures in a row")
+        return True
+    member.retry_at = now + group.policy.retry_backoff_s * 2 ** (failures - 1)
+    return False
+
+
+def unfly(group: ConsumerGroup, member: Member, flights: list[Flight]) -> None:
+    for flight in flights:
+        member.flights.pop(flight.event.id, None)
+    give_back(group, member, flights)
+    if not member.flights:
+        member.busy_since = None
+
+
+def give_back(
+    group: ConsumerGroup, member: Member, flights: list[Flight], hold: bool = True
+) -> None:
+    """Put events that were held back at their place in their partitions; their next
+    delivery counts as the next attempt. ``hold``: the member may have processed them
+    (a skipped ack, a failed push): they stay with it (PartitionQueue.held_back)."""
+    for flight in flights:
+        group.attempts[flight.event.offset] = flight.attempt
+    for key, events in by_key(f.event for f in flights).items():
+        pq = group.partitions[key]
+        pq.resolve(events)
+        if hold and pq.owner == member.member_id:
+            pq.held_back.update(ev.offset for ev in events)
+            member.owed += len(events)
+        else:
+            pq.held_back.difference_update(ev.offset for ev in events)
+        added = pq.put_back(events)
+        if pq.owner is not None:
+            group.members[pq.owner].queued += added
+        group.refresh(pq)
+
+
+def by_key(events: Iterable[Event]) -> dict[PartitionKey, list[Event]]:
+    """Events grouped by partition, in the order given."""
+    grouped: dict[PartitionKey, list[Event]] = {}
+    for ev in events:
+        grouped.setdefault(ev.key, []).append(ev)
+    return grouped
