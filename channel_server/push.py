@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("channel_server.channel")
 MemberKey = tuple[str, str]
 """(group, member id)"""
+LEAVING_PAUSE_S = 1.0
+"""No push to a member that said it is leaving for this long (it unsubscribes soon)."""
 
 
 class PushDelivery:
@@ -128,12 +130,23 @@ class PushDelivery:
                 return None
         try:
             reply, elapsed = link.push(batch.to_wire())
+            if isinstance(reply, dict) and reply.get("leaving") is True:
+                return self._declined(batch)
             if not _accepted(reply, batch):
                 raise ValueError(f"malformed reply {reply!r:.80}")
         except Exception as exc:  # transport or remote failure: both are a failed push
             return self._failed(batch, exc)
         self._delivered(batch, elapsed)
         return None
+
+    def _declined(self, batch: Batch) -> float:
+        """The subscriber is stopping: it will acknowledge what it did and unsubscribe."""
+        with self._ch.lock:
+            grp = self._ch.core.groups.get(batch.group)
+            if grp is not None:
+                grp.push_declined(batch, self._ch.now(), LEAVING_PAUSE_S)
+                self._ch.after_change()
+        return LEAVING_PAUSE_S
 
     def _delivered(self, batch: Batch, elapsed_s: float) -> None:
         with self._ch.lock:

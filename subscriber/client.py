@@ -173,8 +173,8 @@ class Subscriber:
     def take_in(self, delivery: dict[str, Any]) -> dict[str, Any]:
         """A push: queue its events for the worker; the reply says how many."""
         session, seq, events = _parse_delivery(delivery)
-        if self._stopping.is_set():
-            raise RuntimeError("stopping: not taking pushes any more")
+        if self._stopping.is_set():  # it will acknowledge what it did and unsubscribe
+            return {"queued": 0, "leaving": True}
         self._faults.on_arrival(events)
         return {"queued": self._inbox.put(session, seq, events)}
 

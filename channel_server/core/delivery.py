@@ -92,10 +92,28 @@ def push_failed(group: ConsumerGroup, batch: Batch, now: float) -> bool:
     member = current(group, batch.member_id, batch.session)
     if member is None:
         return False
-    last = batch.first_seq + len(batch.events)
-    back = [f for f in member.flights.values() if batch.first_seq <= f.seq < last]
-    unfly(group, member, back)
+    unfly(group, member, _flights_of(member, batch))
     return transport_failure(group, member, now, f"{len(batch.events)}-event push failed")
+
+
+def push_declined(group: ConsumerGroup, batch: Batch, now: float, pause_s: float) -> None:
+    """The member is leaving (it is stopping and will unsubscribe): it took nothing, so
+    the events go back, not held; no push for ``pause_s``; no failure counted."""
+    member = current(group, batch.member_id, batch.session)
+    if member is None:
+        return
+    flights = _flights_of(member, batch)
+    for flight in flights:
+        del member.flights[flight.event.id]
+    give_back(group, member, flights, hold=False)
+    if not member.flights:
+        member.busy_since = None
+    member.retry_at = now + pause_s
+
+
+def _flights_of(member: Member, batch: Batch) -> list[Flight]:
+    last = batch.first_seq + len(batch.events)
+    return [f for f in member.flights.values() if batch.first_seq <= f.seq < last]
 
 
 def probe_failed(group: ConsumerGroup, member_id: str, now: float) -> bool:

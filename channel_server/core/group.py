@@ -321,6 +321,10 @@ class ConsumerGroup:
         """A push failed in transport. True when this failure made the member inactive."""
         return delivery.push_failed(self, batch, now)
 
+    def push_declined(self, batch: Batch, now: float, pause_s: float) -> None:
+        """The member is leaving and took nothing (see delivery.push_declined)."""
+        delivery.push_declined(self, batch, now, pause_s)
+
     def probe_failed(self, member_id: str, now: float) -> bool:
         """A silent member did not answer a ping. True when it is now inactive."""
         return delivery.probe_failed(self, member_id, now)

@@ -341,6 +341,19 @@ def test_failed_pushes_max_attempts_times_deactivate() -> None:
     assert d.g.push_failed(stale, d.now) is False and not d.g.delivered(stale, d.now)
 
 
+def test_a_leaving_member_declines_a_push_without_failing() -> None:
+    d = Driver(max_attempts=1)
+    d.join("a")
+    d.g.enqueue([make_event(0), make_event(1)])
+    batch = d.take("a")
+    d.g.push_declined(batch, d.now, pause_s=1.0)
+    member = d.g.members["a"]
+    assert member.active and (member.failures, member.owed, member.in_flight) == (0, 0, 0)
+    assert member.retry_at == 1.0 and d.g.take_batch("a", d.now) is None
+    assert pending_ids(d.g, P0) == ["e0", "e1"] and d.g.partitions[P0].movable
+    check_group(d.g)
+
+
 # -- membership ---------------------------------------------------------------------------
 def test_leave_hands_back_what_the_member_held_at_once() -> None:
     d = Driver()
