@@ -23,6 +23,7 @@ __all__ = [
     "check_last_id",
     "check_name",
     "check_prefetch",
+    "check_secret",
     "check_seq",
 ]
 MAX_SEQ = 2**63 - 1
@@ -50,6 +51,16 @@ def check_prefetch(prefetch: Any, config: ChannelConfig) -> int:
     if type(prefetch) is not int or not 1 <= prefetch <= config.max_prefetch:
         raise InvalidArgument("prefetch", f"must be an integer 1-{config.max_prefetch}")
     return prefetch
+
+
+MAX_SECRET_CHARS = 256
+
+
+def check_secret(secret: Any) -> str:
+    """A push subscriber's callback secret: the broker presents it to the callback."""
+    if type(secret) is not str or not 16 <= len(secret) <= MAX_SECRET_CHARS:
+        raise InvalidArgument("callback_secret", "must be a string of 16-256 characters")
+    return secret
 
 
 def check_seq(argument: str, value: Any) -> int:

@@ -17,13 +17,17 @@ import Pyro5.api
 import Pyro5.errors
 import Pyro5.server
 
+from channel_server.access import Access
 from channel_server.channel import EventChannel
 from channel_server.config import BrokerConfig
 from channel_server.core.channel_core import ChannelKind
+from channel_server.credentials import OWNER, Credential
 from channel_server.dispatch import DispatchPool
 from channel_server.errors import FaultInjectionDisabled, InvalidArgument, UnknownChannel
+from channel_server.guard import GuardedDaemon
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
+from channel_server.users import Action
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
     broker_ns_name,
@@ -40,9 +44,13 @@ STOP_TIMEOUT_S = 5.0
 class Broker:
     """Owns the daemon, the channels and the name-server registrations."""
 
-    def __init__(self, config: BrokerConfig, store: Store) -> None:
+    def __init__(self, config: BrokerConfig, store: Store, token: str, access: Access) -> None:
+        """``token``: the local token (the broker connects with it to its name server);
+        ``access``: who may call it."""
         self.config = config
         self.store = store
+        self.access = access
+        self._credential = Credential(OWNER, token)
         self._lock = threading.Lock()
         """Guards _channels."""
         self._channels: dict[str, EventChannel] = {}
@@ -59,9 +67,15 @@ class Broker:
         self._pool.start()
         sys.setswitchinterval(self.config.switch_interval_s)
         Pyro5.config.THREADPOOL_SIZE = self.config.threadpool_size
-        self.ns = NameService.connect_or_start(self.config.ns_host, self.config.ns_port)
+        self.ns = NameService.connect_or_start(
+            self.config.ns_host,
+            self.config.ns_port,
+            self.access,
+            self._credential,
+            self.config.insecure_name_server,
+        )
         self._daemon = _BrokerDaemon(
-            self._client_gone, host=self.config.host, port=self.config.port
+            self.access.admit, self._client_gone, host=self.config.host, port=self.config.port
         )
         service = BrokerService(self)
         self.uri = str(
@@ -142,7 +156,9 @@ class Broker:
         with self._lock:
             if name in self._channels:
                 return str(self._daemon.uriFor(self._channels[name]))
-            channel = EventChannel(name, self.config.channel, self.store, self._pool, channel_kind)
+            channel = EventChannel(
+                name, self.config.channel, self.store, self._pool, self.access, channel_kind
+            )
             uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
             winner = self._claim(name, uri, channel_kind)
             if winner != uri:
@@ -176,11 +192,12 @@ class Broker:
         return existing[0]
 
 
-class _BrokerDaemon(Pyro5.server.Daemon):
-    """The broker's daemon: it tells the broker when a client connection closes."""
+class _BrokerDaemon(GuardedDaemon):
+    """The broker's daemon: it admits authenticated callers only and tells the broker
+    when a client connection closes."""
 
-    def __init__(self, on_disconnect: Callable[[Any], None], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, gate: Any, on_disconnect: Callable[[Any], None], **kwargs: Any) -> None:
+        super().__init__(gate, **kwargs)
         self._on_disconnect = on_disconnect
 
     def clientDisconnect(self, conn: Any) -> None:
@@ -195,6 +212,8 @@ class BrokerService:
         self._broker = broker
 
     def create_channel(self, name: str, kind: str = ChannelKind.QUEUE.value) -> str:
+        """Host a channel (admin on its name), or the URI of its host if it has one."""
+        self._broker.access.require(Action.ADMIN, check_name("channel", name))
         return self._broker.create_channel(name, kind)
 
     def channels(self) -> list[str]:
@@ -205,7 +224,8 @@ class BrokerService:
 
     def kill_queues(self, channel: str) -> int:
         """Empty a channel's in-memory queues (fault injection); returns events dropped."""
-        return self._broker.kill_queues(check_name("channel", channel))
+        self._broker.access.require(Action.ADMIN, check_name("channel", channel))
+        return self._broker.kill_queues(channel)
 
     def info(self) -> dict[str, Any]:
         return {

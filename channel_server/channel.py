@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,18 +24,20 @@ from typing import Any
 import Pyro5.api
 
 from channel_server import boundary, pull
+from channel_server.access import Access
 from channel_server.backup import ChannelBackup
 from channel_server.channel_stats import channel_stats, dead_letter_rows
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, ConsumerGroup
-from channel_server.core.member import PULL_CALLBACK
+from channel_server.core.member import PULL_CALLBACK, Member
 from channel_server.dispatch import DispatchPool, answers
 from channel_server.errors import NotSubscribed, QueueFull, SubscriberIdInUse
 from channel_server.events import Event
 from channel_server.liveness import Liveness
 from channel_server.push import PushDelivery
 from channel_server.store.base import MemberRecord, Store
+from channel_server.users import Action
 from channel_server.wire import DEFAULT_GROUP
 
 log = logging.getLogger(__name__)
@@ -56,12 +59,15 @@ class EventChannel:
         config: ChannelConfig,
         store: Store,
         pool: DispatchPool,
+        access: Access | None = None,
         kind: ChannelKind = ChannelKind.QUEUE,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``access``: who may do what (default: a judge for in-process callers only)."""
         self._name = name
         self.config = config
         self._store = store
+        self._access = access or Access(secrets.token_urlsafe())
         self.now = clock
         self.lock = threading.Lock()
         self.core = ChannelCore(name, config, kind, int(clock() * SESSION_SEED_SCALE))
@@ -83,7 +89,8 @@ class EventChannel:
                 self._store.save_group(self._name, grp.name, grp.created_offset)
                 for member in grp.members.values():
                     if not member.pull:
-                        self._push.member_joined((grp.name, member.member_id), member.callback)
+                        key = (grp.name, member.member_id)
+                        self._push.member_joined(key, member.callback, member.secret)
             self.after_change()
         if snapshot.events or snapshot.members:
             log.info(
@@ -113,6 +120,7 @@ class EventChannel:
         Raises InvalidEvent (nothing stored) or QueueFull (the front of the batch that fit
         was stored; the exception says how much).
         """
+        self._access.require(Action.PUBLISH, self._name)
         with self.lock:
             self._backup.repair()  # publishing halts here while lost events are rebuilt
             outcome = self.core.prepare(batch)
@@ -148,47 +156,43 @@ class EventChannel:
         callback: str | None = None,
         group: str | None = None,
         prefetch: int | None = None,
+        callback_secret: str | None = None,
     ) -> dict[str, Any]:
         """Join (or resume: it is idempotent) a group as a push subscriber reached at
         ``callback``, or as a pull subscriber (``get``) without one. The group defaults to
-        ``default`` on a queue and to a group of the subscriber's own on a topic."""
+        ``default`` on a queue and to a group of the subscriber's own on a topic. A push
+        subscriber's callback daemon admits only whoever presents ``callback_secret``: this
+        channel. A subscriber id belongs to the user that created it."""
         boundary.check_name("subscriber_id", subscriber_id)
         group = self._group_of(subscriber_id, group)
         callback = PULL_CALLBACK if callback is None else boundary.check_callback(callback)
         pull = callback == PULL_CALLBACK
         prefetch = 1 if pull else boundary.check_prefetch(prefetch, self.config)
-        claimed_by = self._active_elsewhere(group, subscriber_id, callback)
-        if claimed_by and answers(claimed_by, self.config.liveness_timeout_s):
+        secret = "" if pull else boundary.check_secret(callback_secret)
+        user = self._access.require(Action.SUBSCRIBE, self._name)
+        claimed = self._active_elsewhere(group, subscriber_id, callback)
+        if claimed and answers(claimed[0], self.config.liveness_timeout_s, claimed[1]):
             raise SubscriberIdInUse(subscriber_id, group)
         with self.lock:
             self._backup.repair()
             grp = self._add_group(group)
-            existing = grp.members.get(subscriber_id)
-            if existing and existing.active and existing.callback != callback:
-                if existing.callback != claimed_by:  # claimed again meanwhile
-                    raise SubscriberIdInUse(subscriber_id, group)
-                log.warning(
-                    "%s: %s resubscribed from %s; its old session at %s does not answer",
-                    self._name,
-                    subscriber_id,
-                    callback,
-                    existing.callback,
-                )
-            if existing and not existing.active:
-                log.warning(
-                    "%s: %s readmitted (it was inactive: %s)",
-                    self._name,
-                    subscriber_id,
-                    existing.inactive_reason,
-                )
+            self._may_take(grp, grp.members.get(subscriber_id), callback, claimed)
             member = grp.join(
-                subscriber_id, callback, prefetch, self.core.new_session(), self.now(), pull
+                subscriber_id,
+                callback,
+                prefetch,
+                self.core.new_session(),
+                self.now(),
+                pull,
+                user=user.name,
+                secret=secret,
             )
-            self._store.save_member(
-                MemberRecord(self._name, group, subscriber_id, callback, prefetch)
+            record = MemberRecord(
+                self._name, group, subscriber_id, callback, prefetch, user.name, secret
             )
+            self._store.save_member(record)
             if not pull:
-                self._push.member_joined((group, subscriber_id), callback)
+                self._push.member_joined((group, subscriber_id), callback, secret)
                 self._liveness.note((group, subscriber_id))
             self.after_change()
             partitions = sorted(member.partitions, key=str)
@@ -213,6 +217,16 @@ class EventChannel:
             "partitions": [list(key) for key in partitions],
         }
 
+    def _acts_for(self, grp: ConsumerGroup | None, subscriber_id: str) -> bool:
+        """Whether the subscriber id is a member of ``grp``; raises NotAuthorized unless
+        the caller may subscribe here and the id is its own (or it is an admin)."""
+        self._access.require(Action.SUBSCRIBE, self._name)
+        member = grp.members.get(subscriber_id) if grp else None
+        if member is None:
+            return False
+        self._access.require_owner(member.user, subscriber_id, self._name)
+        return True
+
     def _group_of(self, subscriber_id: str, group: str | None) -> str:
         if group is None:
             return self.core.default_group_for(subscriber_id)
@@ -224,14 +238,45 @@ class EventChannel:
             self._store.save_group(self._name, group, grp.created_offset)
         return self.core.groups[group]
 
-    def _active_elsewhere(self, group: str, subscriber_id: str, callback: str) -> str | None:
-        """The callback of an active member with this id at another address, if any."""
+    def _active_elsewhere(
+        self, group: str, subscriber_id: str, callback: str
+    ) -> tuple[str, str] | None:
+        """(callback, secret) of an active member with this id at another address, if any."""
         with self.lock:
             grp = self.core.groups.get(group)
             member = grp.members.get(subscriber_id) if grp else None
             if member and member.active and member.callback != callback:
-                return member.callback
+                return member.callback, member.secret
         return None
+
+    def _may_take(
+        self,
+        grp: ConsumerGroup,
+        existing: Member | None,
+        callback: str,
+        claimed: tuple[str, str] | None,
+    ) -> None:
+        """Refuse to resume a subscriber id of another user, or one claimed meanwhile."""
+        if existing is None:
+            return
+        self._access.require_owner(existing.user, existing.member_id, self._name)
+        if existing.active and existing.callback != callback:
+            if claimed is None or existing.callback != claimed[0]:  # claimed again meanwhile
+                raise SubscriberIdInUse(existing.member_id, grp.name)
+            log.warning(
+                "%s: %s resubscribed from %s; its old session at %s does not answer",
+                self._name,
+                existing.member_id,
+                callback,
+                existing.callback,
+            )
+        if not existing.active:
+            log.warning(
+                "%s: %s readmitted (it was inactive: %s)",
+                self._name,
+                existing.member_id,
+                existing.inactive_reason,
+            )
 
     @Pyro5.api.expose
     def unsubscribe(self, subscriber_id: str, group: str | None = None) -> bool:
@@ -242,7 +287,7 @@ class EventChannel:
         group = self._group_of(subscriber_id, group)
         with self.lock:
             grp = self.core.groups.get(group)
-            if grp is None or subscriber_id not in grp.members:
+            if not self._acts_for(grp, subscriber_id):
                 return False
             grp.leave(subscriber_id)
             self._push.member_left((group, subscriber_id))
@@ -285,7 +330,7 @@ class EventChannel:
         acked, nacked = boundary.check_acks(acked, nacked, self.config.max_prefetch)
         with self.lock:
             grp = self.core.groups.get(group)
-            if grp is None:
+            if not self._acts_for(grp, subscriber_id):
                 return {"status": "stale"}
             outcome, retired = self.core.acknowledge(
                 grp, subscriber_id, session, acked, nacked, through_seq, self.now()
@@ -308,9 +353,9 @@ class EventChannel:
         session = boundary.check_seq("session", session)
         with self.lock:
             grp = self.core.groups.get(group)
-            member = grp.heartbeat(subscriber_id, self.now()) if grp else None
-            if member is None:
+            if not self._acts_for(grp, subscriber_id):
                 return {"status": "unknown"}
+            member = grp.heartbeat(subscriber_id, self.now())
             self._liveness.note((group, subscriber_id))
             if not member.active:
                 return {"status": "inactive", "reason": member.inactive_reason}
@@ -350,7 +395,7 @@ class EventChannel:
         last_id = boundary.check_last_id(last_id)
         with self.lock:
             grp = self.core.groups.get(group)
-            if grp is None or subscriber_id not in grp.members:
+            if not self._acts_for(grp, subscriber_id):
                 raise NotSubscribed(subscriber_id, self._name)
             self._backup.repair()
             flight = pull.next_message(
@@ -365,6 +410,7 @@ class EventChannel:
     def memberships(self, subscriber_id: str) -> list[dict[str, Any]]:
         """The groups of this channel the subscriber belongs to."""
         boundary.check_name("subscriber_id", subscriber_id)
+        self._access.require(Action.SUBSCRIBE, self._name)
         with self.lock:
             return [
                 {
@@ -431,6 +477,7 @@ class EventChannel:
     def stats(self) -> dict[str, Any]:
         """A JSON-friendly snapshot: counters, groups, members and partitions. ``stored``
         is counted after the rest, outside the channel lock."""
+        self._access.require_any(self._name)
         with self.lock:
             stats = channel_stats(self.core, self.config, self._store.durable, self.now())
         stats["stored"] = self._store.count(self._name)
@@ -439,6 +486,7 @@ class EventChannel:
     @Pyro5.api.expose
     def dead_letters(self) -> list[dict[str, Any]]:
         """The dead-letter queue: events whose handler failed ``max_attempts`` times."""
+        self._access.require(Action.ADMIN, self._name)
         with self.lock:
             return dead_letter_rows(self.core, self.config.max_attempts)
 
@@ -446,6 +494,7 @@ class EventChannel:
     def replay_dead_letters(self, ids: list[str] | None = None) -> int:
         """Queue dead letters (all, or these ids) for delivery again; returns how many."""
         ids = boundary.check_id_list("ids", ids)
+        self._access.require(Action.ADMIN, self._name)
         with self.lock:
             chosen, restored = self.core.replay(None if ids is None else set(ids))
             if restored:

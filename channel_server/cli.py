@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 import Pyro5.errors
 
 from channel_server import cli_common as cc
+from channel_server import credentials
 from channel_server.config import BrokerConfig, ChannelConfig
-from channel_server.errors import ChannelError, ClientError, UnknownChannel
+from channel_server.errors import ChannelError, ClientError, NotAuthorized, UnknownChannel
 from channel_server.lookup import resolve_channel
 from channel_server.status import make_console, render_channel, render_dead_letters
 from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
+from channel_server.users_cli import add_users_command, run_users
 from channel_server.wire import (
     DEFAULT_HOST,
     NS_CHANNEL_PREFIX,
@@ -66,6 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--id", action="append", dest="ids", metavar="EVENT_ID", help="only these (repeatable)"
     )
     dead.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    nameserver = sub.add_parser(
+        "nameserver",
+        help="run a name server that authenticates (for several brokers)",
+        description="Run a name server that admits only callers with a credential (the "
+        "local token of this OS user, or a user of --users): anyone authenticated may look "
+        "names up, only brokers may register or remove them. Brokers embed one when none "
+        "answers; run this one to share it between brokers.",
+    )
+    cc.add_ns_flags(nameserver)
+    nameserver.add_argument("--users", type=Path, default=None, metavar="FILE", help="users file")
+    add_users_command(sub)
     return parser
 
 
@@ -228,6 +242,20 @@ def _add_serve(sub: Any) -> None:
         action="store_true",
         help="accept fault-injection admin calls (tests and demos only)",
     )
+    serve.add_argument(
+        "--users",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="users file (python -m channel_server users add ...): more users than the "
+        "owner of the local token, with per-channel permissions",
+    )
+    serve.add_argument(
+        "--insecure-name-server",
+        action="store_true",
+        help="use an existing name server that does not authenticate (a stock pyro5-ns): "
+        "any local process could then rewrite its names",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
@@ -241,23 +269,29 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         ns_port=args.ns_port,
         channels=tuple(check_name("channel", c) for c in args.channel),
         allow_fault_injection=args.allow_fault_injection,
+        insecure_name_server=args.insecure_name_server,
         channel=channel,
     )
 
 
 def serve(args: argparse.Namespace) -> int:
+    from channel_server.access import Access
     from channel_server.broker import Broker  # the heavy part, only for this command
     from channel_server.store import MemoryStore, Store
     from channel_server.store.sqlite import SQLiteStore
+    from channel_server.users import UsersFile
 
     config = config_from_args(args)
     stop = cc.stop_on_signals()
+    data_dir = None
     if args.memory:
         store: Store = MemoryStore()
     else:
         data_dir = args.data_dir or Path(DEFAULT_DATA_DIR) / config.broker_id
         store = SQLiteStore(data_dir, args.sync)  # StoreError: a one-line reason
-    broker = Broker(config, store)
+    token = credentials.ensure_token(credentials.state_root(), data_dir)
+    users = UsersFile.load(args.users) if args.users else None
+    broker = Broker(config, store, token, Access(token, users))
     try:
         broker.start()
     except (OSError, Pyro5.errors.PyroError, ChannelError) as exc:
@@ -370,19 +404,48 @@ def dead_letters(args: argparse.Namespace) -> int:
     return cc.EXIT_OK
 
 
+def run_nameserver(args: argparse.Namespace) -> int:
+    from channel_server.access import Access
+    from channel_server.nameservice import GuardedNameServerDaemon
+    from channel_server.users import UsersFile
+
+    token = credentials.ensure_token(credentials.state_root())
+    users = UsersFile.load(args.users) if args.users else None
+    stop = cc.stop_on_signals()
+    try:
+        daemon = GuardedNameServerDaemon(args.ns_host, args.ns_port, Access(token, users))
+    except OSError as exc:
+        return cc.fail(f"cannot start the name server: {exc}", cc.EXIT_UNAVAILABLE)
+    loop = threading.Thread(target=daemon.requestLoop, name="nameserver", daemon=True)
+    loop.start()
+    print(f"name server ready at {args.ns_host}:{daemon.sock.getsockname()[1]}", flush=True)
+    try:
+        while not stop.wait(STOP_POLL_S):
+            pass
+    finally:
+        daemon.shutdown()
+        loop.join(STOP_POLL_S * 5)
+        daemon.close()
+    return cc.EXIT_OK
+
+
 COMMANDS = {
     "serve": serve,
     "list": list_channels,
     "status": show_status,
     "dead-letters": dead_letters,
+    "nameserver": run_nameserver,
+    "users": run_users,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cc.setup_logging(args.log_level)
+    cc.setup(args)
     try:
         return COMMANDS[args.command](args)
+    except NotAuthorized as exc:
+        return cc.fail(str(exc), cc.EXIT_NOT_AUTHORIZED)
     except ClientError as exc:
         return cc.fail(str(exc), cc.EXIT_USAGE)
     except ChannelError as exc:

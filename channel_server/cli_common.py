@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -16,8 +17,9 @@ from typing import Any
 
 import Pyro5.errors
 
-from channel_server.errors import ChannelError, ClientError, TransportError
-from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
+from channel_server import credentials
+from channel_server.errors import ChannelError, ClientError, NotAuthorized, TransportError
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, as_refusal
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -25,6 +27,7 @@ EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_REFUSED = 4
 EXIT_NOT_SUBSCRIBED = 5
+EXIT_NOT_AUTHORIZED = 6
 
 
 class Parser(argparse.ArgumentParser):
@@ -49,6 +52,15 @@ def add_ns_flags(parser: argparse.ArgumentParser) -> None:
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity on stderr (default %(default)s)",
+    )
+    parser.add_argument(
+        "--credentials",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="connect as the user in FILE ({user: NAME, password: SECRET}; also "
+        "$PUBSUB_CREDENTIALS, or $PUBSUB_USER and $PUBSUB_PASSWORD); default: the local "
+        "token of this OS user",
     )
 
 
@@ -145,12 +157,20 @@ def _bounded(kind: Callable[[str], Any], text: str, low: Any) -> Any:
     return value
 
 
+def setup(args: argparse.Namespace) -> None:
+    """Logging, and the credential named on the command line (for every proxy)."""
+    setup_logging(args.log_level)
+    if getattr(args, "credentials", None) is not None:
+        os.environ[credentials.CREDENTIALS_ENV] = str(args.credentials)
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("Pyro5").setLevel(logging.CRITICAL)  # we report its errors ourselves
 
 
 def stop_on_signals() -> threading.Event:
@@ -174,9 +194,13 @@ def run_client_command(
     (``usage_errors``: more exception types that mean bad input)."""
     try:
         return command(args)
+    except NotAuthorized as exc:
+        return fail(str(exc), EXIT_NOT_AUTHORIZED)
     except (ClientError, *usage_errors) as exc:
         return fail(str(exc), EXIT_USAGE)
     except (TransportError, Pyro5.errors.CommunicationError) as exc:
+        if refusal := as_refusal(exc):
+            return fail(str(refusal), EXIT_NOT_AUTHORIZED)
         return fail(f"broker unavailable: {exc}", EXIT_UNAVAILABLE)
     except ChannelError as exc:
         return fail(str(exc))

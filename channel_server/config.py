@@ -94,6 +94,8 @@ class BrokerConfig:
     ns_port: int = DEFAULT_NS_PORT
     channels: tuple[str, ...] = ()
     allow_fault_injection: bool = False
+    insecure_name_server: bool = False
+    """Use an existing name server that does not authenticate (a stock pyro5-ns)."""
     switch_interval_s: float = 0.02
     """Python's GIL switch interval in the broker (Python's default is 5 ms). Measured with
     the SQLite store: 1 ms cost 20 % of throughput, 20 ms gained about 15 % (fewer forced

@@ -20,6 +20,7 @@ from typing import Any
 
 import Pyro5.api
 
+from channel_server.guard import callback_credential
 from channel_server.wire import make_proxy
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,12 @@ class MemberLink:
     each.
     """
 
-    def __init__(self, callback: str, push_timeout_s: float, ping_timeout_s: float) -> None:
+    def __init__(
+        self, callback: str, secret: str, push_timeout_s: float, ping_timeout_s: float
+    ) -> None:
         self.callback = callback
+        self.secret = secret
+        """Presented to the callback daemon, which admits only this channel."""
         self._push_timeout_s = push_timeout_s
         self._ping_timeout_s = ping_timeout_s
         self._lock = threading.Lock()
@@ -111,10 +116,11 @@ class MemberLink:
         if not self._lock.acquire(timeout=self._push_timeout_s + self._ping_timeout_s):
             raise TimeoutError(f"link to {self.callback} busy")
         try:
-            if self._failed and not answers(self.callback, self._ping_timeout_s):
+            if self._failed and not self.answers():
                 raise ConnectionError(f"{self.callback} does not answer a ping")
             if self._proxy is None:
-                self._proxy = make_proxy(self.callback, self._push_timeout_s)
+                credential = callback_credential(self.secret)
+                self._proxy = make_proxy(self.callback, self._push_timeout_s, credential)
             self._proxy._pyroClaimOwnership()
             started = time.monotonic()
             reply = self._proxy.deliver(delivery)
@@ -126,6 +132,10 @@ class MemberLink:
             raise
         finally:
             self._lock.release()
+
+    def answers(self) -> bool:
+        """Whether the member's callback answers a ping (on a connection of its own)."""
+        return answers(self.callback, self._ping_timeout_s, self.secret)
 
     def close(self) -> None:
         if self._lock.acquire(timeout=self._push_timeout_s + self._ping_timeout_s):
@@ -144,10 +154,10 @@ class MemberLink:
             self._proxy = None
 
 
-def answers(callback: str, timeout_s: float) -> bool:
+def answers(callback: str, timeout_s: float, secret: str) -> bool:
     """Whether a subscriber's callback object answers a ping within ``timeout_s``."""
     try:
-        with make_proxy(callback, timeout_s) as proxy:
+        with make_proxy(callback, timeout_s, callback_credential(secret)) as proxy:
             proxy.ping()
     except Exception:
         return False

@@ -76,6 +76,16 @@ class NotSubscribed(ClientError):
         )
 
 
+class NotAuthorized(ClientError):
+    """The caller gave no valid credential, or its user may not do this on this channel.
+
+    Attributes: ``reason``, and ``action`` / ``channel`` when a permission was missing.
+    """
+
+    def __init__(self, reason: str, action: str = "", channel: str = "") -> None:
+        super().__init__(f"not authorized: {reason}", reason=reason, action=action, channel=channel)
+
+
 class FaultInjectionDisabled(ClientError):
     """A fault-injection call reached a broker started without --allow-fault-injection."""
 
@@ -149,6 +159,7 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     UnknownChannel,
     SubscriberIdInUse,
     NotSubscribed,
+    NotAuthorized,
     FaultInjectionDisabled,
     CapacityError,
     QueueFull,

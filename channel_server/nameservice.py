@@ -1,7 +1,13 @@
 """Name server access for a process that serves: an existing one, or an embedded one.
 
-Any thread may call this object: with an embedded name server it calls the in-process
-NameServer (which has its own lock); with a remote one it opens a proxy per call, because a
+The embedded name server authenticates like the broker (the same :class:`Access`): anyone
+with a valid credential may look names up, only brokers may register or remove them, and
+regex listings are refused (a hostile pattern could stall it). An existing name server
+must authenticate too, or the broker refuses to use it unless told ``--insecure-name-server``
+(a stock ``pyro5-ns`` lets any local process rewrite every name).
+
+Any thread may call a NameService: with an embedded name server it calls the in-process
+object (which has its own lock); with a remote one it opens a proxy per call, because a
 Pyro5 proxy belongs to the thread that made it.
 """
 
@@ -11,47 +17,118 @@ import logging
 import threading
 from typing import Any
 
+import Pyro5.api
+import Pyro5.core
 import Pyro5.errors
 import Pyro5.nameserver
 
-from channel_server.errors import BrokerUnavailable
-from channel_server.wire import locate_ns
+from channel_server.access import Access
+from channel_server.credentials import Credential
+from channel_server.errors import BrokerUnavailable, NotAuthorized
+from channel_server.wire import ANONYMOUS, locate_ns
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
 
 
+@Pyro5.api.expose
+class GuardedNameServer:
+    """Pyro5's NameServer behind the access rules (same methods, same answers)."""
+
+    def __init__(self, inner: Pyro5.nameserver.NameServer, access: Access) -> None:
+        self._inner = inner
+        self._access = access
+
+    def count(self) -> int:
+        return self._inner.count()
+
+    def ping(self) -> None:
+        self._inner.ping()
+
+    def lookup(self, name: str, return_metadata: bool = False) -> Any:
+        return self._inner.lookup(name, return_metadata)
+
+    def yplookup(self, meta_all: Any = None, meta_any: Any = None, return_metadata: bool = True):
+        return self._inner.yplookup(meta_all, meta_any, return_metadata)
+
+    def list(self, prefix: str | None = None, regex: str | None = None, return_metadata=False):
+        if regex is not None:
+            raise NotAuthorized("regex listings are refused; list by prefix")
+        return self._inner.list(prefix=prefix, return_metadata=return_metadata)
+
+    def register(self, name: str, uri: Any, safe: bool = False, metadata: Any = None) -> None:
+        self._access.require_broker(f"register {name!r} in the name server")
+        self._inner.register(name, uri, safe, metadata)
+
+    def set_metadata(self, name: str, metadata: Any) -> None:
+        self._access.require_broker(f"change {name!r} in the name server")
+        self._inner.set_metadata(name, metadata)
+
+    def remove(self, name: str | None = None, prefix: str | None = None, regex=None) -> int:
+        self._access.require_broker("remove names from the name server")
+        if regex is not None:
+            raise NotAuthorized("regex removals are refused")
+        return self._inner.remove(name, prefix)
+
+
+class GuardedNameServerDaemon(Pyro5.nameserver.NameServerDaemon):
+    """Pyro5's name server daemon with the broker's gate and the guarded name server."""
+
+    def __init__(self, host: str, port: int, access: Access) -> None:
+        super().__init__(host=host, port=port)
+        self._access = access
+        self.unregister(self.nameserver)
+        self.guarded = GuardedNameServer(self.nameserver, access)
+        self.register(self.guarded, Pyro5.core.NAMESERVER_NAME)
+
+    def validateHandshake(self, conn: Any, data: Any) -> Any:
+        return self._access.admit(conn, data)
+
+
 class NameService:
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, credential: Credential) -> None:
         self.host, self.port = host, port
         self.embedded = False
-        self._ns_daemon: Any = None
+        self._credential = credential
+        self._ns_daemon: GuardedNameServerDaemon | None = None
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def connect_or_start(cls, host: str, port: int) -> NameService:
-        """Use the name server at host:port, or start one there when none answers."""
-        service = cls(host, port)
+    def connect_or_start(
+        cls, host: str, port: int, access: Access, credential: Credential, insecure: bool = False
+    ) -> NameService:
+        """Use the name server at host:port, or start one there when none answers. An
+        existing one that admits strangers is refused unless ``insecure``."""
+        service = cls(host, port, credential)
         try:
-            locate_ns(host, port)._pyroRelease()
+            locate_ns(host, port, credential=ANONYMOUS)._pyroRelease()
+        except NotAuthorized:
+            locate_ns(host, port, credential=credential)._pyroRelease()  # NotAuthorized: ours?
             log.info("using the name server at %s:%d", host, port)
         except BrokerUnavailable:
-            service._start_embedded()
+            service._start_embedded(access)
+        else:
+            if not insecure:
+                raise NotAuthorized(
+                    f"the name server at {host}:{port} lets anyone change its names; run "
+                    "`python -m channel_server nameserver`, or pass --insecure-name-server"
+                )
+            log.warning("using the name server at %s:%d, which does not authenticate", host, port)
         return service
 
-    def _start_embedded(self) -> None:
-        uri, daemon, _ = Pyro5.nameserver.start_ns(self.host, self.port, enableBroadcast=False)
+    def _start_embedded(self, access: Access) -> None:
+        daemon = GuardedNameServerDaemon(self.host, self.port, access)
         self._ns_daemon = daemon
-        self.port = uri.port
+        self.port = daemon.sock.getsockname()[1]
         self.embedded = True
         self._thread = threading.Thread(target=daemon.requestLoop, name="nameserver", daemon=True)
         self._thread.start()
         log.info("started an embedded name server at %s:%d", self.host, self.port)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self.embedded:
+        if self._ns_daemon is not None:  # the broker itself: past the guard, whoever asked
             return getattr(self._ns_daemon.nameserver, method)(*args, **kwargs)
-        with locate_ns(self.host, self.port) as ns:
+        with locate_ns(self.host, self.port, credential=self._credential) as ns:
             return getattr(ns, method)(*args, **kwargs)
 
     def register(self, name: str, uri: str, safe: bool, metadata: set[str]) -> None:

@@ -16,7 +16,7 @@ from channel_server.core import rebalance
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.core.member import Batch
-from channel_server.dispatch import DispatchPool, MemberLink, answers
+from channel_server.dispatch import DispatchPool, MemberLink
 
 if TYPE_CHECKING:
     from channel_server.channel import EventChannel
@@ -40,14 +40,14 @@ class PushDelivery:
         self._probing: set[MemberKey] = set()
 
     # -- called under the channel lock ---------------------------------------------------
-    def member_joined(self, key: MemberKey, callback: str) -> None:
+    def member_joined(self, key: MemberKey, callback: str, secret: str) -> None:
         """A push member joined or resumed: (re)open its link, then look for work."""
         link = self._links.get(key)
-        if link is None or link.callback != callback:
+        if link is None or (link.callback, link.secret) != (callback, secret):
             if link is not None:
                 self._pool.submit(link.close)
             self._links[key] = MemberLink(
-                callback, self._config.ack_timeout_s, self._config.liveness_timeout_s
+                callback, secret, self._config.ack_timeout_s, self._config.liveness_timeout_s
             )
         self.wake(key)
 
@@ -74,7 +74,7 @@ class PushDelivery:
         if link is None or key in self._probing:
             return
         self._probing.add(key)
-        self._pool.submit(lambda: self._ping(key, link.callback))
+        self._pool.submit(lambda: self._ping(key, link))
 
     def detach(self) -> list[MemberLink]:
         """Stop pushing; returns the links for the caller to close outside the lock."""
@@ -176,18 +176,26 @@ class PushDelivery:
             )
         return retry_in
 
-    def _ping(self, key: MemberKey, callback: str) -> None:
-        alive = answers(callback, self._config.liveness_timeout_s)
+    def _ping(self, key: MemberKey, link: MemberLink) -> None:
+        """Ping a member; one that does not answer is pinged again after the back-off of
+        a failed push, until it answers or ``max_attempts`` failures make it inactive."""
+        alive = link.answers()
         with self._ch.lock:
-            self._probing.discard(key)
             grp = self._ch.core.groups.get(key[0])
-            if grp is None:
+            member = grp.members.get(key[1]) if grp else None
+            if member is None or not member.active or self._links.get(key) is not link:
+                self._probing.discard(key)
                 return
+            now = self._ch.now()
             if alive:
-                grp.probe_answered(key[1], self._ch.now())
+                self._probing.discard(key)
+                grp.probe_answered(key[1], now)
             else:
-                log.warning("%s: %s holds events and does not answer a ping", self._ch.name, key[1])
-                grp.probe_failed(key[1], self._ch.now())
+                log.warning("%s: %s does not answer a ping", self._ch.name, key[1])
+                if grp.probe_failed(key[1], now):
+                    self._probing.discard(key)
+                else:
+                    self._pool.submit(lambda: self._ping(key, link), member.retry_at - now)
             self._ch.after_change()
 
     def _observe_delay(self, grp: ConsumerGroup, member_id: str, elapsed_s: float) -> None:

@@ -19,7 +19,7 @@ import Pyro5.errors
 
 from channel_server.errors import BrokerUnavailable, UnknownChannel
 from channel_server.lookup import resolve_channel
-from channel_server.wire import check_name, make_proxy
+from channel_server.wire import as_refusal, check_name, make_proxy
 
 log = logging.getLogger(__name__)
 DEFAULT_ATTEMPTS = 5
@@ -91,6 +91,9 @@ class RemoteChannel:
             ) as exc:
                 if isinstance(exc, UnknownChannel) and last is None:
                     raise  # unknown from the start; after a lost connection, a broker restarting
+                if refusal := as_refusal(exc):
+                    self.release()
+                    raise refusal from None
                 last = exc
                 self.release()
                 if attempt < self._attempts:

@@ -8,8 +8,9 @@ steps:
 ```
 
 Each repetition of a step is one unit of work. After each unit the number done is saved
-in the client's state file, so a client restarted with the same file resumes after its
-last completed unit (a changed file starts over).
+in the client's state file (private, see :mod:`channel_server.statefile`), so a client
+restarted with the same file resumes after its last completed unit (a changed file starts
+over).
 """
 
 from __future__ import annotations
@@ -101,12 +102,20 @@ class ScenarioRunner:
         return f"{self._key}@{self._digest[:12]}"
 
     def _done(self) -> int:
-        entry = self._state.load().get("scripts", {}).get(self._key, {})
-        return entry.get("done", 0) if entry.get("digest") == self._digest else 0
+        scripts = self._state.section(self._state.load(), "scripts")
+        entry = self._state.section(scripts, self._key)
+        if entry.get("digest") != self._digest:
+            return 0
+        done = entry.get("done", 0)
+        if type(done) is not int or done < 0:
+            raise self._state.malformed(f"the progress of {self._key} is not a count >= 0")
+        return done
 
     def _save(self, done: int) -> None:
         data = self._state.load()
-        data.setdefault("scripts", {})[self._key] = {"digest": self._digest, "done": done}
+        scripts = self._state.section(data, "scripts")
+        scripts[self._key] = {"digest": self._digest, "done": done}
+        data["scripts"] = scripts
         self._state.save(data)
 
     def run(self, execute: Callable[[Step, int], None]) -> int:

@@ -13,11 +13,20 @@ import Pyro5.api
 import Pyro5.errors
 from Pyro5.serializers import SerializerBase
 
-from channel_server.errors import ALL_ERRORS, BrokerUnavailable, ChannelError, InvalidArgument
+from channel_server import credentials
+from channel_server.credentials import Credential
+from channel_server.errors import (
+    ALL_ERRORS,
+    BrokerUnavailable,
+    ChannelError,
+    InvalidArgument,
+    NotAuthorized,
+)
 
 SERIALIZER = "msgpack"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_NS_PORT = 9090
+NS_OBJECT = "Pyro.NameServer"
 NS_CHANNEL_PREFIX = "pubsub.channel."
 NS_BROKER_PREFIX = "pubsub.broker."
 BROKER_TAG_PREFIX = "broker:"
@@ -66,21 +75,48 @@ def register_errors() -> None:
         SerializerBase.register_dict_to_class(wire_name, _rebuild_error)
 
 
-def make_proxy(uri: str | Pyro5.api.URI, timeout_s: float | None) -> Pyro5.api.Proxy:
-    """A msgpack proxy with its own timeout; it belongs to the calling thread."""
+ANONYMOUS = Credential("", "")
+"""Connect without a credential (to find out whether a name server asks for one)."""
+REFUSED = "rejected: not authorized: "
+"""How a refused handshake reads in the client's CommunicationError."""
+
+
+def make_proxy(
+    uri: str | Pyro5.api.URI, timeout_s: float | None, credential: Credential | None = None
+) -> Pyro5.api.Proxy:
+    """A msgpack proxy with its own timeout, which identifies itself with ``credential``
+    (default: this process's, see :func:`credentials.ambient`) when it connects. It
+    belongs to the calling thread."""
     register_errors()
     proxy = Pyro5.api.Proxy(uri)
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:
         proxy._pyroTimeout = timeout_s
+    who = credentials.ambient() if credential is None else credential
+    proxy._pyroHandshake = who.handshake() if who and who.user else {}
     return proxy
 
 
-def locate_ns(host: str, port: int, timeout_s: float = 5.0) -> Pyro5.api.Proxy:
-    """The name server proxy, located at an explicit address (never by broadcast)."""
+def locate_ns(
+    host: str, port: int, timeout_s: float = 5.0, credential: Credential | None = None
+) -> Pyro5.api.Proxy:
+    """The name server proxy at an explicit address (never by broadcast), with its
+    timeout and credential set before it connects. Raises BrokerUnavailable or
+    NotAuthorized."""
+    ns = make_proxy(f"PYRO:{NS_OBJECT}@{host}:{port}", timeout_s, credential)
     try:
-        ns = Pyro5.api.locate_ns(host, port)
-    except Pyro5.errors.NamingError as exc:
-        raise BrokerUnavailable(f"name server {host}:{port}", "not reachable") from exc
-    ns._pyroTimeout = timeout_s
+        ns._pyroBind()
+    except Pyro5.errors.CommunicationError as exc:
+        ns._pyroRelease()
+        raise as_refusal(exc) or BrokerUnavailable(
+            f"name server {host}:{port}", "not reachable"
+        ) from exc
     return ns
+
+
+def as_refusal(exc: BaseException) -> NotAuthorized | None:
+    """The NotAuthorized a refused connection means (the daemon said why), if it is one."""
+    text = str(exc)
+    if isinstance(exc, Pyro5.errors.CommunicationError) and REFUSED in text:
+        return NotAuthorized(text.split(REFUSED, 1)[1])
+    return None

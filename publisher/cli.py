@@ -303,7 +303,7 @@ def _kill_queues_hook(args: argparse.Namespace) -> Callable[[int], None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cc.setup_logging(args.log_level)
+    cc.setup(args)
     commands = {"publish": publish, "put": put, "script": run_script}
     return cc.run_client_command(commands[args.command], args, (PlanError,))
 

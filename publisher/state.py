@@ -11,25 +11,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from channel_server.statefile import StateFile
+from channel_server.statefile import StateFile, state_path
 
 
 class PublisherState:
     def __init__(self, state_dir: Path, publisher_id: str) -> None:
-        self.file = StateFile(state_dir / f"publisher-{publisher_id}.json")
+        """``publisher-<publisher_id>.json`` in ``state_dir`` (InvalidArgument for an id
+        that is not a plain name, before anything is written)."""
+        self.file = StateFile(state_path(state_dir, "publisher", publisher_id, suffix=".json"))
 
     def next_seq(self, channel: str) -> int | None:
-        return self.file.load().get("seq", {}).get(channel)
+        return self._load()[1].get(channel)
 
     def reserve(self, channel: str, next_seq: int) -> None:
         """Record that numbers below ``next_seq`` are (about to be) used on ``channel``."""
-        data = self.file.load()
-        data.setdefault("seq", {})[channel] = next_seq
+        data, seq = self._load()
+        seq[channel] = next_seq
+        data["seq"] = seq
         self.file.save(data)
 
     def pending_put(self) -> dict[str, Any] | None:
         """The journaled put (``topic``, ``event``, ``key``) not known to be confirmed."""
-        return self.file.load().get("pending_put")
+        return self._load()[0].get("pending_put")
 
     def journal_put(
         self, topic: str, event: dict[str, Any] | None, next_seq: int, key: str | None = None
@@ -37,7 +40,31 @@ class PublisherState:
         """Save the put about to be sent (None once it is confirmed) with the sequence.
         ``key`` names the unit of work it belongs to (a scenario step), so a rerun of that
         unit sends the same event again instead of a new one."""
-        data = self.file.load()
-        data.setdefault("seq", {})[topic] = next_seq
+        data, seq = self._load()
+        seq[topic] = next_seq
+        data["seq"] = seq
         data["pending_put"] = {"topic": topic, "event": event, "key": key} if event else None
         self.file.save(data)
+
+    def _load(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The state and its ``seq`` object, checked (StoreError naming the file if not)."""
+        data = self.file.load()
+        seq = self.file.section(data, "seq")
+        if any(type(n) is not int or n < 0 for n in seq.values()):
+            raise self.file.malformed("'seq' holds a value that is not a whole number >= 0")
+        pending = data.get("pending_put")
+        if pending is not None and not _is_put(pending):
+            raise self.file.malformed("'pending_put' is not a {topic, event, key} object")
+        return data, seq
+
+
+def _is_put(put: Any) -> bool:
+    if not isinstance(put, dict):
+        return False
+    event = put.get("event")
+    return (
+        type(put.get("topic")) is str
+        and isinstance(event, dict)
+        and type(event.get("id")) is str
+        and (put.get("key") is None or type(put["key"]) is str)
+    )

@@ -201,8 +201,12 @@ def _fault_arg(text: str) -> FaultSpec:
 def _window_file(args: argparse.Namespace) -> Path | None:
     if args.state_dir is None:
         return None
+    from channel_server.statefile import state_path  # (kept local to this function)
+
     group = args.group or "auto"
-    return args.state_dir / f"processed-{args.channel}-{group}-{args.subscriber_id}.txt"
+    # checked before anything is written: a group like ../x is refused, not followed
+    parts = ("processed", args.channel, group, args.subscriber_id)
+    return state_path(args.state_dir, *parts, suffix=".txt")
 
 
 def make_handler(subscriber_id: str, quiet: bool) -> Any:
@@ -257,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cc.setup_logging(args.log_level)
+    cc.setup(args)
     commands = {"run": run, "script": run_script}
     return cc.run_client_command(commands.get(args.command, pull), args)
 

@@ -15,6 +15,7 @@ unsubscribes (so the rest of the work moves at once), then the daemon closes.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import Any
 import Pyro5.api
 import Pyro5.server
 
+from channel_server.guard import GuardedDaemon, secret_gate
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
 from subscriber.control import ChannelSession, Identity
 from subscriber.faults import Faults
@@ -38,6 +40,9 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 IDLE_WAIT_S = 0.5
+CALLBACK_SECRET_BYTES = 32
+"""The subscriber's callback daemon admits only whoever presents this random secret: the
+broker it gave it to when it subscribed (so nobody else can push it forged events)."""
 HANDLER_WAIT_MAX_S = 24 * 3600.0
 
 
@@ -96,7 +101,7 @@ class Subscriber:
         self._outbox = Outbox()
         self._busy_since: float | None = None
         """When the handler in hand started (monotonic), None when idle."""
-        self._daemon: Pyro5.server.Daemon | None = None
+        self._daemon: GuardedDaemon | None = None
         self._threads: dict[str, threading.Thread] = {}
         self._session: ChannelSession | None = None
         self.uri = ""
@@ -107,13 +112,16 @@ class Subscriber:
         """Serve the callback, then subscribe. Returns the channel's answer; raises what
         the first subscribe raised (UnknownChannel, BrokerUnavailable ...)."""
         register_errors()
-        self._daemon = Pyro5.server.Daemon(host=self._bind[0], port=self._bind[1])
+        secret = secrets.token_urlsafe(CALLBACK_SECRET_BYTES)
+        gate = secret_gate(secret, f"subscriber {self.subscriber_id}")
+        self._daemon = GuardedDaemon(gate, host=self._bind[0], port=self._bind[1])
         self.uri = str(self._daemon.register(_Receiver(self), f"subscriber.{self.subscriber_id}"))
         who = Identity(
             *self._ns,
             self.channel,
             self.subscriber_id,
             self.uri,
+            secret,
             self.group,
             self.prefetch,
             *self._timeouts,

@@ -48,6 +48,7 @@ class Identity:
     channel: str
     subscriber_id: str
     callback: str
+    callback_secret: str
     group: str | None
     prefetch: int | None
     timeout_s: float
@@ -174,7 +175,12 @@ class ChannelSession:
     def _subscribe(self) -> None:
         who = self._who
         info = self._remote.call(
-            "subscribe", who.subscriber_id, who.callback, who.group, who.prefetch
+            "subscribe",
+            who.subscriber_id,
+            who.callback,
+            who.group,
+            who.prefetch,
+            who.callback_secret,
         )
         self.info, self.group, self.session = info, info["group"], info["session"]
         self._heartbeat_s = info.get("heartbeat_s", DEFAULT_HEARTBEAT_S)

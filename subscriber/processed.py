@@ -2,10 +2,10 @@
 
 A redelivered event whose id is in the window (its ack was lost, or the broker restarted)
 is acknowledged without running the handler again. The window lives in memory, or also in
-an append-only file (``--state-dir``): ids are remembered as soon as their handler returns
-and written to disk (``flush``) before their ack is sent, so the window survives a restart
-of the subscriber too. One JSON string per line: an id cannot be split or forged by
-whitespace in another id.
+an append-only file (``--state-dir``; 0600 in a 0700 directory): ids are remembered as soon
+as their handler returns and written to disk (``flush``) before their ack is sent, so the
+window survives a restart of the subscriber too. One JSON string per line: an id cannot be
+split or forged by whitespace in another id.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
+
+from channel_server.statefile import open_private_append, private_dir, write_private
 
 log = logging.getLogger(__name__)
 DEFAULT_WINDOW = 100_000
@@ -42,7 +44,7 @@ class ProcessedIds:
         self._file: IO[str] | None = None
         self._lines = 0
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)
             if path.exists():
                 self._remember(_read(path))
             self._compact()
@@ -99,10 +101,8 @@ class ProcessedIds:
             return
         if self._file is not None:
             self._file.close()
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(i) + "\n" for i in self._order), encoding="utf-8")
-        os.replace(tmp, self.path)
-        self._file = self.path.open("a", encoding="utf-8")
+        write_private(self.path, "".join(json.dumps(i) + "\n" for i in self._order))
+        self._file = open_private_append(self.path)
         self._lines = len(self._order)
 
     def close(self) -> None:

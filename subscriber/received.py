@@ -10,31 +10,41 @@ so the broker hands it out again. The file is compacted when opened and every
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import IO, Any
+
+from channel_server.statefile import (
+    malformed,
+    open_private_append,
+    private_dir,
+    read_state,
+    state_path,
+    write_private,
+)
 
 COMPACT_LINES = 10_000
 
 
 class ReceivedJournal:
     def __init__(self, path: Path) -> None:
-        self.path = path
+        """Open (or create) the journal ``path``, a plain name in a private directory;
+        StoreError names the file when it is not a journal."""
+        self.path = state_path(path.parent, path.name)
         self._last: dict[str, dict[str, Any] | None] = {}
         self._lines = 0
         self._file: IO[str] | None = None
-        if path.exists():
-            self._read()
+        self._read()
         self._compact()
 
     def _read(self) -> None:
-        with self.path.open(encoding="utf-8") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # torn by a crash: that message was never shown
-                self._last[record["topic"]] = record.get("event")
+        for number, line in enumerate((read_state(self.path) or "").split("\n"), 1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # torn by a crash: that message was never shown
+            if not _is_record(record):
+                raise malformed(self.path, f"line {number} is not a {{topic, event}} record")
+            self._last[record["topic"]] = record.get("event")
 
     def last(self, topic: str) -> dict[str, Any] | None:
         """The last message received on ``topic`` (None: none since subscribing)."""
@@ -59,19 +69,25 @@ class ReceivedJournal:
         """Rewrite the journal with one line per topic (atomically, by rename)."""
         if self._file is not None:
             self._file.close()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for topic, event in self._last.items():
-                if event is not None:
-                    f.write(json.dumps({"topic": topic, "event": event}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        self._file = self.path.open("a", encoding="utf-8")
+        private_dir(self.path.parent)
+        lines = (
+            json.dumps({"topic": topic, "event": event}) + "\n"
+            for topic, event in self._last.items()
+            if event is not None
+        )
+        write_private(self.path, "".join(lines))
+        self._file = open_private_append(self.path)
         self._lines = 0
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _is_record(record: Any) -> bool:
+    """``{"topic": str, "event": null | {"id": str, ...}}``."""
+    if not isinstance(record, dict) or type(record.get("topic")) is not str:
+        return False
+    event = record.get("event")
+    return event is None or (isinstance(event, dict) and type(event.get("id")) is str)

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from channel_server.statefile import open_private_append
+
 RECORDED_FIELDS = ("id", "publisher_id", "partition", "timestamp", "attempt")
 
 
@@ -25,7 +27,8 @@ class Recorder:
         self.subscriber_id = subscriber_id
         self._lock = threading.Lock()
         """Guards _file."""
-        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._file: IO[str] = open_private_append(path)
+        """0600 (a wider existing file is tightened), never opened through a link."""
         self._pid = os.getpid()
 
     def write(self, event: dict[str, Any]) -> None:

@@ -233,6 +233,8 @@ class ChannelCore:
                 self.new_session(),
                 now,
                 pull=record.callback == PULL_CALLBACK,
+                user=record.user,
+                secret=record.secret,
             )
         for name, owners in snapshot.owners.items():
             if name in self.groups:

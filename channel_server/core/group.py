@@ -239,10 +239,14 @@ class ConsumerGroup:
         session: int,
         now: float,
         pull: bool = False,
+        *,
+        user: str = "owner",
+        secret: str = "",
     ) -> Member:
         """Add a member, or resume one with the same id (a durable subscription) in a new
         session: what its old session held goes back first (a resumed member that was
-        active keeps its partitions, so it gets those events again, in order)."""
+        active keeps its partitions, so it gets those events again, in order). ``user``
+        owns the id; ``secret`` is what the broker presents to its callback."""
         member = self.members.get(member_id)
         if member is None:
             member = Member(
@@ -263,6 +267,7 @@ class ConsumerGroup:
             member.transport_failures = member.ack_failures = 0
             member.offloaded, member.retry_at = False, 0.0
         member.session, member.pull, member.next_seq = session, pull, 1
+        member.user, member.secret = user, secret
         member.seen(now)
         self.assign_unowned()
         rebalance.rebalance_to(self, member)

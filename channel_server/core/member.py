@@ -101,6 +101,10 @@ class Member:
     session: int = 1
     """Changes each time the member (re)joins; acks of an older session are stale."""
     pull: bool = False
+    user: str = "owner"
+    """The user that owns this subscriber id: only it (or an admin) may act for it."""
+    secret: str = ""
+    """What the broker presents to the member's callback daemon (it admits only that)."""
     active: bool = True
     inactive_reason: str = ""
     partitions: set[PartitionKey] = field(default_factory=set)

@@ -35,6 +35,10 @@ class MemberRecord:
     member_id: str
     callback: str
     prefetch: int
+    user: str = "owner"
+    """Who owns the subscriber id."""
+    secret: str = ""
+    """What the broker presents to the callback daemon (kept so a restart can push)."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ moves ``window_start`` forward.
 With ``synchronous=NORMAL`` (the default) a committed transaction survives a process crash
 (SIGKILL); FULL also survives power loss. A lock file keeps two brokers off one data
 directory.
+
+The data directory is private to the broker's user whatever the umask: 0700, and the
+database, its WAL and shared-memory files and the lock file 0600 (SQLite gives the WAL and
+shared-memory files the database's mode; they are checked once open too). A wider mode
+left by an older broker is tightened at start, with a warning.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import msgpack
 from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.errors import StoreError
 from channel_server.events import Event, PartitionKey
+from channel_server.statefile import open_private_append, private_dir, tighten_private
 from channel_server.store.base import (
     ChannelRecord,
     ChannelSnapshot,
@@ -47,7 +53,9 @@ from channel_server.store.deferred import DeferredWrites
 log = logging.getLogger(__name__)
 DB_FILE = "channels.sqlite"
 LOCK_FILE = "broker.lock"
-SCHEMA_VERSION = "4"
+WAL_SUFFIXES = ("-wal", "-shm")
+"""The files SQLite keeps next to the database in WAL mode (made when it is opened)."""
+SCHEMA_VERSION = "5"
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
@@ -76,6 +84,7 @@ CREATE TABLE IF NOT EXISTS delivered(
 CREATE TABLE IF NOT EXISTS members(
     channel TEXT NOT NULL, grp TEXT NOT NULL, member_id TEXT NOT NULL,
     callback TEXT NOT NULL, prefetch INTEGER NOT NULL,
+    user TEXT NOT NULL DEFAULT 'owner', secret TEXT NOT NULL DEFAULT '',
     PRIMARY KEY(channel, grp, member_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS owners(
     channel TEXT NOT NULL, grp TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
@@ -91,8 +100,13 @@ MIGRATIONS = {
         "DROP TRIGGER IF EXISTS events_delivered",
         "ALTER TABLE channels ADD COLUMN window_start INTEGER NOT NULL DEFAULT 0",
     ),
+    "4": (  # version 5: a subscriber id's owning user, and its callback's secret
+        ("members", "user", "TEXT NOT NULL DEFAULT 'owner'"),
+        ("members", "secret", "TEXT NOT NULL DEFAULT ''"),
+    ),
 }
-"""schema version -> the statements that bring it to the next one (one transaction)"""
+"""schema version -> the statements that bring it to the next one (one transaction); a
+(table, column, type) adds that column unless the table has it (made new by SCHEMA)"""
 WINDOW_KEYS = (
     "SELECT key FROM delivered WHERE key BETWEEN ?1 AND ?2 "
     "UNION SELECT key FROM events WHERE key BETWEEN ?1 AND ?2"
@@ -159,6 +173,8 @@ class SQLiteStore(Store):
         self._stored_changes: dict[str, int] = {}
         """channel -> rows added (or removed) by the open transaction (guarded by _lock)."""
         try:
+            open_private_append(self.path).close()  # 0600 before SQLite makes it
+            _tighten_wal_files(self.path)
             self._db = self._open(synchronous.upper())
         except sqlite3.DatabaseError as exc:
             self._lock_file.close()
@@ -167,6 +183,9 @@ class SQLiteStore(Store):
                 f"cannot be opened ({exc}); it may be damaged. "
                 "Restore it from a backup or move it away to start empty",
             ) from None
+        except BaseException:
+            self._lock_file.close()
+            raise
 
     def _open(self, synchronous: str) -> sqlite3.Connection:
         db = sqlite3.connect(
@@ -185,6 +204,7 @@ class SQLiteStore(Store):
             _migrate(db)
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in their own thread
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
+            _tighten_wal_files(self.path)  # made by now, with the database's mode
         except BaseException:
             db.close()
             raise
@@ -310,8 +330,16 @@ class SQLiteStore(Store):
     def save_member(self, record: MemberRecord) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO members VALUES (?, ?, ?, ?, ?)",
-                (record.channel, record.group, record.member_id, record.callback, record.prefetch),
+                "INSERT OR REPLACE INTO members VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.channel,
+                    record.group,
+                    record.member_id,
+                    record.callback,
+                    record.prefetch,
+                    record.user,
+                    record.secret,
+                ),
             )
 
     def remove_member(self, channel: str, group: str, member_id: str) -> None:
@@ -418,7 +446,8 @@ class SQLiteStore(Store):
         snapshot.members = [
             MemberRecord(channel, *r)
             for r in self._query(
-                "SELECT grp, member_id, callback, prefetch FROM members WHERE channel = ? "
+                "SELECT grp, member_id, callback, prefetch, user, secret FROM members "
+                "WHERE channel = ? "
                 "ORDER BY grp, member_id",
                 (channel,),
             )
@@ -515,6 +544,11 @@ def _migrate(db: sqlite3.Connection) -> None:
     while version in MIGRATIONS:
         db.execute("BEGIN IMMEDIATE")  # a failure rolls back: the file keeps its version
         for statement in MIGRATIONS[version]:
+            if isinstance(statement, tuple):
+                table, column, kind = statement
+                if column in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                    continue
+                statement = f"ALTER TABLE {table} ADD COLUMN {column} {kind}"
             db.execute(statement)
         version = str(int(version) + 1)
         db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (version,))
@@ -618,13 +652,16 @@ def _json_list(values: Iterable[int]) -> str:
     return json.dumps(list(values))
 
 
+def _tighten_wal_files(db_path: Path) -> None:
+    for suffix in WAL_SUFFIXES:
+        tighten_private(db_path.with_name(db_path.name + suffix))
+
+
 def _take_dir_lock(data_dir: Path) -> IO[str]:
-    """Hold an exclusive lock on the data directory for the life of the store."""
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        handle = (data_dir / LOCK_FILE).open("a+")
-    except OSError as exc:
-        raise StoreError(str(data_dir), f"cannot use the data directory: {exc}") from None
+    """Make the data directory private and hold an exclusive lock on it for the life of
+    the store (StoreError when it cannot be used)."""
+    private_dir(data_dir, "data dir")
+    handle = open_private_append(data_dir / LOCK_FILE, readable=True)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

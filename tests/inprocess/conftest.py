@@ -56,7 +56,7 @@ def make_channel(pool: DispatchPool) -> Iterator[ChannelFactory]:
     ) -> EventChannel:
         config = dataclasses.replace(ChannelConfig(), **overrides)
         extra = {} if clock is None else {"clock": clock}
-        channel = EventChannel(name, config, store or MemoryStore(), pool, kind, **extra)
+        channel = EventChannel(name, config, store or MemoryStore(), pool, kind=kind, **extra)
         made.append(channel)
         return channel
 

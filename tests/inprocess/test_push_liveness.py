@@ -17,6 +17,8 @@ from channel_server.channel import EventChannel
 from tests.inprocess.conftest import ChannelFactory, event
 from tests.integration.procs import wait_until
 
+SECRET = "a-callback-secret-of-the-test"
+
 
 class FakeSubscriber:
     """A callback object whose behaviour the test sets; deliveries are recorded."""
@@ -57,7 +59,7 @@ def daemon() -> Iterator[Pyro5.server.Daemon]:
 def subscriber(channel: EventChannel, daemon: Pyro5.server.Daemon, sub_id: str, **kw: Any):
     fake = FakeSubscriber()
     uri = str(daemon.register(fake, f"sub.{sub_id}"))
-    info = channel.subscribe(sub_id, uri, **kw)
+    info = channel.subscribe(sub_id, uri, callback_secret=SECRET, **kw)
     return fake, info
 
 

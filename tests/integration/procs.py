@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from channel_server.credentials import STATE_DIR_ENV
 from subscriber.record import read_records
 
 READY_TIMEOUT_S = 20.0
@@ -132,6 +133,8 @@ class Cluster:
         self.tmp = tmp
         self.ns_port = free_port()
         self.procs: list[Proc] = []
+        self._state_env = os.environ.get(STATE_DIR_ENV)
+        os.environ[STATE_DIR_ENV] = str(tmp / "state")  # this process finds the token too
 
     @property
     def ns(self) -> list[str]:
@@ -139,7 +142,8 @@ class Cluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """Children keep their state files (publisher sequences) in this test's tmp dir."""
+        """Children keep their state files (publisher sequences, the broker's token) in
+        this test's tmp dir, as this process does while the cluster lives."""
         return dict(os.environ, PYTHONUNBUFFERED="1", PUBSUB_STATE_DIR=str(self.tmp / "state"))
 
     def start(self, name: str, argv: list[str], ready: str | None) -> Proc:
@@ -199,3 +203,7 @@ class Cluster:
     def close(self) -> None:
         for proc in reversed(self.procs):
             proc.terminate()
+        if self._state_env is None:
+            os.environ.pop(STATE_DIR_ENV, None)
+        else:
+            os.environ[STATE_DIR_ENV] = self._state_env

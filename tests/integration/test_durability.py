@@ -146,8 +146,9 @@ def test_a21_sigkill_mid_stream_every_event_processed_exactly_once(cluster: Clus
 
 def test_a_damaged_database_is_a_clear_start_up_error(cluster: Cluster) -> None:
     data = cluster.data_dir("torn")
-    data.mkdir()
+    data.mkdir(mode=0o700)
     (data / "channels.sqlite").write_bytes(b"this is not a database" * 100)
+    (data / "channels.sqlite").chmod(0o600)  # private already: no warning to tighten it
     result = cluster.run(["-m", "channel_server", "serve", *cluster.ns, "--data-dir", str(data)])
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()

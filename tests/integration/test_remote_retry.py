@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import Pyro5.api
 import Pyro5.server
 import pytest
 
+from channel_server.access import Access
+from channel_server.credentials import OWNER, STATE_DIR_ENV, Credential, ensure_token
 from channel_server.errors import BrokerUnavailable, UnknownChannel
 from channel_server.nameservice import NameService
 from channel_server.remote import RemoteChannel
@@ -37,9 +40,12 @@ class DiesWithItsName:
 
 
 @pytest.fixture
-def ns() -> Iterator[NameService]:
+def ns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NameService]:
     register_errors()
-    service = NameService.connect_or_start(HOST, free_port())
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path))  # this process's clients find the token
+    token = ensure_token(tmp_path)
+    owner = Credential(OWNER, token)
+    service = NameService.connect_or_start(HOST, free_port(), Access(token), owner)
     assert service.embedded
     yield service
     service.close()

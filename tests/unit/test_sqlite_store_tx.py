@@ -6,6 +6,7 @@ import itertools
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,7 @@ def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
     finally:
         store.close()
     with sqlite3.connect(data / "channels.sqlite") as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("4",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("5",)
 
 
 V3_EVENTS = (
@@ -118,6 +119,39 @@ def test_a_schema_3_database_keeps_its_window_without_the_trigger(tmp_path: Path
         triggers = db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
         assert triggers.fetchall() == []
         assert db.execute("SELECT key & 255 FROM delivered").fetchall() == []
+
+
+V4_MEMBERS = (
+    OLD_CHANNELS
+    + """
+ALTER TABLE channels ADD COLUMN window_start INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE members(
+    channel TEXT NOT NULL, grp TEXT NOT NULL, member_id TEXT NOT NULL,
+    callback TEXT NOT NULL, prefetch INTEGER NOT NULL,
+    PRIMARY KEY(channel, grp, member_id)) WITHOUT ROWID;
+INSERT INTO meta VALUES ('schema', '4');
+INSERT INTO channels VALUES (1, 'c', 'queue', 0, 0);
+INSERT INTO members VALUES ('c', 'default', 's1', 'PYRO:subscriber.s1@127.0.0.1:1', 10);
+"""
+)
+
+
+def test_a_schema_4_member_is_the_owners_and_has_no_callback_secret(tmp_path: Path) -> None:
+    data = _written_by_an_older_broker(tmp_path, V4_MEMBERS)
+    store = SQLiteStore(data)
+    try:
+        (member,) = store.load("c").members
+        assert (member.member_id, member.prefetch, member.user, member.secret) == (
+            "s1",
+            10,
+            "owner",
+            "",
+        )
+        store.save_member(replace(member, user="alice", secret="s" * 20))
+        (again,) = store.load("c").members
+        assert (again.user, again.secret) == ("alice", "s" * 20)
+    finally:
+        store.close()
 
 
 def test_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -1,0 +1,107 @@
+"""Who may call the broker and its name server, and what each user may do (server side).
+
+Every connection authenticates once, in Pyro5's handshake (:meth:`Access.admit`): the local
+token makes it the ``owner``; a user of the users file gives its password. A connection
+that fails is refused before it can call anything, and the refusal is logged. Each call
+then checks the connection's user against the channel it touches (:meth:`Access.require`);
+a missing permission is a typed ``NotAuthorized``, logged too. Calls made in-process (no
+connection: the broker itself, tests) act as the owner.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from Pyro5.callcontext import current_context
+
+from channel_server.credentials import OWNER
+from channel_server.errors import NotAuthorized
+from channel_server.guard import peer_of
+from channel_server.users import Action, User, UsersFile, owner
+
+log = logging.getLogger(__name__)
+USER_ATTRIBUTE = "pubsub_user"
+"""The attribute of a Pyro5 connection that holds its authenticated user."""
+
+
+class Access:
+    """The judge of one broker: its token and, optionally, a users file. It only reads
+    after it is built, so any thread may call it."""
+
+    def __init__(self, token: str, users: UsersFile | None = None) -> None:
+        self._token = token
+        self._users = users
+        self._owner = owner()
+
+    def admit(self, conn: Any, data: Any) -> str:
+        """Pyro5's handshake hook: remember the caller's user on its connection, or
+        refuse the connection (the client gets the reason)."""
+        try:
+            user = self.authenticate(data)
+        except NotAuthorized as exc:
+            log.warning("refused a connection from %s: %s", peer_of(conn), exc.reason)
+            raise
+        setattr(conn, USER_ATTRIBUTE, user)
+        return "welcome"
+
+    def authenticate(self, data: Any) -> User:
+        if not isinstance(data, dict) or not data.get("user"):
+            raise NotAuthorized("no credential")
+        name, secret = data.get("user"), data.get("secret")
+        if type(name) is not str or type(secret) is not str:
+            raise NotAuthorized("a malformed credential")
+        if name == OWNER:
+            if hmac.compare_digest(secret.encode(), self._token.encode()):
+                return self._owner
+        elif self._users is not None and (user := self._users.authenticate(name, secret)):
+            return user
+        raise NotAuthorized(f"wrong credential for user {name!r}")
+
+    def current(self) -> User:
+        """The user of the call being served (the owner for an in-process call)."""
+        conn = current_context.client
+        if conn is None:
+            return self._owner
+        user = getattr(conn, USER_ATTRIBUTE, None)
+        if user is None:  # cannot happen past the handshake; refuse rather than guess
+            raise NotAuthorized("unauthenticated connection")
+        return user
+
+    def require(self, action: Action, channel: str) -> User:
+        """The current user, if it may do ``action`` on ``channel``; else NotAuthorized."""
+        user = self.current()
+        if not user.allows(action, channel):
+            self._refuse(user, f"{action.value} on channel {channel!r}", action, channel)
+        return user
+
+    def require_any(self, channel: str) -> User:
+        """The current user, if it has any permission on ``channel`` (to read its state)."""
+        user = self.current()
+        if not user.allows_any(channel):
+            self._refuse(user, f"no permission on channel {channel!r}", None, channel)
+        return user
+
+    def require_broker(self, what: str) -> User:
+        """The current user, if it is a broker (names in the name server are theirs)."""
+        user = self.current()
+        if not user.broker:
+            self._refuse(user, what, None, "")
+        return user
+
+    def require_owner(self, member_user: str, subscriber_id: str, channel: str) -> User:
+        """The current user, if ``subscriber_id`` is its own (or it is an admin)."""
+        user = self.current()
+        if user.name != member_user and not user.allows(Action.ADMIN, channel):
+            self._refuse(user, f"subscriber id {subscriber_id!r} belongs to another user")
+        return user
+
+    def _refuse(
+        self, user: User, what: str, action: Action | None = None, channel: str = ""
+    ) -> None:
+        conn = current_context.client
+        log.warning("refused %s to user %s from %s", what, user.name, peer_of(conn))
+        raise NotAuthorized(
+            f"user {user.name!r} may not: {what}", action.value if action else "", channel
+        )

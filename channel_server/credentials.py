@@ -1,0 +1,106 @@
+"""Who a process is to the service: its credential, and where the local one lives.
+
+Zero set-up on one machine, as Jupyter's token: the first broker an OS user starts creates a
+random token in that user's state directory (``token``, mode 0600) and in its own data dir;
+every client of the same user finds it there and connects as the ``owner``. Other local
+users cannot read it, so their processes are refused. For more users, a client names a
+user and password from a file (``--credentials FILE``, or ``$PUBSUB_CREDENTIALS``) or from
+``$PUBSUB_USER`` / ``$PUBSUB_PASSWORD`` — never from the command line.
+
+Light on purpose (no Pyro5): the wire vocabulary imports it in every client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from channel_server.errors import InvalidArgument
+from channel_server.statefile import STATE_DIR_ENV, default_state_dir, private_dir, write_private
+
+log = logging.getLogger(__name__)
+__all__ = ["STATE_DIR_ENV", "Credential", "ambient", "ensure_token", "from_file", "state_root"]
+CREDENTIALS_ENV = "PUBSUB_CREDENTIALS"
+USER_ENV = "PUBSUB_USER"
+PASSWORD_ENV = "PUBSUB_PASSWORD"
+TOKEN_FILE = "token"
+OWNER = "owner"
+"""The user of the local token: everything is allowed to it."""
+TOKEN_BYTES = 32
+
+
+@dataclass(frozen=True)
+class Credential:
+    user: str
+    secret: str
+
+    def handshake(self) -> dict[str, str]:
+        """What a proxy sends when it connects (Pyro5's handshake)."""
+        return {"user": self.user, "secret": self.secret}
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"Credential({self.user!r}, ***)"
+
+
+def state_root() -> Path:
+    """Where a user's clients keep their state (and the local token)."""
+    return default_state_dir()
+
+
+def ambient(state_dir: Path | None = None) -> Credential | None:
+    """The credential of this process: ``$PUBSUB_CREDENTIALS`` (a file), else
+    ``$PUBSUB_USER`` and ``$PUBSUB_PASSWORD``, else the local token of this OS user."""
+    if path := os.environ.get(CREDENTIALS_ENV):
+        return from_file(Path(path))
+    user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
+    if user and password:
+        return Credential(user, password)
+    token = read_token(state_dir or state_root())
+    return Credential(OWNER, token) if token else None
+
+
+def from_file(path: Path) -> Credential:
+    """A credentials file: ``{user: NAME, password: SECRET}`` (YAML or JSON)."""
+    try:
+        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InvalidArgument("credentials", f"{path}: cannot read it ({exc})") from None
+    if not isinstance(data, dict) or not {"user", "password"} <= data.keys():
+        raise InvalidArgument("credentials", f"{path}: needs 'user' and 'password'")
+    if _wider_than_private(path):
+        log.warning("%s is readable by other users: make it 0600", path)
+    return Credential(str(data["user"]), str(data["password"]))
+
+
+def read_token(directory: Path) -> str | None:
+    try:
+        token = (directory / TOKEN_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token or None
+
+
+def ensure_token(state_dir: Path, data_dir: Path | None = None) -> str:
+    """The local token, created if there is none (broker side): the user's state dir
+    copy wins (every broker of one user shares it), else the data dir's; both are written,
+    0600, in 0700 directories."""
+    token = read_token(state_dir) or (read_token(data_dir) if data_dir else None)
+    token = token or secrets.token_urlsafe(TOKEN_BYTES)
+    for directory in filter(None, (state_dir, data_dir)):
+        if read_token(directory) != token:
+            write_private(private_dir(directory) / TOKEN_FILE, token + "\n")
+    return token
+
+
+def _wider_than_private(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+    except OSError:
+        return False
