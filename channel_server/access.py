@@ -10,8 +10,10 @@ connection: the broker itself, tests) act as the owner.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
+import threading
 from typing import Any
 
 from Pyro5.callcontext import current_context
@@ -22,18 +24,23 @@ from channel_server.guard import peer_of
 from channel_server.users import Action, User, UsersFile, owner
 
 log = logging.getLogger(__name__)
+VERIFIED_MAX = 1024
 USER_ATTRIBUTE = "pubsub_user"
 """The attribute of a Pyro5 connection that holds its authenticated user."""
 
 
 class Access:
-    """The judge of one broker: its token and, optionally, a users file. It only reads
-    after it is built, so any thread may call it."""
+    """The judge of one broker: its token and, optionally, a users file. Any thread may
+    call it: ``_lock`` guards ``_verified``, the rest is read-only."""
 
     def __init__(self, token: str, users: UsersFile | None = None) -> None:
         self._token = token
         self._users = users
         self._owner = owner()
+        self._lock = threading.Lock()
+        self._verified: dict[tuple[str, bytes], User] = {}
+        """(user, digest of its password) that passed argon2 once: a KDF costs ~0.1 s,
+        too much for every connection of a busy client (failures are never kept)."""
 
     def admit(self, conn: Any, data: Any) -> str:
         """Pyro5's handshake hook: remember the caller's user on its connection, or
@@ -55,9 +62,22 @@ class Access:
         if name == OWNER:
             if hmac.compare_digest(secret.encode(), self._token.encode()):
                 return self._owner
-        elif self._users is not None and (user := self._users.authenticate(name, secret)):
+        elif self._users is not None and (user := self._password_user(name, secret)):
             return user
         raise NotAuthorized(f"wrong credential for user {name!r}")
+
+    def _password_user(self, name: str, password: str) -> User | None:
+        key = (name, hashlib.sha256(password.encode()).digest())
+        with self._lock:
+            if (known := self._verified.get(key)) is not None:
+                return known
+        user = self._users.authenticate(name, password) if self._users else None
+        if user is not None:
+            with self._lock:
+                if len(self._verified) >= VERIFIED_MAX:
+                    self._verified.clear()
+                self._verified[key] = user
+        return user
 
     def current(self) -> User:
         """The user of the call being served (the owner for an in-process call)."""

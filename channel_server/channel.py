@@ -169,7 +169,7 @@ class EventChannel:
         pull = callback == PULL_CALLBACK
         prefetch = 1 if pull else boundary.check_prefetch(prefetch, self.config)
         secret = "" if pull else boundary.check_secret(callback_secret)
-        user = self._access.require(Action.SUBSCRIBE, self._name)
+        self._access.require(Action.SUBSCRIBE, self._name)
         claimed = self._active_elsewhere(group, subscriber_id, callback)
         if claimed and answers(claimed[0], self.config.liveness_timeout_s, claimed[1]):
             raise SubscriberIdInUse(subscriber_id, group)
@@ -177,6 +177,7 @@ class EventChannel:
             self._backup.repair()
             grp = self._add_group(group)
             self._may_take(grp, grp.members.get(subscriber_id), callback, claimed)
+            user = self._access.current()
             member = grp.join(
                 subscriber_id,
                 callback,
@@ -241,11 +242,15 @@ class EventChannel:
     def _active_elsewhere(
         self, group: str, subscriber_id: str, callback: str
     ) -> tuple[str, str] | None:
-        """(callback, secret) of an active member with this id at another address, if any."""
+        """(callback, secret) of an active member with this id at another address, if any;
+        NotAuthorized first if the id is another user's."""
         with self.lock:
             grp = self.core.groups.get(group)
             member = grp.members.get(subscriber_id) if grp else None
-            if member and member.active and member.callback != callback:
+            if member is None:
+                return None
+            self._access.require_owner(member.user, subscriber_id, self._name)
+            if member.active and member.callback != callback:
                 return member.callback, member.secret
         return None
 
@@ -343,14 +348,20 @@ class EventChannel:
         return {"status": "stale" if outcome.stale else "ok"}
 
     @Pyro5.api.expose
-    def heartbeat(self, subscriber_id: str, group: str, session: int) -> dict[str, Any]:
+    def heartbeat(
+        self, subscriber_id: str, group: str, session: int, holding: int | None = None
+    ) -> dict[str, Any]:
         """A push subscriber says it is alive and learns its standing: ``active``,
         ``moved`` (active in another session: the channel was restored, or the id was
         taken over; ``callback`` says where), ``inactive`` (declared dead: subscribe
-        again) or ``unknown`` (not a member)."""
+        again) or ``unknown`` (not a member). ``holding``: how many events of the session
+        it still has to handle or acknowledge; when it holds none, events given to it
+        long ago were lost on the way and are delivered again."""
         boundary.check_name("subscriber_id", subscriber_id)
         boundary.check_name("group", group)
         session = boundary.check_seq("session", session)
+        if holding is not None:
+            holding = boundary.check_seq("holding", holding)
         with self.lock:
             grp = self.core.groups.get(group)
             if not self._acts_for(grp, subscriber_id):
@@ -361,7 +372,21 @@ class EventChannel:
                 return {"status": "inactive", "reason": member.inactive_reason}
             if member.session != session:
                 return {"status": "moved", "session": member.session, "callback": member.callback}
+            if holding == 0 and member.flights:
+                self._reclaim(grp, subscriber_id)
         return {"status": "active"}
+
+    def _reclaim(self, grp: ConsumerGroup, subscriber_id: str) -> None:
+        """The member holds none of what it was given before the last ack timeout."""
+        lost = grp.reclaim(subscriber_id, self.now() - self.config.ack_timeout_s)
+        if lost:
+            log.warning(
+                "%s: %s holds none of %d events it was given; they are delivered again",
+                self._name,
+                subscriber_id,
+                lost,
+            )
+            self.after_change()
 
     def _log_outcome(self, member_id: str, outcome: AckOutcome) -> None:
         if outcome.missing:

@@ -28,7 +28,7 @@ from channel_server.guard import GuardedDaemon, secret_gate
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
 from subscriber.control import ChannelSession, Identity
 from subscriber.faults import Faults
-from subscriber.inbox import ACK_LINGER_S, Inbox, Item, Outbox, Outcome
+from subscriber.inbox import ACK_LINGER_S, Inbox, Item, Outbox, Outcome, StaleSession
 from subscriber.processed import ProcessedIds
 from subscriber.record import Recorder
 
@@ -100,6 +100,8 @@ class Subscriber:
         self._inbox = Inbox()
         self._outbox = Outbox()
         self._busy_since: float | None = None
+        self._working = False
+        """The worker has events taken from the inbox in hand (not yet in the outbox)."""
         """When the handler in hand started (monotonic), None when idle."""
         self._daemon: GuardedDaemon | None = None
         self._threads: dict[str, threading.Thread] = {}
@@ -127,7 +129,7 @@ class Subscriber:
             *self._timeouts,
         )
         self._session = ChannelSession(
-            who, self._inbox, self._outbox, self._processed, self._stuck_s
+            who, self._inbox, self._outbox, self._processed, self._stuck_s, self._holding
         )
         self._spawn("loop", self._daemon.requestLoop)
         self._spawn("worker", self._work)
@@ -173,6 +175,12 @@ class Subscriber:
         if thread is not None and thread.is_alive():
             thread.join(max(STOP_TIMEOUT_S, min(timeout_s or 0.0, HANDLER_WAIT_MAX_S)))
 
+    def _holding(self, session: int) -> int:
+        """Events of ``session`` still to handle or acknowledge (the chunk in the worker's
+        hands counts as one at least)."""
+        working = 1 if self._working else 0
+        return self._inbox.count(session) + self._outbox.count(session) + working
+
     def _stuck_s(self) -> float:
         started = self._busy_since
         return 0.0 if started is None else time.monotonic() - started
@@ -184,7 +192,11 @@ class Subscriber:
         if self._stopping.is_set():  # it will acknowledge what it did and unsubscribe
             return {"queued": 0, "leaving": True}
         self._faults.on_arrival(events)
-        return {"queued": self._inbox.put(session, seq, events)}
+        try:
+            return {"queued": self._inbox.put(session, seq, events)}
+        except StaleSession as exc:  # a late push of a broker that died: nobody's events
+            log.warning("refused a push: %s", exc)
+            raise
 
     # -- the worker ----------------------------------------------------------------------
     def _work(self) -> None:
@@ -193,7 +205,9 @@ class Subscriber:
         while not self._stopping.is_set():
             done: list[Outcome] = []
             first_at = 0.0
-            for item in self._inbox.take_all(IDLE_WAIT_S):
+            items = self._inbox.take_all(IDLE_WAIT_S)
+            self._working = bool(items)
+            for item in items:
                 if not self._wait_trusted():
                     break
                 if not self._inbox.current(item):
@@ -209,6 +223,7 @@ class Subscriber:
                     done = []
             if done:
                 self._outbox.add(done, urgent=self._inbox.empty())
+            self._working = False
 
     def _wait_trusted(self) -> bool:
         """Before starting an event: wait while the control thread checks our standing

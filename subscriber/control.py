@@ -65,12 +65,16 @@ class ChannelSession:
         outbox: Outbox,
         processed: ProcessedIds,
         stuck_s: Callable[[], float],
+        holding: Callable[[int], int],
     ) -> None:
+        """``stuck_s``: how long the handler in hand has run; ``holding(session)``: events
+        of a session not yet handled and acknowledged (told with each heartbeat)."""
         self._who = who
         self._inbox = inbox
         self._outbox = outbox
         self._processed = processed
         self._stuck_s = stuck_s
+        self._holding = holding
         self._remote: RemoteChannel | None = None
         self.group = who.group
         self.session: int | None = None
@@ -210,7 +214,9 @@ class ChannelSession:
 
     def _heartbeat(self) -> None:
         self._check_standing = False
-        reply = self._call("heartbeat", self._who.subscriber_id, self.group, self.session or 0)
+        session = self.session or 0
+        holding = self._holding(session)
+        reply = self._call("heartbeat", self._who.subscriber_id, self.group, session, holding)
         if reply is None:
             return
         status = reply.get("status")

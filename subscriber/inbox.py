@@ -28,10 +28,17 @@ class Item:
     event: dict[str, Any]
 
 
+class StaleSession(Exception):
+    """A push of a session older than the current one (a broker that died, a session
+    that ended): refused, its events belong to nobody here."""
+
+
 class Inbox:
-    """Events of the current session in delivery order. A push of a new session (the
+    """Events of the current session in delivery order. A push of a newer session (the
     subscriber was resubscribed or the broker restored it) drops what is left of the old
-    one: the channel took those events back and hands them out again."""
+    one: the channel took those events back and hands them out again. Sessions only move
+    forward (each life of a channel starts past the last one): a late push of an older
+    session is refused, so it cannot drop the current session's events."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -40,16 +47,26 @@ class Inbox:
         self._closed = False
 
     def put(self, session: int, seq: int, events: list[dict[str, Any]]) -> int:
+        """Queue a push's events; raises StaleSession for an older session's push."""
         with self._cond:
+            if self.session is not None and session < self.session:
+                raise StaleSession(f"session {session} is older than {self.session}")
             self._switch(session)
             self._items.extend(Item(session, seq + i, ev) for i, ev in enumerate(events))
             self._cond.notify()
         return len(events)
 
     def adopt(self, session: int) -> None:
-        """The channel says this is the current session (a subscribe or heartbeat)."""
+        """The channel says this is the current session (a subscribe or heartbeat); an
+        older one than the inbox has seen is ignored (a late answer)."""
         with self._cond:
-            self._switch(session)
+            if self.session is None or session > self.session:
+                self._switch(session)
+
+    def count(self, session: int) -> int:
+        """Events of ``session`` waiting for the worker."""
+        with self._cond:
+            return len(self._items) if session == self.session else 0
 
     def _switch(self, session: int) -> None:
         if session != self.session:
@@ -136,6 +153,11 @@ class Outbox:
                 if self._pending:
                     wait = min(wait, self._oldest + ACK_LINGER_S - now)
                 self._cond.wait(max(wait, 0.0))
+
+    def count(self, session: int) -> int:
+        """Outcomes of ``session`` not sent yet."""
+        with self._cond:
+            return sum(1 for o in self._pending if o.session == session)
 
     def interrupt(self) -> None:
         """Make the current (or next) ``wait`` return at once."""

@@ -111,6 +111,19 @@ def push_declined(group: ConsumerGroup, batch: Batch, now: float, pause_s: float
     member.retry_at = now + pause_s
 
 
+def reclaim(group: ConsumerGroup, member_id: str, sent_before: float) -> int:
+    """The member says it holds nothing of its session, yet events given to it before
+    ``sent_before`` are unresolved: they were lost on the way (a late push of a dead
+    broker replaced them, say). They go back, held for the member, which gets them again
+    (its processed-ID window acknowledges those it did). Returns how many."""
+    member = group.members.get(member_id)
+    if member is None or not member.active:
+        return 0
+    lost = [f for f in member.flights.values() if f.sent_at < sent_before]
+    unfly(group, member, lost)
+    return len(lost)
+
+
 def _flights_of(member: Member, batch: Batch) -> list[Flight]:
     last = batch.first_seq + len(batch.events)
     return [f for f in member.flights.values() if batch.first_seq <= f.seq < last]

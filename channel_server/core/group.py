@@ -330,6 +330,10 @@ class ConsumerGroup:
         """The member is leaving and took nothing (see delivery.push_declined)."""
         delivery.push_declined(self, batch, now, pause_s)
 
+    def reclaim(self, member_id: str, sent_before: float) -> int:
+        """Events the member says it does not hold go back (see delivery.reclaim)."""
+        return delivery.reclaim(self, member_id, sent_before)
+
     def probe_failed(self, member_id: str, now: float) -> bool:
         """A silent member did not answer a ping. True when it is now inactive."""
         return delivery.probe_failed(self, member_id, now)

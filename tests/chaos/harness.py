@@ -123,6 +123,12 @@ class ChaosWorld:
         with self._lock:
             return [line for proc in self.brokers for line in proc.stamped]
 
+    def save_status(self, path: Path) -> None:
+        """The channel's stats at the end of the run, for a post-mortem."""
+        argv = ["-m", "channel_server", "status", CHANNEL, "--json", *self.cluster.ns]
+        result = self.cluster.run(argv, timeout_s=20)
+        path.write_text(result.stdout or result.stderr)
+
     def members_active(self) -> dict[str, bool] | None:
         """member id -> active, from ``channel_server status --json``; None if it failed."""
         argv = ["-m", "channel_server", "status", CHANNEL, "--json", *self.cluster.ns]
@@ -252,6 +258,7 @@ def _run(
     with contextlib.suppress(AssertionError):  # the checker lists what is lost
         wait_until(lambda: wanted <= {r["id"] for r in records()}, DRAIN_TIMEOUT_S, "drain")
     inactive = inactive_alive(world, ACTIVE_TIMEOUT_S)
+    world.save_status(cluster.tmp / "status-at-end.json")
     declared = declared_dead_events(world.broker_lines(), CHANNEL)
     report = check(published, records(), nemesis.log, declared, PREFETCH)
     report.inactive_alive = inactive

@@ -148,3 +148,23 @@ def test_a_failure_inside_a_push_task_does_not_wedge_its_member(
     ack_all(channel, "s1", fake)
     assert channel.stats()["unacked"] == 0
     assert calls["n"] >= 2
+
+
+def test_a_heartbeat_holding_nothing_gets_lost_deliveries_again(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
+) -> None:
+    channel = make_channel(ack_timeout_s=0.2, dispatch_linger_s=0)
+    fake, info = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0"), event("e1", ts=2.0)])
+    wait_until(lambda: fake.ids() == ["e0", "e1"], what="the delivery")
+    fake.deliveries.clear()  # the subscriber lost them (a stale push replaced them)
+    session = info["session"]
+    assert channel.heartbeat("s1", "default", session, 2) == {"status": "active"}
+    assert member(channel, "s1")["in_flight"] == 2  # it says it holds them: nothing moves
+
+    def given_again() -> bool:
+        channel.heartbeat("s1", "default", session, 0)
+        return fake.ids() == ["e0", "e1"]
+
+    wait_until(given_again, 5, "the lost events delivered again")
+    assert [ev["attempt"] for ev in fake.deliveries[0]["events"]] == [2, 2]

@@ -171,15 +171,18 @@ class Cluster:
         argv += ["--record", str(self.record_path(channel, sub_id)), *extra]
         return self.start(sub_id, argv, rf"subscriber {re.escape(sub_id)} ready")
 
-    def run(self, argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess:
-        """Run a short-lived command (publisher, list) to completion."""
+    def run(
+        self, argv: list[str], timeout_s: float = 60.0, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run a short-lived command (publisher, list) to completion; ``env`` overrides
+        some of the cluster's environment."""
         return subprocess.run(
             [sys.executable, *argv],
             capture_output=True,
             text=True,
             timeout=timeout_s,
             cwd=PROJECT_ROOT,
-            env=self.env,
+            env=self.env | (env or {}),
         )
 
     def data_dir(self, broker_name: str) -> Path:

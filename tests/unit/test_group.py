@@ -580,3 +580,22 @@ def test_touched_names_members_that_may_have_work() -> None:
     assert d.g.touched == set()
     d.ack(batch)  # room again, and a partition still waits
     assert d.g.touched == {"a"}
+
+
+def test_events_a_member_does_not_hold_are_reclaimed_and_kept_for_it() -> None:
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    d.g.enqueue([make_event(0), make_event(1)])
+    d.take("a")
+    d.now = 10.0
+    d.g.enqueue([make_event(2, partition=1)])
+    late = d.take("b")
+    assert d.g.reclaim("a", sent_before=5.0) == 2  # given at 0.0: lost on the way
+    assert d.g.reclaim("b", sent_before=5.0) == 0  # given at 10.0: maybe still coming
+    assert ids(late.events) == ["e2"]
+    assert pending_ids(d.g, P0) == ["e0", "e1"] and owners(d.g)[P0] == "a"
+    assert d.g.partitions[P0].held_back == {0, 1}  # a may have done them: they stay with a
+    again = d.take("a")
+    assert (ids(again.events), again.attempts) == (["e0", "e1"], [2, 2])
+    check_group(d.g)

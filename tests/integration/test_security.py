@@ -1,0 +1,196 @@
+"""Strangers kept out: the attacks of the security review, each run with real processes,
+once by a client with no credential and once by a user whose credential lacks the
+permission. Each is refused with a typed error (NotAuthorized) and logged by the broker;
+the owner's happy path keeps working beside them."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import Pyro5.errors
+import pytest
+import yaml
+
+from channel_server.credentials import Credential
+from channel_server.errors import NotAuthorized
+from channel_server.lookup import resolve_channel
+from channel_server.users import Action, Grant, UsersFile
+from channel_server.wire import ANONYMOUS, NS_CHANNEL_PREFIX, as_refusal, locate_ns, make_proxy
+from tests.integration.conftest import publisher_for
+from tests.integration.procs import Cluster, free_port, wait_until
+
+pytestmark = pytest.mark.integration
+PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-22"}
+GRANTS = {
+    "alice": (Grant("orders*", frozenset({Action.PUBLISH, Action.SUBSCRIBE})),),
+    "bob": (Grant("orders*", frozenset({Action.SUBSCRIBE})),),
+}
+
+
+def who(name: str) -> Credential:
+    return Credential(name, PASSWORDS[name])
+
+
+@pytest.fixture
+def secured(cluster: Cluster) -> Iterator[tuple[Cluster, Any]]:
+    """A broker with users alice (publish, subscribe) and bob (subscribe) on orders*."""
+    users = UsersFile()
+    for name, password in PASSWORDS.items():
+        users.add(name, password, GRANTS[name])
+    path = cluster.tmp / "users.yaml"
+    users.save(path)
+    broker = cluster.broker("orders", "orders.news", extra=("--users", str(path)))
+    yield cluster, broker
+
+
+def call(uri: str, credential: Credential, method: str, *args: Any) -> Any:
+    """One call as ``credential``; a refused connection comes back as NotAuthorized."""
+    try:
+        with make_proxy(uri, 5.0, credential) as proxy:
+            return getattr(proxy, method)(*args)
+    except Pyro5.errors.CommunicationError as exc:
+        raise as_refusal(exc) or exc from None
+
+
+def channel_uri(cluster: Cluster, channel: str = "orders") -> str:
+    return resolve_channel("127.0.0.1", cluster.ns_port, channel)
+
+
+def test_nobody_without_a_credential_gets_in(secured: tuple[Cluster, Any]) -> None:
+    cluster, broker = secured
+    with pytest.raises(NotAuthorized, match="no credential"):
+        locate_ns("127.0.0.1", cluster.ns_port, credential=ANONYMOUS)
+    with pytest.raises(NotAuthorized, match="no credential"):
+        call(channel_uri(cluster), ANONYMOUS, "publish", [])
+    with pytest.raises(NotAuthorized, match="wrong credential"):
+        call(channel_uri(cluster), Credential("alice", "guess"), "stats")
+    wait_until(lambda: broker.count(r"refused a connection from 127\.0\.0\.1") >= 3, 5)
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "orders", "--id", "EVE"]
+    elsewhere = {"PUBSUB_STATE_DIR": str(cluster.tmp / "another-os-user")}
+    stranger = cluster.run([*argv, "--count", "1"], env=elsewhere)
+    assert stranger.returncode == 6
+    assert stranger.stderr.strip().splitlines()[-1] == "error: not authorized: no credential"
+
+
+def test_only_brokers_change_the_name_server(secured: tuple[Cluster, Any]) -> None:
+    cluster, broker = secured
+    with locate_ns("127.0.0.1", cluster.ns_port, credential=who("alice")) as ns:
+        assert NS_CHANNEL_PREFIX + "orders" in ns.list(prefix=NS_CHANNEL_PREFIX)
+        with pytest.raises(NotAuthorized, match="remove names"):
+            ns.remove(prefix="pubsub.")
+        with pytest.raises(NotAuthorized, match="register"):
+            ns.register(NS_CHANNEL_PREFIX + "orders", "PYRO:fake@127.0.0.1:1")
+        with pytest.raises(NotAuthorized, match="regex"):
+            ns.list(regex="(a+)+$")
+    assert broker.count(r"refused register 'pubsub\.channel\.orders'.* to user alice") == 1
+    with publisher_for(cluster, "orders") as pub:  # the owner's channel still resolves
+        assert pub.publish([pub.event("ok")])["accepted"] == 1
+
+
+def test_a_user_publishes_only_where_it_may(secured: tuple[Cluster, Any]) -> None:
+    cluster, broker = secured
+    event = {"id": "b-1", "publisher_id": "b", "timestamp": 1.0}
+    with pytest.raises(NotAuthorized, match="may not: publish on channel 'orders'"):
+        call(channel_uri(cluster), who("bob"), "publish", [event])
+    assert call(channel_uri(cluster), who("alice"), "publish", [event])["accepted"] == 1
+    assert broker.count(r"refused publish on channel 'orders' to user bob") == 1
+
+
+def test_a_subscriber_id_belongs_to_its_user(secured: tuple[Cluster, Any]) -> None:
+    cluster, broker = secured
+    owner_sub = cluster.subscriber("orders", "s1")
+    with pytest.raises(NotAuthorized, match="belongs to another user"):
+        call(channel_uri(cluster), who("bob"), "unsubscribe", "s1")
+    with pytest.raises(NotAuthorized, match="belongs to another user"):
+        call(channel_uri(cluster), who("bob"), "subscribe", "s1", None)
+    with pytest.raises(NotAuthorized, match="belongs to another user"):
+        call(channel_uri(cluster), who("bob"), "heartbeat", "s1", "default", 1)
+    with publisher_for(cluster, "orders") as pub:
+        pub.publish([pub.event(n) for n in range(3)])
+    assert len(cluster.wait_for_records("orders", ("s1",), 3)["s1"]) == 3
+    assert owner_sub.alive
+    assert broker.count(r"belongs to another user") == 3
+
+
+def test_another_users_topic_messages_cannot_be_read(secured: tuple[Cluster, Any]) -> None:
+    cluster, _ = secured
+    topic = channel_uri(cluster, "orders.news")
+    assert call(topic, who("alice"), "subscribe", "a1", None)["mode"] == "pull"
+    call(topic, who("alice"), "publish", [{"id": "m-1", "publisher_id": "m", "timestamp": 1.0}])
+    with pytest.raises(NotAuthorized, match="belongs to another user"):
+        call(topic, who("bob"), "get", "a1")
+    reply = call(topic, who("alice"), "get", "a1")
+    assert reply["event"]["id"] == "m-1"  # still there for its owner: bob consumed nothing
+
+
+def test_dead_letters_need_the_admin_permission(secured: tuple[Cluster, Any]) -> None:
+    cluster, _ = secured
+    cluster.subscriber("orders", "s1", "--fault", "fail-on:PUB-1")
+    with publisher_for(cluster, "orders") as pub:
+        pub.publish([pub.event("card=4111-1111")])
+    uri = channel_uri(cluster)
+    owner = None  # the local token: this process is the broker's OS user
+    wait_until(lambda: len(call(uri, owner, "dead_letters")) == 1, what="the dead letter")
+    for name in ("alice", "bob"):
+        with pytest.raises(NotAuthorized, match="admin on channel 'orders'"):
+            call(uri, who(name), "dead_letters")
+        with pytest.raises(NotAuthorized, match="admin on channel 'orders'"):
+            call(uri, who(name), "replay_dead_letters", None)
+    assert call(uri, owner, "dead_letters")[0]["payload"] == "card=4111-1111"
+
+
+def test_a_forged_push_to_a_subscriber_is_refused(secured: tuple[Cluster, Any]) -> None:
+    cluster, _ = secured
+    sub = cluster.subscriber("orders", "s1")
+    callback = sub.wait_for(r"at (PYRO:\S+)").group(1)
+    forged = {"session": 1, "seq": 1, "events": [{"id": "PUB-1", "publisher_id": "PUB"}]}
+    for credential in (ANONYMOUS, None, who("alice")):  # nobody but the broker
+        with pytest.raises(NotAuthorized, match="admits only the broker"):
+            call(callback, credential, "deliver", forged)
+    assert sub.count(r"refused a connection") == 3
+    with publisher_for(cluster, "orders") as pub:
+        pub.publish([pub.event("real")])  # the real PUB-1 is handled: nothing forged got in
+    assert [r["id"] for r in cluster.wait_for_records("orders", ("s1",), 1)["s1"]] == ["PUB-1"]
+
+
+def test_a_name_server_that_admits_strangers_is_refused(cluster: Cluster) -> None:
+    port = free_port()
+    stock = cluster.start(
+        "pyro5-ns", ["-m", "Pyro5.nameserver", "-n", "127.0.0.1", "-p", str(port)], r"URI ="
+    )
+    serve = ["-m", "channel_server", "serve", "--ns-port", str(port), "--memory"]
+    refused = cluster.run(serve, timeout_s=30)
+    assert refused.returncode == 6, refused.stderr
+    assert "lets anyone change its names" in refused.stderr.strip().splitlines()[-1]
+    insecure = cluster.start("b-insecure", [*serve, "--insecure-name-server"], r"ready at")
+    assert insecure.count(r"does not authenticate") == 1
+    assert stock.alive
+
+
+def test_data_and_state_files_are_private(secured: tuple[Cluster, Any]) -> None:
+    cluster, _ = secured
+    with publisher_for(cluster, "orders") as pub:
+        pub.publish([pub.event("x")])
+    data, state = cluster.data_dir("broker"), cluster.tmp / "state"
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    files = [p for p in [*data.iterdir(), *state.iterdir()] if p.is_file()]
+    assert {p.name for p in files} >= {"channels.sqlite", "channels.sqlite-wal", "token"}
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {
+        p.name: 0o600 for p in files
+    }
+
+
+def test_a_credentials_file_connects_a_cli_as_its_user(secured: tuple[Cluster, Any]) -> None:
+    cluster, _ = secured
+    creds = cluster.tmp / "bob.yaml"
+    creds.write_text(yaml.safe_dump({"user": "bob", "password": PASSWORDS["bob"]}))
+    creds.chmod(0o600)
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "orders", "--id", "BOB"]
+    result = cluster.run([*argv, "--count", "1", "--credentials", str(creds)])
+    assert result.returncode == 6
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: not authorized: user 'bob' may not: publish on channel 'orders'"
+    )
