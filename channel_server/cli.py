@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "answers; run this one to share it between brokers.",
     )
     cc.add_ns_flags(nameserver)
+    cc.add_bind_flags(nameserver, "ns_host")
     nameserver.add_argument("--users", type=Path, default=None, metavar="FILE", help="users file")
     add_users_command(sub)
     return parser
@@ -256,6 +257,7 @@ def _add_serve(sub: Any) -> None:
         help="use an existing name server that does not authenticate (a stock pyro5-ns): "
         "any local process could then rewrite its names",
     )
+    cc.add_bind_flags(serve, "host", "ns_host")  # it may embed a name server on --ns-host
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
@@ -296,7 +298,8 @@ def serve(args: argparse.Namespace) -> int:
         broker.start()
     except (OSError, Pyro5.errors.PyroError, ChannelError) as exc:
         broker.stop()
-        return cc.fail(f"cannot start the broker: {exc}", cc.EXIT_UNAVAILABLE)
+        code = cc.EXIT_NOT_AUTHORIZED if isinstance(exc, NotAuthorized) else cc.EXIT_UNAVAILABLE
+        return cc.fail(f"cannot start the broker: {exc}", code)
     ns_kind = "embedded" if broker.ns.embedded else "existing"
     print(
         f"broker {config.broker_id} ready at {broker.uri}; name server "

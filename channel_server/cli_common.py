@@ -6,6 +6,7 @@ Light on purpose (no broker imports), so the publisher and subscriber CLIs can u
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import signal
@@ -17,8 +18,14 @@ from typing import Any
 
 import Pyro5.errors
 
-from channel_server import credentials
-from channel_server.errors import ChannelError, ClientError, NotAuthorized, TransportError
+from channel_server import credentials, tls
+from channel_server.errors import (
+    ChannelError,
+    ClientError,
+    InvalidArgument,
+    NotAuthorized,
+    TransportError,
+)
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, as_refusal
 
 EXIT_OK = 0
@@ -62,6 +69,44 @@ def add_ns_flags(parser: argparse.ArgumentParser) -> None:
         "$PUBSUB_CREDENTIALS, or $PUBSUB_USER and $PUBSUB_PASSWORD); default: the local "
         "token of this OS user",
     )
+    parser.add_argument(
+        "--tls-cert",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="TLS: this process's PEM certificate (chain), its server and client certificate; "
+        "needed by every process that serves (broker, name server, push subscriber). "
+        "TLS is all or nothing: every process of a deployment must use it "
+        f"(default ${tls.CERT_ENV})",
+    )
+    parser.add_argument(
+        "--tls-key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"TLS: the unencrypted PEM private key of --tls-cert (default ${tls.KEY_ENV})",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="TLS: PEM CA certificate(s) to verify peers with (default: the system's); on a "
+        "process that serves it also turns on mutual TLS (clients need a certificate that "
+        f"CA signed) (default ${tls.CA_ENV})",
+    )
+
+
+def add_bind_flags(parser: argparse.ArgumentParser, *bind_dests: str) -> None:
+    """``--insecure`` for a command that binds to the addresses in ``bind_dests`` (its
+    argument names): :func:`setup` refuses a non-loopback one without TLS unless given."""
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback bind address without TLS (credentials and events then "
+        "cross the network in clear text)",
+    )
+    parser.set_defaults(bind_dests=bind_dests)
 
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
@@ -158,10 +203,52 @@ def _bounded(kind: Callable[[str], Any], text: str, low: Any) -> Any:
 
 
 def setup(args: argparse.Namespace) -> None:
-    """Logging, and the credential named on the command line (for every proxy)."""
+    """Logging, the credential named on the command line (for every proxy) and TLS (for
+    every daemon and proxy). A TLS setting that cannot work, or a non-loopback bind without
+    TLS or ``--insecure``, ends the process: one line on stderr, exit 2."""
     setup_logging(args.log_level)
     if getattr(args, "credentials", None) is not None:
         os.environ[credentials.CREDENTIALS_ENV] = str(args.credentials)
+    try:
+        setup_tls(args)
+    except InvalidArgument as exc:
+        raise SystemExit(fail(str(exc), EXIT_USAGE)) from None
+
+
+def setup_tls(args: argparse.Namespace) -> tls.TlsOptions:
+    """Validate and apply the TLS flags (and env defaults); check the bind addresses of a
+    command made with :func:`add_bind_flags`. Raises InvalidArgument."""
+    bind_dests = getattr(args, "bind_dests", ())
+    options = tls.from_args(args).validate(serving=bool(bind_dests))
+    for dest in bind_dests:
+        host = getattr(args, dest)
+        if options.enabled or is_loopback(host):
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if not args.insecure:
+            raise InvalidArgument(
+                flag,
+                f"{host} is not a loopback address and TLS is off: credentials would cross "
+                "the network in clear text; give --tls-cert/--tls-key, or --insecure",
+            )
+        logging.getLogger(__name__).warning(
+            "%s %s without TLS (--insecure): credentials and events cross the network in "
+            "clear text",
+            flag,
+            host,
+        )
+    options.apply()
+    return options
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP address (any other name counts as not loopback)."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def setup_logging(level: str) -> None:

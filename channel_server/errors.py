@@ -86,6 +86,11 @@ class NotAuthorized(ClientError):
         super().__init__(f"not authorized: {reason}", reason=reason, action=action, channel=channel)
 
 
+REFUSED_MARK = "rejected: not authorized: "
+"""How a refused connection reads in the client's CommunicationError (the daemon's reason
+follows): see ``wire.as_refusal``."""
+
+
 class FaultInjectionDisabled(ClientError):
     """A fault-injection call reached a broker started without --allow-fault-injection."""
 

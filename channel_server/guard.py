@@ -14,6 +14,7 @@ from typing import Any
 
 import Pyro5.server
 
+from channel_server import tls
 from channel_server.credentials import Credential
 from channel_server.errors import NotAuthorized
 
@@ -25,6 +26,7 @@ CALLBACK_USER = "broker"
 
 class GuardedDaemon(Pyro5.server.Daemon):
     def __init__(self, gate: Gate, **kwargs: Any) -> None:
+        tls.from_environment(serving=True)
         super().__init__(**kwargs)
         self._gate = gate
 

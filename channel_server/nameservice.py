@@ -22,6 +22,7 @@ import Pyro5.core
 import Pyro5.errors
 import Pyro5.nameserver
 
+from channel_server import tls
 from channel_server.access import Access
 from channel_server.credentials import Credential
 from channel_server.errors import BrokerUnavailable, NotAuthorized
@@ -75,6 +76,7 @@ class GuardedNameServerDaemon(Pyro5.nameserver.NameServerDaemon):
     """Pyro5's name server daemon with the broker's gate and the guarded name server."""
 
     def __init__(self, host: str, port: int, access: Access) -> None:
+        tls.from_environment(serving=True)
         super().__init__(host=host, port=port)
         self._access = access
         self.unregister(self.nameserver)

@@ -13,10 +13,11 @@ import Pyro5.api
 import Pyro5.errors
 from Pyro5.serializers import SerializerBase
 
-from channel_server import credentials
+from channel_server import credentials, tls
 from channel_server.credentials import Credential
 from channel_server.errors import (
     ALL_ERRORS,
+    REFUSED_MARK,
     BrokerUnavailable,
     ChannelError,
     InvalidArgument,
@@ -77,7 +78,7 @@ def register_errors() -> None:
 
 ANONYMOUS = Credential("", "")
 """Connect without a credential (to find out whether a name server asks for one)."""
-REFUSED = "rejected: not authorized: "
+REFUSED = REFUSED_MARK
 """How a refused handshake reads in the client's CommunicationError."""
 
 
@@ -88,6 +89,7 @@ def make_proxy(
     (default: this process's, see :func:`credentials.ambient`) when it connects. It
     belongs to the calling thread."""
     register_errors()
+    tls.from_environment()
     proxy = Pyro5.api.Proxy(uri)
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from bench_support.service import (
     publish_count,
     read_summaries,
     start_bench_subscribers,
+    use_tls,
     wait_acked,
     warm_up,
 )
@@ -349,6 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARG",
         help="extra argument for 'channel_server serve' (repeatable), e.g. --broker-arg=--memory",
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="every process on mutual TLS (a throwaway CA made with trustme)",
+    )
     return parser
 
 
@@ -380,6 +387,8 @@ def settings_from_args(args: argparse.Namespace, workdir: Path) -> Settings:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.tls:
+        use_tls(Path(tempfile.mkdtemp(prefix="bench-tls-")))
     return bench_main(
         args,
         prog="bench",

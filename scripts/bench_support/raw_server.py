@@ -1,8 +1,8 @@
 """The raw Pyro5 ceiling's server: a trivial daemon with ``receive(batch) -> [ids]``.
 
 No broker code at all: the same Pyro5 thread server and msgpack serializer the service
-uses, to show what one process pair can do on this machine. Prints ``raw-server ready
-<URI>`` and serves until SIGTERM / SIGINT.
+uses (and TLS when ``$PUBSUB_TLS_*`` say so), to show what one process pair can do on this
+machine. Prints ``raw-server ready <URI>`` and serves until SIGTERM / SIGINT.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 
 import Pyro5.api
 import Pyro5.server
+
+from channel_server import tls
 
 Pyro5.config.SERIALIZER = "msgpack"
 
@@ -28,6 +30,7 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    tls.from_environment(serving=True)
     daemon = Pyro5.server.Daemon(host="127.0.0.1", port=0)
     uri = daemon.register(Sink(), "bench.sink")
     loop = threading.Thread(target=daemon.requestLoop, name="raw-server", daemon=True)

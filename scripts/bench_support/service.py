@@ -233,3 +233,25 @@ def wait_acked(channel: Any, target: int, timeout_s: float) -> float:
                 f"(accepted {stats['accepted']}, unacked {stats['unacked']})"
             )
         time.sleep(ACK_POLL_S)
+
+
+def use_tls(directory: Path) -> None:
+    """Turn TLS on for this process and its children (mutual, a test CA made with trustme
+    in ``directory``): what the service costs with it."""
+    import os
+
+    import trustme
+
+    from channel_server import tls
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    paths = {name: directory / name for name in ("ca.pem", "cert.pem", "key.pem")}
+    ca.cert_pem.write_to_path(str(paths["ca.pem"]))
+    cert.cert_chain_pems[0].write_to_path(str(paths["cert.pem"]))
+    cert.private_key_pem.write_to_path(str(paths["key.pem"]))
+    paths["key.pem"].chmod(0o600)
+    os.environ[tls.CERT_ENV] = str(paths["cert.pem"])
+    os.environ[tls.KEY_ENV] = str(paths["key.pem"])
+    os.environ[tls.CA_ENV] = str(paths["ca.pem"])
+    tls.from_environment()

@@ -178,9 +178,7 @@ def test_data_and_state_files_are_private(secured: tuple[Cluster, Any]) -> None:
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     files = [p for p in [*data.iterdir(), *state.iterdir()] if p.is_file()]
     assert {p.name for p in files} >= {"channels.sqlite", "channels.sqlite-wal", "token"}
-    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {
-        p.name: 0o600 for p in files
-    }
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
 
 
 def test_a_credentials_file_connects_a_cli_as_its_user(secured: tuple[Cluster, Any]) -> None:

@@ -1,0 +1,182 @@
+"""TLS between real processes: mutual TLS end to end, refused clients, public binds.
+
+Certificates come from trustme: one CA, one certificate for 127.0.0.1 and localhost that
+every process uses as its server and client certificate, and a stranger CA's certificate.
+The test process itself never turns TLS on (Pyro5's SSL switch is per process).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trustme
+
+from channel_server.cli_common import EXIT_NOT_AUTHORIZED, EXIT_OK, EXIT_USAGE
+from channel_server.tls import CA_ENV, CERT_ENV, KEY_ENV
+from tests.integration.procs import Cluster
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True)
+class Certs:
+    ca: Path
+    cert: Path
+    key: Path
+    stranger: Path
+    """A certificate and key (one file) that another CA signed."""
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return ("--tls-cert", str(self.cert), "--tls-key", str(self.key), "--tls-ca", str(self.ca))
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Certs:
+    where = tmp_path / "certs"
+    where.mkdir()
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    ca.cert_pem.write_to_path(str(where / "ca.pem"))
+    leaf.private_key_pem.write_to_path(str(where / "key.pem"))
+    for i, pem in enumerate(leaf.cert_chain_pems):
+        pem.write_to_path(str(where / "cert.pem"), append=i > 0)
+    trustme.CA().issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(where / "stranger.pem")
+    )
+    for key in ("key.pem", "stranger.pem"):
+        (where / key).chmod(0o600)
+    return Certs(where / "ca.pem", where / "cert.pem", where / "key.pem", where / "stranger.pem")
+
+
+def publish(cluster: Cluster, pub_id: str, count: int, *extra: str) -> list[str]:
+    return [
+        "-m", "publisher", "publish", *cluster.ns, "--channel", "c1",
+        "--id", pub_id, "--count", str(count), *extra,
+    ]  # fmt: skip
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_mutual_tls_end_to_end(
+    cluster: Cluster, certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broker (and its embedded name server) and subscriber take the flags, the publisher
+    the environment: 20 events arrive, each once."""
+    broker = cluster.broker("c1", extra=("--memory", *certs.flags))
+    sub = cluster.subscriber("c1", "s1", "--quiet", *certs.flags)
+    monkeypatch.setenv(CERT_ENV, str(certs.cert))
+    monkeypatch.setenv(KEY_ENV, str(certs.key))
+    monkeypatch.setenv(CA_ENV, str(certs.ca))
+    result = cluster.run(publish(cluster, "P", 20))
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "20 accepted" in result.stdout
+    records = cluster.wait_for_records("c1", ("s1",), 20)["s1"]
+    assert sorted(r["id"] for r in records) == sorted(f"P-{n}" for n in range(1, 21))
+    assert broker.alive and sub.alive
+
+
+def test_refused_clients_get_one_line_and_the_broker_keeps_serving(
+    cluster: Cluster, certs: Certs
+) -> None:
+    broker = cluster.broker("c1", extra=("--memory", *certs.flags))
+    cluster.subscriber("c1", "s1", "--quiet", *certs.flags)
+    cert_only = ("--tls-cert", str(certs.cert), "--tls-key", str(certs.key))
+    stranger = ("--tls-cert", str(certs.stranger), "--tls-key", str(certs.stranger))
+    cases = {
+        "no TLS at all": ((), "this daemon accepts TLS connections only"),
+        "no CA": (cert_only, "the certificate of 127.0.0.1 is not trusted"),
+        "a CA but no certificate": (
+            ("--tls-ca", str(certs.ca)),
+            "127.0.0.1 refused this process's certificate",
+        ),
+        "another CA's certificate": (
+            (*stranger, "--tls-ca", str(certs.ca)),
+            "127.0.0.1 refused this process's certificate",
+        ),
+    }
+    for case, (flags, reason) in cases.items():
+        result = cluster.run(publish(cluster, "REFUSED", 1, *flags), timeout_s=20)
+        assert result.returncode == EXIT_NOT_AUTHORIZED, (case, result.stderr)
+        line = one_line(result.stderr)
+        assert line.startswith("error: not authorized: TLS: "), (case, line)
+        assert reason in line, (case, line)
+    assert broker.count(r"WARNING channel_server\.tls: refused a plain-text connection") >= 1
+    assert broker.alive
+    result = cluster.run(publish(cluster, "P", 3, *certs.flags))
+    assert result.returncode == EXIT_OK, result.stderr
+    records = cluster.wait_for_records("c1", ("s1",), 3)["s1"]
+    assert {r["publisher_id"] for r in records} == {"P"}
+
+
+def test_a_silent_connection_does_not_stall_a_tls_daemon(cluster: Cluster, certs: Certs) -> None:
+    """Pyro5 would run the TLS handshake in its accept loop, with no timeout: one peer
+    that connects and says nothing would freeze the daemon for everyone."""
+    cluster.broker("c1", extra=("--memory", *certs.flags))
+    with (
+        socket.create_connection(("127.0.0.1", cluster.ns_port)) as silent,
+        socket.create_connection(("127.0.0.1", cluster.ns_port)) as half,
+    ):
+        half.sendall(b"PY")  # half of a plain Pyro header, then nothing
+        result = cluster.run(publish(cluster, "P", 1, *certs.flags), timeout_s=20)
+        assert silent.fileno() >= 0
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "1 accepted" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["-m", "channel_server", "serve", "--memory", "--host", "0.0.0.0"], "--host"),
+        (["-m", "channel_server", "serve", "--memory", "--ns-host", "10.1.2.3"], "--ns-host"),
+        (["-m", "channel_server", "nameserver", "--ns-host", "0.0.0.0"], "--ns-host"),
+        (["-m", "subscriber", "run", "--channel", "c", "--id", "s", "--host", "::"], "--host"),
+    ],
+    ids=lambda a: " ".join(a[1:3]) if isinstance(a, list) else a,
+)
+def test_a_public_bind_without_tls_is_refused(cluster: Cluster, argv: list[str], flag: str):
+    result = cluster.run([*argv, "--ns-port", str(cluster.ns_port)], timeout_s=20)
+    assert result.returncode == EXIT_USAGE
+    line = one_line(result.stderr)
+    assert re.fullmatch(
+        rf"error: {flag}: \S+ is not a loopback address and TLS is off: credentials would "
+        r"cross the network in clear text; give --tls-cert/--tls-key, or --insecure",
+        line,
+    ), line
+
+
+def test_insecure_lets_a_broker_bind_everywhere(cluster: Cluster) -> None:
+    broker = cluster.broker("c1", extra=("--memory", "--host", "0.0.0.0", "--insecure"))
+    assert broker.count(r"WARNING .*--host 0\.0\.0\.0 without TLS \(--insecure\)") == 1
+    assert broker.terminate() == EXIT_OK
+
+
+@pytest.mark.parametrize(
+    "extra,reason",
+    [
+        (("--tls-cert", "{cert}"), "--tls-cert and --tls-key go together"),
+        (("--tls-ca", "{ca}"), "a process that serves needs --tls-cert and --tls-key"),
+        (("--tls-cert", "{cert}", "--tls-key", "{ca}"), "are not a PEM certificate"),
+        (("--tls-cert", "{cert}", "--tls-key", "{key}", "--tls-ca", "/nope"), "/nope: cannot"),
+    ],
+    ids=["cert without key", "ca only", "not a key", "missing ca"],
+)
+def test_tls_flags_that_cannot_work_are_one_line(
+    cluster: Cluster, certs: Certs, extra: tuple[str, ...], reason: str
+) -> None:
+    files = {"cert": certs.cert, "key": certs.key, "ca": certs.ca}
+    flags = [flag.format(**files) for flag in extra]
+    argv = ["-m", "channel_server", "serve", "--memory", *cluster.ns, *flags]
+    result = cluster.run(argv, timeout_s=20)
+    assert result.returncode == EXIT_USAGE
+    line = one_line(result.stderr)
+    assert line.startswith("error: tls: ") and reason in line, line
