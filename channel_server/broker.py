@@ -27,6 +27,7 @@ from channel_server.errors import FaultInjectionDisabled, InvalidArgument, Unkno
 from channel_server.guard import GuardedDaemon
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
+from channel_server.strict_calls import checked_arity
 from channel_server.users import Action
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
@@ -66,7 +67,7 @@ class Broker:
         register_errors()
         self._pool.start()
         sys.setswitchinterval(self.config.switch_interval_s)
-        Pyro5.config.THREADPOOL_SIZE = self.config.threadpool_size
+        self.config.transport.apply()
         self.ns = NameService.connect_or_start(
             self.config.ns_host,
             self.config.ns_port,
@@ -204,6 +205,7 @@ class _BrokerDaemon(GuardedDaemon):
         self._on_disconnect(conn)
 
 
+@checked_arity
 @Pyro5.api.expose
 class BrokerService:
     """What a broker answers over RPC: channel creation, listing, admin calls."""

@@ -37,6 +37,7 @@ from channel_server.events import Event
 from channel_server.liveness import Liveness
 from channel_server.push import PushDelivery
 from channel_server.store.base import MemberRecord, Store
+from channel_server.strict_calls import checked_arity
 from channel_server.users import Action
 from channel_server.wire import DEFAULT_GROUP
 
@@ -45,6 +46,7 @@ SESSION_SEED_SCALE = 1_000_000
 """Sessions start at the clock in microseconds: each life of a channel uses new ones."""
 
 
+@checked_arity
 class EventChannel:
     """A named channel: publish events, subscribe consumers, acknowledge, read its state.
 

@@ -272,6 +272,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         channels=tuple(check_name("channel", c) for c in args.channel),
         allow_fault_injection=args.allow_fault_injection,
         insecure_name_server=args.insecure_name_server,
+        transport=cc.transport_from_args(args),
         channel=channel,
     )
 

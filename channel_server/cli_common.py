@@ -26,6 +26,7 @@ from channel_server.errors import (
     NotAuthorized,
     TransportError,
 )
+from channel_server.transport import TransportConfig
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, as_refusal
 
 EXIT_OK = 0
@@ -107,6 +108,61 @@ def add_bind_flags(parser: argparse.ArgumentParser, *bind_dests: str) -> None:
         "cross the network in clear text)",
     )
     parser.set_defaults(bind_dests=bind_dests)
+    add_transport_flags(parser)
+
+
+def add_transport_flags(parser: argparse.ArgumentParser) -> None:
+    """Bounds on the connections a serving process accepts (see transport.TransportConfig)."""
+    d = TransportConfig()
+    group = parser.add_argument_group("connection limits")
+    group.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=d.max_connections,
+        help="connections served at once, a thread each; one more is refused as busy "
+        f"(default {d.max_connections})",
+    )
+    group.add_argument(
+        "--comm-timeout",
+        type=non_negative_float,
+        default=d.comm_timeout_s,
+        metavar="S",
+        help="close a connection idle this long; clients reconnect (0: never; default "
+        f"{d.comm_timeout_s:g})",
+    )
+    group.add_argument(
+        "--handshake-timeout",
+        type=positive_float,
+        default=d.handshake_timeout_s,
+        metavar="S",
+        help="a new connection must have authenticated within this "
+        f"(default {d.handshake_timeout_s:g})",
+    )
+    group.add_argument(
+        "--max-message-bytes",
+        type=positive_int,
+        default=d.max_message_bytes,
+        metavar="N",
+        help=f"largest message accepted (default {d.max_message_bytes})",
+    )
+    group.add_argument(
+        "--max-waiting",
+        type=positive_int,
+        default=d.max_waiting,
+        metavar="N",
+        help="connections waiting to authenticate (no thread each); the oldest is closed "
+        f"past this (default {d.max_waiting})",
+    )
+
+
+def transport_from_args(args: argparse.Namespace) -> TransportConfig:
+    return TransportConfig(
+        max_connections=args.max_connections,
+        comm_timeout_s=args.comm_timeout,
+        handshake_timeout_s=args.handshake_timeout,
+        max_message_bytes=args.max_message_bytes,
+        max_waiting=args.max_waiting,
+    )
 
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
@@ -213,6 +269,8 @@ def setup(args: argparse.Namespace) -> None:
         setup_tls(args)
     except InvalidArgument as exc:
         raise SystemExit(fail(str(exc), EXIT_USAGE)) from None
+    if hasattr(args, "max_connections"):
+        transport_from_args(args).apply()
 
 
 def setup_tls(args: argparse.Namespace) -> tls.TlsOptions:

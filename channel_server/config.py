@@ -8,6 +8,7 @@ from channel_server.core.group import GroupPolicy
 from channel_server.core.health import DelayPolicy
 from channel_server.core.member import WindowPolicy
 from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES
+from channel_server.transport import TransportConfig
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
 
@@ -101,8 +102,8 @@ class BrokerConfig:
     the SQLite store: 1 ms cost 20 % of throughput, 20 ms gained about 15 % (fewer forced
     switches between the publish and dispatcher threads) with p99 latency at 1,000 ev/s
     still under 5 ms (docs/benchmarks.md)."""
-    threadpool_size: int = 256
-    """Pyro5 worker threads: one per connected client (publishers, subscribers, admin)."""
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    """Connections served at once, idle and handshake timeouts, largest message."""
     push_threads: int = 8
     """Threads that push batches to every push member of every channel (a bounded pool,
     not a thread per subscriber; a push only hands a batch over, so it is short)."""

@@ -21,7 +21,7 @@ from typing import Any
 import Pyro5.api
 
 from channel_server.guard import callback_credential
-from channel_server.wire import make_proxy
+from channel_server.wire import closed_by_peer, make_proxy
 
 log = logging.getLogger(__name__)
 Task = Callable[[], None]
@@ -118,6 +118,8 @@ class MemberLink:
         try:
             if self._failed and not self.answers():
                 raise ConnectionError(f"{self.callback} does not answer a ping")
+            if self._proxy is not None and closed_by_peer(self._proxy):
+                self._drop()  # the subscriber closed it as idle: open a new one
             if self._proxy is None:
                 credential = callback_credential(self.secret)
                 self._proxy = make_proxy(self.callback, self._push_timeout_s, credential)

@@ -17,6 +17,7 @@ import Pyro5.server
 from channel_server import tls
 from channel_server.credentials import Credential
 from channel_server.errors import NotAuthorized
+from channel_server.transport import HardenedDaemon
 
 log = logging.getLogger(__name__)
 Gate = Callable[[Any, Any], Any]
@@ -24,7 +25,7 @@ CALLBACK_USER = "broker"
 """The user name a broker gives when it connects to a subscriber's callback."""
 
 
-class GuardedDaemon(Pyro5.server.Daemon):
+class GuardedDaemon(HardenedDaemon, Pyro5.server.Daemon):
     def __init__(self, gate: Gate, **kwargs: Any) -> None:
         tls.from_environment(serving=True)
         super().__init__(**kwargs)

@@ -26,12 +26,15 @@ from channel_server import tls
 from channel_server.access import Access
 from channel_server.credentials import Credential
 from channel_server.errors import BrokerUnavailable, NotAuthorized
+from channel_server.strict_calls import checked_arity
+from channel_server.transport import HardenedDaemon
 from channel_server.wire import ANONYMOUS, locate_ns
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
 
 
+@checked_arity
 @Pyro5.api.expose
 class GuardedNameServer:
     """Pyro5's NameServer behind the access rules (same methods, same answers)."""
@@ -72,7 +75,7 @@ class GuardedNameServer:
         return self._inner.remove(name, prefix)
 
 
-class GuardedNameServerDaemon(Pyro5.nameserver.NameServerDaemon):
+class GuardedNameServerDaemon(HardenedDaemon, Pyro5.nameserver.NameServerDaemon):
     """Pyro5's name server daemon with the broker's gate and the guarded name server."""
 
     def __init__(self, host: str, port: int, access: Access) -> None:

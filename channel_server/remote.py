@@ -19,7 +19,7 @@ import Pyro5.errors
 
 from channel_server.errors import BrokerUnavailable, UnknownChannel
 from channel_server.lookup import resolve_channel
-from channel_server.wire import as_refusal, check_name, make_proxy
+from channel_server.wire import as_refusal, check_name, closed_by_peer, make_proxy
 
 log = logging.getLogger(__name__)
 DEFAULT_ATTEMPTS = 5
@@ -112,6 +112,8 @@ class RemoteChannel:
         )
 
     def _connect(self) -> Pyro5.api.Proxy:
+        if self._proxy is not None and closed_by_peer(self._proxy):
+            self.release()  # the broker closed it as idle: open a new one
         if self._proxy is None:
             uri = resolve_channel(*self._ns, self.channel, create=self._create, kind=self._kind)
             self._proxy = make_proxy(uri, self._timeout_s)

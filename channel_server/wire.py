@@ -7,6 +7,7 @@ helpers. Importing this module loads Pyro5 but never the broker, its store or it
 from __future__ import annotations
 
 import re
+import select
 from typing import Any
 
 import Pyro5.api
@@ -114,6 +115,20 @@ def locate_ns(
             f"name server {host}:{port}", "not reachable"
         ) from exc
     return ns
+
+
+def closed_by_peer(proxy: Pyro5.api.Proxy) -> bool:
+    """Whether a connected proxy's server has closed the connection (a server closes one
+    idle for its comm timeout): on an idle Pyro5 connection the server sends nothing, so
+    anything to read means it is closing. One poll, no waiting."""
+    conn = proxy._pyroConnection
+    if conn is None:
+        return False
+    try:
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+    except (OSError, ValueError):  # already closed here
+        return True
+    return bool(readable)
 
 
 def as_refusal(exc: BaseException) -> NotAuthorized | None:

@@ -25,6 +25,7 @@ import Pyro5.api
 import Pyro5.server
 
 from channel_server.guard import GuardedDaemon, secret_gate
+from channel_server.strict_calls import checked_arity
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
 from subscriber.control import ChannelSession, Identity
 from subscriber.faults import Faults
@@ -46,6 +47,7 @@ broker it gave it to when it subscribed (so nobody else can push it forged event
 HANDLER_WAIT_MAX_S = 24 * 3600.0
 
 
+@checked_arity
 class _Receiver:
     """The callback object the channel pushes to."""
 

@@ -1,0 +1,407 @@
+"""The connections a daemon serves: bounded, timed, and well-formed frames only (issue 13).
+
+Pyro5's thread-pool server gives each accepted socket a worker thread before it has sent a
+byte, and when every worker is taken it answers in its accept loop with a blocking read, so
+a few hundred idle sockets locked every client out. Here an accepted socket waits in a
+*lobby* (one selector in the accept loop, no thread) until its whole handshake has arrived,
+within ``handshake_timeout_s``, and only then gets a worker; the oldest waiting socket makes
+room when ``max_waiting`` are waiting. (A TLS socket moves on at its first bytes: its
+handshake needs the TLS layer first; the worker then gives it ``handshake_timeout_s``.)
+
+Each frame's header is checked before its body is read (:func:`read_header`): msgpack only,
+no oneway (a thread per call), batched, compressed or blob calls, at most
+``max_message_bytes``. An established connection idle for ``comm_timeout_s`` is closed;
+clients see that (``wire.closed_by_peer``) and reconnect before their next call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+import socket
+import ssl
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import Pyro5
+import Pyro5.core
+import Pyro5.errors
+import Pyro5.svr_threads
+from Pyro5 import protocol, serializers, socketutil
+from Pyro5.serializers import MsgpackSerializer
+
+from channel_server import strict_calls
+from channel_server.errors import InvalidArgument
+
+log = logging.getLogger(__name__)
+HEADER_FORMAT = "!4sHBBHHII16sHH"
+HEADER_BYTES = struct.calcsize(HEADER_FORMAT)
+MAGIC = 0x4DC5
+MSGPACK_ID = MsgpackSerializer.serializer_id
+HANDSHAKE_MAX_BYTES = 64 * 1024
+"""A handshake carries a user name and password (or a callback secret) and an object id."""
+SERVED_FLAGS = protocol.FLAGS_CORR_ID
+READ_CHUNK_BYTES = 1 << 20
+"""A big body is read in pieces, so a frame that never completes holds little memory."""
+LOG_EVERY_S = 10.0
+"""The same kind of refusal is logged at most once per this many seconds."""
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """How many connections a process serves and for how long (every daemon here)."""
+
+    max_connections: int = 256
+    """Connections served at once (Pyro5 worker threads); one more is refused as busy."""
+    comm_timeout_s: float = 60.0
+    """An established connection that sends nothing for this long is closed."""
+    handshake_timeout_s: float = 5.0
+    """A new connection must have sent its whole handshake within this."""
+    max_message_bytes: int = 64 << 20
+    """Largest frame accepted; its header is refused before the body is read."""
+    max_waiting: int = 1024
+    """Connections waiting for their handshake (a file descriptor each, no thread)."""
+
+    def apply(self) -> None:
+        """Make this process's daemons (and Pyro5's own checks) use these bounds."""
+        Pyro5.config.THREADPOOL_SIZE = self.max_connections
+        Pyro5.config.THREADPOOL_SIZE_MIN = min(
+            Pyro5.config.THREADPOOL_SIZE_MIN, self.max_connections
+        )
+        Pyro5.config.COMMTIMEOUT = self.comm_timeout_s
+        Pyro5.config.MAX_MESSAGE_SIZE = self.max_message_bytes
+        global _config
+        _config = self
+        install()
+
+
+_config: TransportConfig | None = None
+
+
+def current() -> TransportConfig:
+    """The bounds in force (the defaults until a process applies its own)."""
+    if _config is None:
+        TransportConfig().apply()
+    assert _config is not None
+    return _config
+
+
+def install() -> None:
+    """Serve every daemon created from now on through :class:`LobbyServer` (idempotent)."""
+    strict_calls.install()
+    Pyro5.svr_threads.SocketServer_Threadpool = LobbyServer
+
+
+@dataclass(frozen=True)
+class Frame:
+    kind: int
+    serializer: int
+    flags: int
+    seq: int
+    size: int
+    """Bytes after the header (annotations and data)."""
+
+
+class FrameRefused(Exception):
+    """A frame this server does not serve; the connection is closed after it."""
+
+    def __init__(self, reason: str, frame: Frame | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.frame = frame
+
+
+HANDSHAKE_KINDS = (protocol.MSG_CONNECT,)
+CALL_KINDS = (protocol.MSG_INVOKE, protocol.MSG_PING)
+
+
+def read_header(header: bytes, kinds: tuple[int, ...], max_bytes: int) -> Frame:
+    """The frame a 40-byte header announces, if this server serves it."""
+    tag, version, kind, serializer, flags, seq, size, notes, _, _, magic = struct.unpack(
+        HEADER_FORMAT, header
+    )
+    if tag != b"PYRO" or version != protocol.PROTOCOL_VERSION or magic != MAGIC:
+        raise FrameRefused("not a Pyro5 frame of this protocol version", None)
+    frame = Frame(kind, serializer, flags, seq, size + notes)
+    limit = max_bytes if kind == protocol.MSG_INVOKE else HANDSHAKE_MAX_BYTES
+    if kind not in kinds:
+        raise FrameRefused(f"message type {kind} is not expected here", frame)
+    if kind != protocol.MSG_PING and serializer != MSGPACK_ID:
+        raise FrameRefused("this service speaks msgpack only", frame)
+    if flags & ~SERVED_FLAGS:
+        raise FrameRefused("oneway, batched, compressed and blob calls are refused", frame)
+    if frame.size > limit:
+        raise FrameRefused(f"a {frame.size}-byte message is over the limit of {limit}", frame)
+    return frame
+
+
+class CheckedConnection(socketutil.SocketConnection):
+    """A served connection that checks each frame's header before reading its body."""
+
+    def __init__(self, sock: socket.socket, prefix: bytes, max_bytes: int) -> None:
+        super().__init__(sock)
+        self.handshaken = False
+        self._prefix = bytearray(prefix)
+        """Bytes received ahead (the lobby read the handshake)."""
+        self._header = bytearray()
+        """The current frame's header, not yet handed to Pyro5."""
+        self._body_left = 0
+        self._max_bytes = max_bytes
+
+    def recv(self, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        if not self._header and not self._body_left:
+            header = self._read(HEADER_BYTES)
+            kinds = CALL_KINDS if self.handshaken else HANDSHAKE_KINDS
+            self._body_left = read_header(bytes(header), kinds, self._max_bytes).size
+            self._header = header
+        data = self._header[:size]
+        del self._header[:size]
+        if len(data) < size:
+            body = self._read(size - len(data))
+            self._body_left = max(0, self._body_left - len(body))
+            data += body
+        return bytes(data)
+
+    def _read(self, size: int) -> bytearray:
+        data = self._prefix[:size]
+        del self._prefix[:size]
+        while len(data) < size:
+            data += socketutil.receive_data(self.sock, min(READ_CHUNK_BYTES, size - len(data)))
+        return data
+
+
+class _Throttle:
+    """Log a kind of event at most once per LOG_EVERY_S, saying how many were not logged."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def warning(self, kind: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        last, skipped = self._last.get(kind, (-LOG_EVERY_S, 0))
+        if now - last < LOG_EVERY_S:
+            self._last[kind] = (last, skipped + 1)
+            return
+        self._last[kind] = (now, 0)
+        more = f" ({skipped} more since the last report)" if skipped else ""
+        log.warning(message + more, *args)
+
+
+throttle = _Throttle()
+
+
+class _Job:
+    """One served connection on a worker thread: handshake, then calls until it closes."""
+
+    def __init__(self, conn: CheckedConnection, address: Any, daemon: Any) -> None:
+        self.conn, self.address, self.daemon = conn, address, daemon
+
+    def __call__(self) -> None:
+        try:
+            self._serve()
+        except FrameRefused as exc:
+            throttle.warning("frame", "refused a frame from %s: %s", _host(self.address), exc)
+            self.daemon.refuse_frame(self.conn, exc)
+        except Pyro5.errors.TimeoutError:
+            log.debug("closed the idle connection from %s", _host(self.address))
+        except (OSError, Pyro5.errors.CommunicationError) as exc:
+            log.debug("connection from %s ends: %s", _host(self.address), exc)
+        except Exception as exc:  # a worker must not die on one connection's trouble
+            throttle.warning("error", "connection from %s failed: %r", _host(self.address), exc)
+        finally:
+            self.conn.close()
+
+    def _serve(self) -> None:
+        if not self.daemon._handshake(self.conn):
+            return
+        self.conn.handshaken = True
+        self.conn.timeout = current().comm_timeout_s or None
+        try:
+            while True:
+                self.daemon.handleRequest(self.conn)
+        finally:
+            self.daemon._clientDisconnect(self.conn)
+
+
+@dataclass
+class _Waiting:
+    address: Any
+    deadline: float
+    received: bytearray
+
+
+class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
+    """Pyro5's thread-pool transport with a lobby for connections still handshaking."""
+
+    def init(self, daemon: Any, host: Any, port: Any, unixsocket: Any = None) -> None:
+        self._waiting: dict[socket.socket, _Waiting] = {}
+        super().init(daemon, host, port, unixsocket)
+
+    def events(self, eventsockets: Any) -> None:
+        for key, _ in self._selector.select(self._select_timeout()):
+            if key.fileobj is self.sock:
+                self._accept()
+            else:
+                self._read(key.fileobj)  # type: ignore[arg-type]
+        self._expire(time.monotonic())
+
+    def _select_timeout(self) -> float:
+        poll = Pyro5.config.POLLTIMEOUT
+        if not self._waiting:
+            return poll
+        first = next(iter(self._waiting.values()))
+        return max(0.01, min(poll, first.deadline - time.monotonic()))
+
+    def _accept(self) -> None:
+        try:
+            sock, address = self.sock.accept()
+        except (TimeoutError, BlockingIOError):
+            return
+        except OSError as exc:  # out of file descriptors: make room, the client retries
+            throttle.warning("accept", "cannot accept a connection: %s", exc)
+            self._evict_oldest()
+            return
+        if self.shutting_down:
+            sock.close()
+            return
+        limits = current()
+        if len(self._waiting) >= limits.max_waiting:
+            self._evict_oldest()
+        sock.setblocking(False)
+        deadline = time.monotonic() + limits.handshake_timeout_s
+        self._waiting[sock] = _Waiting(address, deadline, bytearray())
+        self._selector.register(sock, selectors.EVENT_READ)
+
+    def _read(self, sock: socket.socket) -> None:
+        waiting = self._waiting[sock]
+        if isinstance(sock, ssl.SSLSocket):
+            self._hand_over(sock, waiting)
+            return
+        try:
+            chunk = sock.recv(HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received))
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(sock)
+            return
+        waiting.received += chunk
+        if len(waiting.received) < HEADER_BYTES:
+            return
+        try:
+            frame = read_header(
+                bytes(waiting.received[:HEADER_BYTES]), HANDSHAKE_KINDS, HANDSHAKE_MAX_BYTES
+            )
+        except FrameRefused as exc:
+            throttle.warning(
+                "handshake", "refused a connection from %s: %s", _host(waiting.address), exc
+            )
+            self._refuse(sock, exc.frame, exc.reason)
+            return
+        if len(waiting.received) >= HEADER_BYTES + frame.size:
+            self._hand_over(sock, waiting, frame)
+
+    def _hand_over(
+        self, sock: socket.socket, waiting: _Waiting, frame: Frame | None = None
+    ) -> None:
+        self._forget(sock)
+        limits = current()
+        sock.settimeout(limits.handshake_timeout_s)
+        conn = CheckedConnection(sock, bytes(waiting.received), limits.max_message_bytes)
+        try:
+            self.pool.process(_Job(conn, waiting.address, self.daemon))
+        except Pyro5.svr_threads.NoFreeWorkersError:
+            throttle.warning(
+                "busy",
+                "all %d connections are in use: refused one from %s (see --max-connections)",
+                limits.max_connections,
+                _host(waiting.address),
+            )
+            busy = f"busy: all {limits.max_connections} connections are in use, retry later"
+            self._refuse(sock, frame, busy)
+
+    def _refuse(self, sock: socket.socket, frame: Frame | None, reason: str) -> None:
+        """Answer a handshake with its refusal if it can be sent at once, then close."""
+        self._forget(sock)
+        if frame is not None and not isinstance(sock, ssl.SSLSocket):
+            serializer = serializers.serializers_by_id.get(frame.serializer)
+            serializer = serializer or serializers.serializers_by_id[MSGPACK_ID]
+            reply = protocol.SendingMessage(
+                protocol.MSG_CONNECTFAIL,
+                0,
+                frame.seq,
+                serializer.serializer_id,
+                serializer.dumps(reason),
+            )
+            with contextlib.suppress(OSError):
+                sock.setblocking(False)
+                sock.send(reply.data)
+        _close(sock)
+
+    def _expire(self, now: float) -> None:
+        while self._waiting:
+            sock, waiting = next(iter(self._waiting.items()))
+            if waiting.deadline > now:
+                return
+            log.debug("%s sent no handshake in time: closed", _host(waiting.address))
+            self._drop(sock)
+
+    def _evict_oldest(self) -> None:
+        if self._waiting:
+            self._drop(next(iter(self._waiting)))
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._forget(sock)
+        _close(sock)
+
+    def _forget(self, sock: socket.socket) -> None:
+        if self._waiting.pop(sock, None) is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(sock)
+
+    def close(self) -> None:
+        for sock in list(getattr(self, "_waiting", ())):
+            self._drop(sock)
+        super().close()
+
+
+class HardenedDaemon:
+    """Mixin placed before a Pyro5 daemon class: the lobby transport, strict calls, and a
+    ``Pyro.Daemon`` object with typed refusals."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        current()
+        install()
+        super().__init__(*args, **kwargs)
+        self.objectsById[Pyro5.core.DAEMON_NAME] = strict_calls.StrictDaemonObject(self)
+
+    def handleRequest(self, conn: Any) -> None:
+        strict_calls.serving(self)
+        super().handleRequest(conn)  # type: ignore[misc]
+
+    def refuse_frame(self, conn: Any, exc: FrameRefused) -> None:
+        """Tell a msgpack caller why its frame was refused (it may not be listening)."""
+        frame = exc.frame
+        if frame is None or frame.kind != protocol.MSG_INVOKE or frame.serializer != MSGPACK_ID:
+            return
+        error = InvalidArgument("message", exc.reason)
+        with contextlib.suppress(Exception):
+            self._sendExceptionResponse(conn, frame.seq, MSGPACK_ID, error, None)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+def _host(address: Any) -> str:
+    try:
+        return f"{address[0]}:{address[1]}"
+    except (TypeError, IndexError):
+        return str(address)

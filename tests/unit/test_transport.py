@@ -1,0 +1,235 @@
+"""Frame checks, the checked connection and strict call decoding (issue 13), without a
+daemon: frames are built with Pyro5's own SendingMessage and read over a socketpair."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+
+import msgpack
+import pytest
+from Pyro5 import protocol
+from Pyro5.serializers import MarshalSerializer, SerpentSerializer
+
+from channel_server.errors import InvalidArgument
+from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
+from channel_server.transport import (
+    CALL_KINDS,
+    HANDSHAKE_KINDS,
+    HANDSHAKE_MAX_BYTES,
+    HEADER_BYTES,
+    HEADER_FORMAT,
+    MAGIC,
+    MSGPACK_ID,
+    CheckedConnection,
+    FrameRefused,
+    read_header,
+)
+
+LIMIT = 1 << 20
+
+
+def frame(
+    kind: int = protocol.MSG_INVOKE,
+    data: bytes = b"x",
+    serializer: int = MSGPACK_ID,
+    flags: int = 0,
+    seq: int = 7,
+) -> bytes:
+    return protocol.SendingMessage(kind, flags, seq, serializer, data).data
+
+
+def header(
+    kind: int = protocol.MSG_INVOKE,
+    data: bytes = b"x",
+    serializer: int = MSGPACK_ID,
+    flags: int = 0,
+    seq: int = 7,
+) -> bytes:
+    """A header as a client of any kind may write it (SendingMessage drops some flags)."""
+    return struct.pack(
+        HEADER_FORMAT,
+        b"PYRO",
+        protocol.PROTOCOL_VERSION,
+        kind,
+        serializer,
+        flags,
+        seq,
+        len(data),
+        0,
+        b"\0" * 16,
+        0,
+        MAGIC,
+    )
+
+
+def test_a_msgpack_call_is_served() -> None:
+    got = read_header(header(data=b"abc"), CALL_KINDS, LIMIT)
+    assert (got.kind, got.seq, got.size) == (protocol.MSG_INVOKE, 7, 3)
+
+
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        ({"serializer": SerpentSerializer.serializer_id}, "msgpack only"),
+        ({"serializer": MarshalSerializer.serializer_id}, "msgpack only"),
+        ({"flags": protocol.FLAGS_ONEWAY}, "oneway"),
+        ({"flags": protocol.FLAGS_BATCH}, "batched"),
+        ({"flags": protocol.FLAGS_COMPRESSED}, "compressed"),
+        ({"kind": protocol.MSG_CONNECT}, "not expected"),
+        ({"kind": protocol.MSG_RESULT}, "not expected"),
+        ({"data": b"x" * (LIMIT + 1)}, "over the limit"),
+    ],
+)
+def test_a_frame_not_served_is_refused_with_its_reason(kw: dict, reason: str) -> None:
+    with pytest.raises(FrameRefused, match=reason) as caught:
+        read_header(header(**kw), CALL_KINDS, LIMIT)
+    assert caught.value.frame is not None and caught.value.frame.seq == 7
+
+
+def test_a_handshake_is_small_and_msgpack() -> None:
+    assert read_header(header(kind=protocol.MSG_CONNECT), HANDSHAKE_KINDS, LIMIT).seq == 7
+    big = header(kind=protocol.MSG_CONNECT, data=b"x" * (HANDSHAKE_MAX_BYTES + 1))
+    with pytest.raises(FrameRefused, match="over the limit"):
+        read_header(big, HANDSHAKE_KINDS, LIMIT)
+    with pytest.raises(FrameRefused, match="not expected"):
+        read_header(header(), HANDSHAKE_KINDS, LIMIT)
+
+
+def test_pings_of_any_serializer_id_are_served() -> None:
+    ping = header(kind=protocol.MSG_PING, serializer=42, data=b"ping")
+    assert read_header(ping, CALL_KINDS, LIMIT).kind == protocol.MSG_PING
+
+
+def test_garbage_is_not_a_frame() -> None:
+    with pytest.raises(FrameRefused, match="not a Pyro5 frame") as caught:
+        read_header(b"GET / HTTP/1.1\r\n" + b"\0" * (HEADER_BYTES - 16), CALL_KINDS, LIMIT)
+    assert caught.value.frame is None
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    a.settimeout(2.0)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_frames_are_read_whole_from_the_prefix_then_the_socket(pair) -> None:
+    ours, theirs = pair
+    hello, call = frame(kind=protocol.MSG_CONNECT, data=b"hi"), frame(data=b"body" * 1000)
+    conn = CheckedConnection(ours, hello + call[:10], LIMIT)
+    theirs.sendall(call[10:])
+    assert bytes(protocol.recv_stub(conn, HANDSHAKE_KINDS).data) == b"hi"
+    conn.handshaken = True
+    assert bytes(protocol.recv_stub(conn, CALL_KINDS).data) == b"body" * 1000
+    conn.keep_open = True  # the fixture closes the socket
+
+
+def test_a_refused_header_is_refused_before_its_body_is_awaited(pair) -> None:
+    ours, theirs = pair
+    conn = CheckedConnection(ours, b"", LIMIT)
+    conn.handshaken = True
+    theirs.sendall(header(data=b"x" * (LIMIT + 1)))  # the body never comes
+    with pytest.raises(FrameRefused, match="over the limit"):
+        protocol.recv_stub(conn, CALL_KINDS)
+    conn.keep_open = True
+
+
+def test_before_the_handshake_only_a_handshake_is_served(pair) -> None:
+    ours, _ = pair
+    conn = CheckedConnection(ours, frame(), LIMIT)
+    with pytest.raises(FrameRefused, match="not expected"):
+        protocol.recv_stub(conn, HANDSHAKE_KINDS)
+    conn.keep_open = True
+
+
+def call_bytes(*call) -> bytes:
+    return msgpack.packb(list(call), use_bin_type=True)
+
+
+STRICT = StrictMsgpack()
+
+
+def test_a_well_formed_call_decodes() -> None:
+    assert STRICT.loadsCall(call_bytes("obj", "stats", [1], {"a": 2})) == (
+        "obj",
+        "stats",
+        [1],
+        {"a": 2},
+    )
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"\xc1\xc1garbage", "not a msgpack call"),
+        (msgpack.packb(["o", "m", [{1: "int key"}], {}]), "not a msgpack call"),
+        (call_bytes("o", "m", []), r"\[object, method, args, kwargs\]"),
+        (call_bytes("o", 5, [], {}), "must be strings"),
+        (call_bytes("o", "m", {}, []), "args must be a list"),
+    ],
+)
+def test_a_malformed_call_is_a_typed_refusal(data: bytes, reason: str) -> None:
+    with pytest.raises(InvalidArgument, match=reason):
+        STRICT.loadsCall(data)
+
+
+def test_no_classes_or_extension_types_are_rebuilt() -> None:
+    uri_dict = {"__class__": "Pyro5.core.URI", "state": ["PYRO", "x", None, "h", 1]}
+    ext = msgpack.ExtType(0x32, b"\0" * 8)  # Pyro5 would make a datetime of it
+    _, _, args, _ = STRICT.loadsCall(msgpack.packb(["o", "m", [uri_dict, ext], {}]))
+    assert args == [uri_dict, ext]
+
+
+class _Served:
+    def __init__(self) -> None:
+        self.objectsById = {"chan": _Target()}
+
+
+@checked_arity
+class _Target:
+    def call(self, a: int, b: int = 0) -> int:
+        return a + b
+
+    def broken(self) -> None:
+        raise TypeError("a bug inside")
+
+    def hidden(self) -> None:
+        pass
+
+    call._pyroExposed = True  # type: ignore[attr-defined]
+    broken._pyroExposed = True  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "target, method, reason",
+    [
+        ("nobody", "call", "no object 'nobody'"),
+        ("chan", "hidden", "has no method 'hidden'"),
+        ("chan", "_private", "has no method"),
+        ("chan", "__getattr__", "has no method"),
+        ("chan", "missing", "has no method"),
+    ],
+)
+def test_a_call_names_a_served_object_and_an_exposed_method(target, method, reason) -> None:
+    serving(_Served())
+    try:
+        with pytest.raises(InvalidArgument, match=reason):
+            STRICT.loadsCall(call_bytes(target, method, [], {}))
+        assert STRICT.loadsCall(call_bytes("chan", "call", [1], {}))[1] == "call"
+    finally:
+        serving(None)
+
+
+def test_wrong_arguments_are_a_typed_refusal_and_bugs_stay_bugs() -> None:
+    target = _Target()
+    assert target.call(1, b=2) == 3
+    for args, kwargs in (((), {}), ((1, 2, 3), {}), ((1,), {"c": 3})):
+        with pytest.raises(InvalidArgument, match="call"):
+            target.call(*args, **kwargs)
+    with pytest.raises(TypeError, match="a bug inside"):
+        target.broken()
+    assert target.call._pyroExposed  # still reachable over RPC
