@@ -55,6 +55,25 @@ def test_a_name_out_of_the_state_dir_is_refused_before_any_file_is_written(
     assert every_path(tmp_path) == before  # no state dir, no window, no record
 
 
+def test_an_id_with_a_space_does_not_mark_another_processed_after_a_restart(
+    cluster: Cluster,
+) -> None:
+    cluster.broker("ev")
+    state = ["--state-dir", str(cluster.tmp / "sub-state")]
+    first = cluster.subscriber("ev", "s1", *state)
+    with publisher_for(cluster, "ev", "EVIL") as pub:
+        assert pub.publish([dict(pub.event("x"), id="evil PUB-7")])["accepted"] == 1
+    cluster.wait_for_records("ev", ("s1",), 1)
+    assert first.terminate() == 0
+
+    cluster.subscriber("ev", "s1", *state)  # reads its window back from the state dir
+    with publisher_for(cluster, "ev") as pub:
+        assert pub.publish([dict(pub.event("y"), id="PUB-7")])["accepted"] == 1
+
+    records = cluster.wait_for_records("ev", ("s1",), 2)["s1"]
+    assert [r["id"] for r in records] == ["evil PUB-7", "PUB-7"]  # its handler ran
+
+
 def test_markup_and_escapes_in_partitions_and_nacks_are_printed_literally(
     cluster: Cluster,
 ) -> None:

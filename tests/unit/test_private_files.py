@@ -171,7 +171,17 @@ def test_a_client_file_is_never_opened_through_a_symbolic_link(tmp_path: Path) -
 # -- names, checked before anything is written --------------------------------------------
 @pytest.mark.parametrize(
     "parts",
-    [("../x",), ("..",), (".",), ("a/b",), ("/etc/passwd",), ("",), ("x" * 129,), ("a", None)],
+    [
+        ("../x",),
+        ("..",),
+        (".",),
+        ("a/b",),
+        ("/etc/passwd",),
+        ("a\x00b",),
+        ("",),
+        ("x" * 129,),
+        ("a", None),
+    ],
 )
 def test_state_path_refuses_a_part_that_is_not_a_plain_name(tmp_path: Path, parts) -> None:
     with pytest.raises(InvalidArgument, match="state file name part"):
@@ -218,6 +228,30 @@ def test_subscriber_run_refuses_a_name_out_of_the_state_dir_before_any_write(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"argument {flag}: {value!r}" in err, err
     assert every_path(tmp_path) == [tmp_path / "a", cwd.parent, cwd]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["publisher", "publish", "--channel", "c", "--id", "../x", "--count", "1"],
+        ["publisher", "publish", "--channel", "../c", "--id", "p1", "--count", "1"],
+        ["publisher", "put", "--id", "../x", "t", "m"],
+        ["publisher", "put", "--id", "p1", "../t", "m"],
+        ["subscriber", "get", "--id", "../x", "t"],
+        ["subscriber", "subscribe", "--id", "s1", "--group", "a/b", "t"],
+        ["subscriber", "script", "--id", "a/b", "s.yaml"],
+    ],
+)
+def test_client_commands_refuse_a_name_when_parsing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    main = {"publisher": publisher_cli.main, "subscriber": subscriber_cli.main}[argv[0]]
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv[1:], "--state-dir", str(tmp_path / "state"), "--ns-port", "1"])
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "error: argument" in line and "must be 1-128 characters of [A-Za-z0-9._-]" in line
+    assert every_path(tmp_path) == []
 
 
 def test_the_window_file_keeps_its_name(tmp_path: Path) -> None:
