@@ -18,7 +18,12 @@ from channel_server import credentials
 from channel_server.config import BrokerConfig, ChannelConfig
 from channel_server.errors import ChannelError, ClientError, NotAuthorized, UnknownChannel
 from channel_server.lookup import resolve_channel
-from channel_server.status import make_console, render_channel, render_dead_letters
+from channel_server.status import (
+    make_console,
+    render_channel,
+    render_dead_letters,
+    render_unreachable,
+)
 from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
 from channel_server.users_cli import add_users_command, run_users
 from channel_server.wire import (
@@ -379,7 +384,7 @@ def show_status(args: argparse.Namespace) -> int:
             with make_proxy(uri, LIST_TIMEOUT_S) as channel:
                 stats = channel.stats()
         except Pyro5.errors.PyroError as exc:
-            console.print(f"[bold]{name}[/bold] on broker {broker}: unreachable ({exc})")
+            render_unreachable(console, name, broker, exc)
             continue
         everything.append(dict(stats, broker=broker))
         if not args.json:

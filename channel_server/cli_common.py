@@ -27,7 +27,7 @@ from channel_server.errors import (
     TransportError,
 )
 from channel_server.transport import TransportConfig
-from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, as_refusal
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, as_refusal, check_name
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -202,7 +202,7 @@ def add_client_command(
 ) -> argparse.ArgumentParser:
     """A classic-client subcommand with ``--id`` and the name-server and client flags."""
     cmd = sub.add_parser(name, help=help_text, description=description)
-    cmd.add_argument("--id", required=True, dest=id_dest, help="client id")
+    cmd.add_argument("--id", required=True, type=plain_name, dest=id_dest, help="client id")
     add_ns_flags(cmd)
     add_client_flags(cmd)
     return cmd
@@ -248,6 +248,15 @@ def port_number(text: str) -> int:
     return value
 
 
+def plain_name(text: str) -> str:
+    """argparse type of a channel, group, topic, subscriber or publisher name: checked when
+    the command line is parsed, before any state file is opened (names make file names)."""
+    try:
+        return check_name("name", text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc.reason}") from None
+
+
 def _bounded(kind: Callable[[str], Any], text: str, low: Any) -> Any:
     try:
         value = kind(text)
@@ -260,12 +269,16 @@ def _bounded(kind: Callable[[str], Any], text: str, low: Any) -> Any:
 
 def setup(args: argparse.Namespace) -> None:
     """Logging, the credential named on the command line (for every proxy) and TLS (for
-    every daemon and proxy). A TLS setting that cannot work, or a non-loopback bind without
-    TLS or ``--insecure``, ends the process: one line on stderr, exit 2."""
+    every daemon and proxy). A credentials file or TLS setting that cannot work, or a
+    non-loopback bind without TLS or ``--insecure``, ends the process: one line on stderr,
+    exit 2."""
     setup_logging(args.log_level)
     if getattr(args, "credentials", None) is not None:
         os.environ[credentials.CREDENTIALS_ENV] = str(args.credentials)
     try:
+        path = os.environ.get(credentials.CREDENTIALS_ENV)
+        if path and hasattr(args, "credentials"):  # a command that connects
+            credentials.from_file(Path(path))  # read now: not first in some thread's proxy
         setup_tls(args)
     except InvalidArgument as exc:
         raise SystemExit(fail(str(exc), EXIT_USAGE)) from None

@@ -67,16 +67,30 @@ def ambient(state_dir: Path | None = None) -> Credential | None:
 
 
 def from_file(path: Path) -> Credential:
-    """A credentials file: ``{user: NAME, password: SECRET}`` (YAML or JSON)."""
+    """A credentials file: ``{user: NAME, password: SECRET}`` (YAML or JSON). Anything
+    else is a one-line InvalidArgument naming the file."""
     try:
         data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InvalidArgument("credentials", f"{path}: cannot read it ({exc})") from None
+    except OSError as exc:
+        raise _bad_file(path, f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise _bad_file(path, "not a text file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise _bad_file(path, f"not valid YAML{where}") from None
     if not isinstance(data, dict) or not {"user", "password"} <= data.keys():
-        raise InvalidArgument("credentials", f"{path}: needs 'user' and 'password'")
+        raise _bad_file(path, "needs 'user' and 'password'")
+    user, password = data["user"], data["password"]
+    if type(user) is not str or type(password) is not str or not user or not password:
+        raise _bad_file(path, "'user' and 'password' must be non-empty strings (quote them)")
     if _wider_than_private(path):
         log.warning("%s is readable by other users: make it 0600", path)
-    return Credential(str(data["user"]), str(data["password"]))
+    return Credential(user, password)
+
+
+def _bad_file(path: Path, reason: str) -> InvalidArgument:
+    return InvalidArgument("credentials", f"{path}: {reason}")
 
 
 def read_token(directory: Path) -> str | None:

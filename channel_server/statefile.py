@@ -170,15 +170,26 @@ def _tighten(
 
 
 def read_state(path: Path) -> str | None:
-    """The text of a state file, None when there is none (StoreError when unreadable)."""
+    """The text of a state file, None when there is none (StoreError when unreadable or
+    not UTF-8). Line ends are kept as they are ("\\r" is not turned into "\\n")."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         return None
     except UnicodeDecodeError:
         raise malformed(path, "not a text file") from None
     except OSError as exc:
         raise StoreError(str(path), f"cannot read: {_reason(exc)}") from None
+
+
+def complete_lines(path: Path, text: str) -> list[str]:
+    """The lines of an append-only file, split on "\\n" only (never on "\\r" or other
+    separators). A last line without its "\\n" was torn by a crash as it was written, and
+    is left out (logged)."""
+    lines = text.split("\n")
+    if torn := lines.pop():
+        log.warning("%s: ignoring a last line torn by a crash: %.60r", path, torn)
+    return lines
 
 
 def malformed(path: Path, what: str) -> StoreError:

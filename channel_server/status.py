@@ -1,4 +1,12 @@
-"""Readable tables of channel state for ``status`` and ``dead-letters`` (rich)."""
+"""Readable tables of channel state for ``status`` and ``dead-letters`` (rich).
+
+Every string that comes from the service (names, partitions, ids, error messages) is
+shown as it is: every line and cell is a plain ``Text``, never parsed as markup, so
+"[/oops]" in a partition or a nack message prints as "[/oops]" instead of failing
+(MarkupError) or styling the rest of the line. Characters that are not printable (ESC and
+other control codes, line breaks, lone surrogates) are shown as escape sequences, so such
+a string can neither drive the terminal nor fail to encode.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 PIPE_WIDTH = 160
 """Columns when the output is not a terminal (rich would assume 80 and cut cells)."""
@@ -32,13 +41,14 @@ MEMBER_COLUMNS = (
 
 
 def render_channel(console: Console, broker: str, stats: dict[str, Any]) -> None:
-    console.print(
-        f"[bold]{stats['name']}[/bold] ({stats['kind']}) on broker {broker}: "
-        f"{stats['unacked']}/{stats['capacity']} unacknowledged, {stats['accepted']} accepted, "
-        f"{stats['acked']} acknowledged, {stats['dead_letters']} dead letters"
+    summary = (
+        f" ({stats['kind']}) on broker {broker}: {stats['unacked']}/{stats['capacity']} "
+        f"unacknowledged, {stats['accepted']} accepted, {stats['acked']} acknowledged, "
+        f"{stats['dead_letters']} dead letters"
     )
+    console.print(_line(_bold(stats["name"]), summary))
     for name, group in stats["groups"].items():
-        console.print(f"  group [bold]{name}[/bold]: backlog {group['backlog']}")
+        console.print(_line("  group ", _bold(name), f": backlog {group['backlog']}"))
         console.print(_members_table(group["members"]))
         if group["partitions"]:
             console.print(_partitions_table(group["partitions"]))
@@ -51,7 +61,7 @@ def _members_table(members: list[dict[str, Any]]) -> Table:
     for member in members:
         table.add_row(*(_cell(member[key]) for _, key in MEMBER_COLUMNS))
     if not members:
-        table.add_row("(no members)", *[""] * (len(MEMBER_COLUMNS) - 1))
+        table.add_row(Text("(no members)"), *[""] * (len(MEMBER_COLUMNS) - 1))
     return table
 
 
@@ -60,36 +70,57 @@ def _partitions_table(partitions: list[dict[str, Any]]) -> Table:
     for title in ("publisher", "partition", "owner", "pending", "in flight"):
         table.add_column(title, justify="right" if title in ("pending", "in flight") else "left")
     for p in sorted(partitions, key=lambda p: (p["publisher_id"], str(p["partition"]))):
-        table.add_row(
-            p["publisher_id"],
-            str(p["partition"]),
-            p["owner"] or "-",
-            str(p["pending"]),
-            str(p["in_flight"]),
-        )
+        row = (p["publisher_id"], p["partition"], p["owner"] or "-", p["pending"], p["in_flight"])
+        table.add_row(*map(_cell, row))
     return table
+
+
+DEAD_LETTER_COLUMNS = (
+    ("id", "id"),
+    ("publisher", "publisher_id"),
+    ("partition", "partition"),
+    ("group", "group"),
+    ("failures", "failures"),
+    ("error", "error"),
+)
 
 
 def render_dead_letters(console: Console, channel: str, letters: list[dict[str, Any]]) -> None:
     if not letters:
-        console.print(f"{channel}: no dead letters")
+        console.print(Text(f"{_visible(channel)}: no dead letters"))
         return
-    table = Table(title=f"{channel}: {len(letters)} dead letters", show_edge=False)
-    for title in ("id", "publisher", "partition", "group", "failures", "error"):
+    title = Text(f"{_visible(channel)}: {len(letters)} dead letters")
+    table = Table(title=title, show_edge=False)
+    for title, _ in DEAD_LETTER_COLUMNS:
         table.add_column(title)
-    for d in letters:
-        table.add_row(
-            d["id"],
-            d["publisher_id"],
-            str(d["partition"]),
-            d["group"],
-            str(d["failures"]),
-            d["error"],
-        )
+    for letter in letters:
+        table.add_row(*(_cell(letter[key]) for _, key in DEAD_LETTER_COLUMNS))
     console.print(table)
 
 
-def _cell(value: Any) -> str:
+def render_unreachable(console: Console, channel: str, broker: str, error: Exception) -> None:
+    console.print(_line(_bold(channel), f" on broker {broker}: unreachable ({error})"))
+
+
+def _cell(value: Any) -> Text:
+    """A table cell that shows ``value`` literally."""
     if isinstance(value, bool):
-        return "yes" if value else "NO"
-    return str(value)
+        return Text("yes" if value else "NO")
+    return Text(_visible(value))
+
+
+def _bold(value: Any) -> Text:
+    return Text(_visible(value), style="bold")
+
+
+def _line(*parts: str | Text) -> Text:
+    """One line of plain parts (never read as markup) and styled ones."""
+    return Text.assemble(*(_visible(p) if isinstance(p, str) else p for p in parts))
+
+
+def _visible(value: Any) -> str:
+    """``str(value)`` with each character that is not printable as its escape sequence."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)

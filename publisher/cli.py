@@ -16,7 +16,7 @@ from channel_server.lookup import broker_of_channel, resolve_channel
 from channel_server.remote import ClientOptions
 from channel_server.scenario import ScenarioRunner, Step, load_steps
 from channel_server.statefile import default_state_dir
-from channel_server.wire import check_name, make_proxy
+from channel_server.wire import make_proxy
 from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, FileReport, SparkMode, publish_file
 from publisher.client import Publisher
 from publisher.state import PublisherState
@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
         "partition seq %% P. Prints accepted / duplicate / refused counts and the rate.",
     )
     cc.add_ns_flags(pub)
-    pub.add_argument("--channel", required=True, help="channel name")
-    pub.add_argument("--id", required=True, dest="publisher_id", help="publisher id (PUB)")
+    pub.add_argument("--channel", required=True, type=cc.plain_name, help="channel name")
+    pub.add_argument(
+        "--id", required=True, type=cc.plain_name, dest="publisher_id", help="publisher id (PUB)"
+    )
     source = pub.add_mutually_exclusive_group(required=True)
     source.add_argument("--count", type=cc.positive_int, help="synthetic events to publish")
     source.add_argument(
@@ -147,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         "for its current subscribers; with none it says so and stores nothing.",
         "publisher_id",
     )
-    put.add_argument("topic", help="topic name")
+    put.add_argument("topic", type=cc.plain_name, help="topic name")
     put.add_argument("message", help="the message (a string payload)")
     cc.add_script_command(
         sub, "put: a topic and a message, '{n}' in it the repetition", "publisher_id"
@@ -156,13 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _putter(args: argparse.Namespace) -> Putter:
-    check_name("id", args.publisher_id)
     state = PublisherState(args.state_dir or default_state_dir(), args.publisher_id)
     return Putter(args.publisher_id, state, ClientOptions.from_args(args))
 
 
 def put(args: argparse.Namespace) -> int:
-    check_name("topic", args.topic)
     putter = _putter(args)
     try:
         if line := putter.resend_pending():
@@ -213,8 +213,6 @@ def paced(events: Iterator[dict[str, Any]], rate: float) -> Iterator[dict[str, A
 
 
 def publish(args: argparse.Namespace) -> int:
-    check_name("channel", args.channel)
-    check_name("id", args.publisher_id)
     state_dir = args.state_dir or default_state_dir()
     with Publisher(
         args.channel,

@@ -14,8 +14,7 @@ from channel_server import cli_common as cc
 from channel_server.errors import NotSubscribed
 from channel_server.remote import ClientOptions
 from channel_server.scenario import ScenarioRunner, load_steps
-from channel_server.statefile import default_state_dir
-from channel_server.wire import check_name
+from channel_server.statefile import default_state_dir, state_path
 from subscriber.client import DEFAULT_CONNECT_TIMEOUT_S, Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
 from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
@@ -37,11 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
         "event in hand, acknowledges what was processed and unsubscribes.",
     )
     cc.add_ns_flags(run)
-    run.add_argument("--channel", required=True, help="channel name")
-    run.add_argument("--id", required=True, dest="subscriber_id", help="subscriber id")
+    run.add_argument("--channel", required=True, type=cc.plain_name, help="channel name")
+    run.add_argument(
+        "--id", required=True, type=cc.plain_name, dest="subscriber_id", help="subscriber id"
+    )
     run.add_argument(
         "--group",
         default=None,
+        type=cc.plain_name,
         help="consumer group (default: 'default' on a queue, a group of its own on a topic)",
     )
     run.add_argument(
@@ -106,8 +108,10 @@ def _add_pull_commands(sub: Any) -> None:
     for name, text in helps.items():
         description = text[0].upper() + text[1:] + "."
         cmd = cc.add_client_command(sub, name, text, description, "subscriber_id")
-        cmd.add_argument("topic", help="topic name")
-        cmd.add_argument("--group", default=None, help="group (default: one of its own)")
+        cmd.add_argument("topic", type=cc.plain_name, help="topic name")
+        cmd.add_argument(
+            "--group", default=None, type=cc.plain_name, help="group (default: one of its own)"
+        )
     topics = cc.add_client_command(
         sub,
         "topics",
@@ -120,9 +124,6 @@ def _add_pull_commands(sub: Any) -> None:
 
 
 def _pull_client(args: argparse.Namespace) -> PullClient:
-    check_name("id", args.subscriber_id)
-    if getattr(args, "topic", None) is not None:
-        check_name("topic", args.topic)
     state_dir = args.state_dir or default_state_dir()
     return PullClient(args.subscriber_id, state_dir, ClientOptions.from_args(args))
 
@@ -200,13 +201,11 @@ def _fault_arg(text: str) -> FaultSpec:
 
 
 def _window_file(args: argparse.Namespace) -> Path | None:
+    """``processed-<channel>-<group>-<id>.txt`` in ``--state-dir`` (the names were checked
+    when parsed; state_path checks them again before anything is written)."""
     if args.state_dir is None:
         return None
-    from channel_server.statefile import state_path  # (kept local to this function)
-
-    group = args.group or "auto"
-    # checked before anything is written: a group like ../x is refused, not followed
-    parts = ("processed", args.channel, group, args.subscriber_id)
+    parts = ("processed", args.channel, args.group or "auto", args.subscriber_id)
     return state_path(args.state_dir, *parts, suffix=".txt")
 
 
@@ -223,8 +222,7 @@ def make_handler(subscriber_id: str, quiet: bool) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_name("channel", args.channel)
-    check_name("id", args.subscriber_id)
+    processed = ProcessedIds(args.window, _window_file(args))  # a malformed one: refused
     recorder = Recorder(args.record, args.subscriber_id) if args.record else None
     subscriber = Subscriber(
         args.channel,
@@ -237,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         recorder=recorder,
         faults=Faults(args.fault, random.Random(args.fault_seed)),
-        processed=ProcessedIds(args.window, _window_file(args)),
+        processed=processed,
         connect_timeout_s=args.connect_timeout,
     )
     stop = cc.stop_on_signals()

@@ -4,8 +4,15 @@ A redelivered event whose id is in the window (its ack was lost, or the broker r
 is acknowledged without running the handler again. The window lives in memory, or also in
 an append-only file (``--state-dir``; 0600 in a 0700 directory): ids are remembered as soon
 as their handler returns and written to disk (``flush``) before their ack is sent, so the
-window survives a restart of the subscriber too. One JSON string per line: an id cannot be
-split or forged by whitespace in another id.
+window survives a restart of the subscriber too.
+
+The file is a header line (:data:`HEADER`), then one JSON string per line (``json.dumps``
+escapes newlines and every other control character), so an id can neither be split nor
+forge another one ("evil PUB-7" stays one id). Files of older versions have no header: one
+JSON string per line, or older still one bare id per line; both are read (each whole line
+one id) and rewritten in the current format. A last line without its newline was torn by a
+crash before its ack went out, and is ignored. Anything else that is not an id is a
+one-line StoreError naming the file: a window that cannot be trusted is not guessed at.
 """
 
 from __future__ import annotations
@@ -19,12 +26,24 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from channel_server.statefile import open_private_append, private_dir, write_private
+from channel_server.statefile import (
+    complete_lines,
+    malformed,
+    open_private_append,
+    private_dir,
+    read_state,
+    state_path,
+    write_private,
+)
 
 log = logging.getLogger(__name__)
 DEFAULT_WINDOW = 100_000
 COMPACT_FACTOR = 2
 """The file is rewritten with the live window once it holds this many windows of lines."""
+FORMAT_NAME = "pubsub-processed-ids"
+FORMAT_VERSION = 2
+HEADER = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
+"""The first line of a window file (older versions wrote none)."""
 
 
 class ProcessedIds:
@@ -36,17 +55,16 @@ class ProcessedIds:
 
     def __init__(self, window: int = DEFAULT_WINDOW, path: Path | None = None) -> None:
         self.window = window
-        self.path = path
+        self.path = None if path is None else state_path(path.parent, path.name)
         self._lock = threading.Lock()
         self._ids: set[str] = set()
         self._order: deque[str] = deque()
         self._unwritten: list[str] = []
         self._file: IO[str] | None = None
         self._lines = 0
-        if path is not None:
-            private_dir(path.parent)
-            if path.exists():
-                self._remember(_read(path))
+        if self.path is not None:
+            private_dir(self.path.parent)
+            self._remember(read_window(self.path))
             self._compact()
 
     def __contains__(self, event_id: object) -> bool:
@@ -101,7 +119,7 @@ class ProcessedIds:
             return
         if self._file is not None:
             self._file.close()
-        write_private(self.path, "".join(json.dumps(i) + "\n" for i in self._order))
+        write_private(self.path, HEADER + "\n" + "".join(json.dumps(i) + "\n" for i in self._order))
         self._file = open_private_append(self.path)
         self._lines = len(self._order)
 
@@ -113,21 +131,44 @@ class ProcessedIds:
                 self._file = None
 
 
-def _read(path: Path) -> list[str]:
-    """The ids of a window file: one JSON string per line. A line that is not one (torn by
-    a crash, or written by an older version as a bare id) is taken as the bare line."""
-    ids = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            try:
-                value = json.loads(line)
-            except ValueError:
-                value = line
-            if isinstance(value, str):
-                ids.append(value)
-            else:
-                log.warning("%s: ignoring a line that is not an id: %.60s", path, line)
-    return ids
+def read_window(path: Path) -> list[str]:
+    """The ids of a window file, oldest first ([] when there is none); StoreError naming
+    the file when it is not a window."""
+    lines = complete_lines(path, read_state(path) or "")
+    if lines and lines[0].startswith("{"):
+        _check_header(path, lines[0])
+        return [_json_id(path, number, line) for number, line in enumerate(lines[1:], 2)]
+    return _headerless_ids(lines)
+
+
+def _check_header(path: Path, line: str) -> None:
+    try:
+        header = json.loads(line)
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise malformed(path, f"line 1 is not the header of a processed-id window ({HEADER})")
+    if header.get("version") != FORMAT_VERSION:
+        version = header.get("version")
+        raise malformed(path, f"window format version {version!r:.20} is not known")
+
+
+def _json_id(path: Path, number: int, line: str) -> str:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        value = None
+    if type(value) is not str:
+        raise malformed(path, f"line {number} is not an id (a JSON string): {line[:60]!r}")
+    return value
+
+
+def _headerless_ids(lines: list[str]) -> list[str]:
+    """An older window: one JSON string per line when every line is one, else one bare id
+    per line (the whole line, spaces and all)."""
+    ids = [line for line in lines if line]
+    try:
+        decoded = [json.loads(line) for line in ids]
+    except ValueError:
+        return ids
+    return decoded if all(type(value) is str for value in decoded) else ids

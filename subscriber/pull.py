@@ -15,8 +15,8 @@ from typing import Any
 import Pyro5.errors
 
 from channel_server.remote import ClientOptions, RemoteChannel
-from channel_server.statefile import StateFile
-from channel_server.wire import NS_CHANNEL_PREFIX, locate_ns, make_proxy
+from channel_server.statefile import StateFile, state_path
+from channel_server.wire import NS_CHANNEL_PREFIX, check_name, locate_ns, make_proxy
 from subscriber.received import ReceivedJournal
 
 log = logging.getLogger(__name__)
@@ -28,11 +28,14 @@ class PullClient:
     """One subscriber id's classic subscriptions; its proxies belong to the calling thread."""
 
     def __init__(self, subscriber_id: str, state_dir: Path, options: ClientOptions) -> None:
-        self.subscriber_id = subscriber_id
+        """InvalidArgument for an id that is not a name, before any file is touched;
+        StoreError naming a state file that is not what it should be."""
+        self.subscriber_id = check_name("subscriber_id", subscriber_id)
         self.options = options
-        self.state = StateFile(state_dir / f"subscriber-{subscriber_id}.json")
+        self.state = StateFile(state_path(state_dir, "subscriber", subscriber_id, suffix=".json"))
         """Scenario progress."""
-        self.received = ReceivedJournal(state_dir / f"subscriber-{subscriber_id}.received")
+        journal = state_path(state_dir, "subscriber", subscriber_id, suffix=".received")
+        self.received = ReceivedJournal(journal)
         self._remotes: dict[str, RemoteChannel] = {}
         self._drops_left = options.drop_replies
 

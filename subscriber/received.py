@@ -2,8 +2,8 @@
 
 An append-only JSON-lines file, one line per message received, flushed before the message
 is shown: a crash of the client loses nothing (the next ``get`` names this id as the last
-one) and repeats nothing. A line torn by a crash is ignored: its message was never shown,
-so the broker hands it out again. The file is compacted when opened and every
+one) and repeats nothing. A last line torn by a crash is ignored: its message was never
+shown, so the broker hands it out again. The file is compacted when opened and every
 ``COMPACT_LINES`` lines.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from channel_server.statefile import (
+    complete_lines,
     malformed,
     open_private_append,
     private_dir,
@@ -37,11 +38,14 @@ class ReceivedJournal:
         self._compact()
 
     def _read(self) -> None:
-        for number, line in enumerate((read_state(self.path) or "").split("\n"), 1):
+        """A torn last line is left out (that message was never shown); any other line
+        that is not a record makes the journal malformed."""
+        lines = complete_lines(self.path, read_state(self.path) or "")
+        for number, line in enumerate(lines, 1):
             try:
                 record = json.loads(line)
             except ValueError:
-                continue  # torn by a crash: that message was never shown
+                record = None
             if not _is_record(record):
                 raise malformed(self.path, f"line {number} is not a {{topic, event}} record")
             self._last[record["topic"]] = record.get("event")

@@ -131,6 +131,7 @@ def render_table(
     console_file: TextIO,
 ) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     loads = [r["load1"] for e in results.values() for r in e["runs"] if "load1" in r]
@@ -149,7 +150,11 @@ def render_table(
     table.add_column("", justify="center")
     for name, entry in results.items():
         if not entry["runs"]:
-            status = f"[red]failed: {entry['error']}[/red]" if "error" in entry else "interrupted"
+            status = (
+                f"[red]failed: {escape(entry['error'])}[/red]"
+                if "error" in entry
+                else "interrupted"
+            )
             table.add_row(name, status, "-", "-", "", "", end_section=True)
             continue
         first = True
@@ -169,7 +174,7 @@ def render_table(
             )
             first = False
         if entry.get("error"):
-            table.add_row("", f"[red]error: {entry['error']}[/red]", "", "", "", "")
+            table.add_row("", f"[red]error: {escape(entry['error'])}[/red]", "", "", "", "")
     Console(file=console_file, width=140).print(table)
 
 

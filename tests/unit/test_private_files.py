@@ -171,7 +171,17 @@ def test_a_client_file_is_never_opened_through_a_symbolic_link(tmp_path: Path) -
 # -- names, checked before anything is written --------------------------------------------
 @pytest.mark.parametrize(
     "parts",
-    [("../x",), ("..",), (".",), ("a/b",), ("/etc/passwd",), ("",), ("x" * 129,), ("a", None)],
+    [
+        ("../x",),
+        ("..",),
+        (".",),
+        ("a/b",),
+        ("/etc/passwd",),
+        ("a\x00b",),
+        ("",),
+        ("x" * 129,),
+        ("a", None),
+    ],
 )
 def test_state_path_refuses_a_part_that_is_not_a_plain_name(tmp_path: Path, parts) -> None:
     with pytest.raises(InvalidArgument, match="state file name part"):
@@ -196,17 +206,52 @@ def test_a_publisher_id_that_is_not_a_plain_name_writes_nothing(tmp_path: Path) 
     assert every_path(tmp_path) == []
 
 
-def test_subscriber_run_refuses_a_group_out_of_the_state_dir_before_any_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--group", "../../../x"), ("--channel", "../x"), ("--id", "a/b"), ("--group", "x\x00y")],
+)
+def test_subscriber_run_refuses_a_name_out_of_the_state_dir_before_any_write(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
 ) -> None:
     cwd = tmp_path / "a" / "b" / "c"
     cwd.mkdir(parents=True)
     monkeypatch.chdir(cwd)
-    argv = ["run", "--channel", "c", "--id", "s1", "--group", "../../../x", "--state-dir", "sd"]
-    assert subscriber_cli.main(argv) != 0
+    names = {"--channel": "c", "--id": "s1", "--group": "g", flag: value}
+    argv = ["run", *(x for item in names.items() for x in item)]
+    with pytest.raises(SystemExit) as stopped:
+        subscriber_cli.main([*argv, "--state-dir", "sd", "--record", "r.jsonl"])
+    assert stopped.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'../../../x'" in err
+    assert err.count("\n") == 1 and f"argument {flag}: {value!r}" in err, err
     assert every_path(tmp_path) == [tmp_path / "a", cwd.parent, cwd]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["publisher", "publish", "--channel", "c", "--id", "../x", "--count", "1"],
+        ["publisher", "publish", "--channel", "../c", "--id", "p1", "--count", "1"],
+        ["publisher", "put", "--id", "../x", "t", "m"],
+        ["publisher", "put", "--id", "p1", "../t", "m"],
+        ["subscriber", "get", "--id", "../x", "t"],
+        ["subscriber", "subscribe", "--id", "s1", "--group", "a/b", "t"],
+        ["subscriber", "script", "--id", "a/b", "s.yaml"],
+    ],
+)
+def test_client_commands_refuse_a_name_when_parsing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    main = {"publisher": publisher_cli.main, "subscriber": subscriber_cli.main}[argv[0]]
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv[1:], "--state-dir", str(tmp_path / "state"), "--ns-port", "1"])
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "error: argument" in line and "must be 1-128 characters of [A-Za-z0-9._-]" in line
+    assert every_path(tmp_path) == []
 
 
 def test_the_window_file_keeps_its_name(tmp_path: Path) -> None:
@@ -223,18 +268,26 @@ def assert_one_line_naming(error: BaseException, path: Path) -> None:
 @pytest.mark.parametrize(
     "content",
     [
-        "not json",
-        "[1, 2]",
-        '{"seq": [1]}',
-        '{"seq": {"c": "7"}}',
-        '{"pending_put": 5}',
-        '{"pending_put": {"topic": "t"}}',
-        '{"pending_put": {"topic": "t", "event": {"payload": 1}}}',
+        b"not json",
+        b'{"seq": {"c": 3',
+        b"[1, 2]",
+        b'"a string"',
+        b'{"seq": [1]}',
+        b'{"seq": {"c": "7"}}',
+        b'{"seq": {"c": -1}}',
+        b'{"pending_put": 5}',
+        b'{"pending_put": {"topic": "t"}}',
+        b'{"pending_put": {"topic": 5, "event": {"id": "e1"}}}',
+        b'{"pending_put": {"topic": "t", "event": {"payload": 1}}}',
+        b'{"pending_put": {"topic": "t", "event": {"id": 7}}}',
+        b"\xff\xfe\x00\x01\x89PNG garbage",
     ],
 )
-def test_a_malformed_publisher_state_file_is_a_one_line_error(tmp_path: Path, content: str) -> None:
+def test_a_malformed_publisher_state_file_is_a_one_line_error(
+    tmp_path: Path, content: bytes
+) -> None:
     path = tmp_path / "publisher-p1.json"
-    path.write_text(content)
+    path.write_bytes(content)
     state = PublisherState(tmp_path, "p1")
     for read in (lambda: state.next_seq("c"), state.pending_put):
         with pytest.raises(StoreError) as caught:
@@ -250,6 +303,9 @@ def test_a_malformed_publisher_state_file_is_a_one_line_error(tmp_path: Path, co
         b'{"topic": "t", "event": 5}\n',
         b'{"topic": "t", "event": {"payload": 1}}\n',
         b'{"topic": "t", "event": null}\n\xff\xfe\n',
+        b'{"topic": "t", "ev\n{"topic": "t", "event": null}\n',  # truncated, not the last
+        b'{"topic": "t", "event": null}\n\n',
+        b'"a string"\n',
     ],
 )
 def test_a_malformed_received_journal_is_a_one_line_error(tmp_path: Path, content: bytes) -> None:
@@ -259,6 +315,12 @@ def test_a_malformed_received_journal_is_a_one_line_error(tmp_path: Path, conten
         ReceivedJournal(path)
     assert_one_line_naming(caught.value, path)
     assert path.read_bytes() == content  # left as it was, for a look
+
+
+def test_a_journal_line_torn_by_a_crash_is_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "subscriber-s1.received"
+    path.write_bytes(b'{"topic": "t", "event": {"id": "e1"}}\n{"topic": "t", "event": {"id')
+    assert ReceivedJournal(path).last_id("t") == "e1"
 
 
 def test_malformed_scenario_progress_is_a_one_line_error(tmp_path: Path) -> None:

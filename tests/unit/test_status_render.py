@@ -1,0 +1,72 @@
+"""The status and dead-letter tables show what the service holds literally: no markup is
+interpreted, and characters that are not printable appear as escape sequences."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from channel_server.status import render_channel, render_dead_letters, render_unreachable
+
+HOSTILE = "[bold]x[/bold] [/oops] \x1b[2J\x07 tab\tline\nlone\udc80 ünï 事件 end\\"
+SHOWN = "[bold]x[/bold] [/oops] \\x1b[2J\\x07 tab\\tline\\nlone\\udc80 ünï 事件 end\\"
+
+
+def printed(render) -> str:
+    out = io.BytesIO()
+    text = io.TextIOWrapper(out, encoding="utf-8")  # strict: a lone surrogate would fail
+    render(Console(file=text, width=400, highlight=False, color_system=None))
+    text.flush()
+    return out.getvalue().decode("utf-8")
+
+
+def test_dead_letters_show_hostile_text_literally() -> None:
+    letter = {
+        "id": HOSTILE,
+        "publisher_id": "PUB",
+        "partition": HOSTILE,
+        "group": "default",
+        "failures": 3,
+        "error": f"ValueError: {HOSTILE}",
+    }
+    out = printed(lambda console: render_dead_letters(console, "c", [letter]))
+    assert out.count(SHOWN) == 3
+    assert f"ValueError: {SHOWN}" in out
+    assert "\x1b" not in out and "\x07" not in out
+
+
+def test_channel_status_shows_hostile_text_literally() -> None:
+    stats = {
+        "name": "c",
+        "kind": "queue",
+        "unacked": 1,
+        "capacity": 10,
+        "accepted": 1,
+        "acked": 0,
+        "dead_letters": 0,
+        "groups": {
+            "default": {
+                "backlog": 1,
+                "members": [],
+                "partitions": [
+                    {
+                        "publisher_id": "PUB",
+                        "partition": HOSTILE,
+                        "owner": None,
+                        "pending": 1,
+                        "in_flight": 0,
+                    }
+                ],
+            }
+        },
+    }
+    out = printed(lambda console: render_channel(console, "b[/x]", stats))
+    assert "c (queue) on broker b[/x]: 1/10 unacknowledged" in out
+    assert SHOWN in out and "\x1b" not in out
+
+
+def test_an_unreachable_broker_is_reported_literally() -> None:
+    error = ConnectionError("[Errno 111] [/refused]\x1b[0m")
+    out = printed(lambda console: render_unreachable(console, "c", "b1", error))
+    assert out == "c on broker b1: unreachable ([Errno 111] [/refused]\\x1b[0m)\n"
