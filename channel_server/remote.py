@@ -82,6 +82,10 @@ class RemoteChannel:
             try:
                 result = getattr(self._connect(), method)(*args)
                 self._maybe_drop(method)
+                if attempt > 1:
+                    log.info(
+                        "%s on %s went through after %d retries", method, self.channel, attempt - 1
+                    )
                 return result
             except (
                 Pyro5.errors.CommunicationError,
@@ -98,18 +102,32 @@ class RemoteChannel:
                 self.release()
                 if attempt < self._attempts:
                     self.retries += 1
-                    log.warning(
-                        "%s on %s failed (%s); retry %d of %d",
-                        method,
-                        self.channel,
-                        exc,
-                        attempt,
-                        self._attempts - 1,
-                    )
+                    self._log_retry(method, exc, attempt)
                     time.sleep(self._pause_s)  # client-side back-off between attempts
         raise BrokerUnavailable(
             f"channel {self.channel}", f"no answer after {self._attempts} attempts ({last})"
         )
+
+    def _log_retry(self, method: str, exc: Exception, attempt: int) -> None:
+        """One warning when a call starts failing, not one per attempt."""
+        if attempt == 1:
+            retry_for_s = (self._attempts - 1) * self._pause_s
+            log.warning(
+                "%s on %s failed (%s); retrying for up to %.0f s",
+                method,
+                self.channel,
+                exc,
+                retry_for_s,
+            )
+        else:
+            log.debug(
+                "%s on %s: retry %d of %d (%s)",
+                method,
+                self.channel,
+                attempt,
+                self._attempts - 1,
+                exc,
+            )
 
     def _connect(self) -> Pyro5.api.Proxy:
         if self._proxy is not None and closed_by_peer(self._proxy):
