@@ -1,0 +1,86 @@
+"""RPC arguments other than events: strings must be valid UTF-8, and a push subscriber's
+callback may only name the host its subscribe call came from (or an allowed one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from channel_server import boundary
+from channel_server.errors import InvalidArgument
+
+POISON = "poison\udc80"
+SECRET = "s" * 16
+
+
+def refused(argument: str, call, *args: object) -> InvalidArgument:
+    with pytest.raises(InvalidArgument) as info:
+        call(*args)
+    assert info.value.argument == argument
+    return info.value
+
+
+# -- UTF-8 ----------------------------------------------------------------------------------
+def test_ack_ids_and_nack_errors_must_be_utf8() -> None:
+    assert boundary.check_acks(["é-1"], {"e2": "boom ✓"}, 10) == (["é-1"], {"e2": "boom ✓"})
+    refused("acked", boundary.check_acks, [POISON], {}, 10)
+    refused("nacked", boundary.check_acks, [], {POISON: "boom"}, 10)
+    err = refused("nacked", boundary.check_acks, [], {"e1": f"boom {POISON}"}, 10)
+    assert "UTF-8" in err.reason
+
+
+def test_other_ids_secrets_and_callbacks_must_be_utf8() -> None:
+    refused("last_id", boundary.check_last_id, POISON)
+    refused("ids", boundary.check_id_list, "ids", ["ok", POISON])
+    refused("callback_secret", boundary.check_secret, SECRET + POISON)
+    refused("callback", boundary.check_callback, f"PYRO:obj@{POISON}:5000")
+    assert boundary.check_secret(SECRET) == SECRET
+
+
+# -- callback hosts ---------------------------------------------------------------------
+LOCAL = ("127.0.0.1", 40000)
+
+
+@pytest.mark.parametrize(
+    ("callback", "caller", "allowed"),
+    [
+        ("PYRO:sub@127.0.0.1:5000", LOCAL, ()),
+        ("PYRO:sub@localhost:5000", LOCAL, ()),
+        ("PYRO:sub@[::1]:5000", ("::1", 40000, 0, 0), ()),
+        ("PYRO:sub@127.0.0.1:5000", ("::ffff:127.0.0.1", 40000, 0, 0), ()),
+        ("PYRO:sub@10.1.2.3:5000", ("10.1.2.3", 40000), ()),
+        ("PYRO:sub@10.9.9.9:5000", LOCAL, ("10.9.9.9",)),
+        ("PYRO:sub@Worker.Example:5000", LOCAL, ("worker.example", "other")),
+        ("PYRO:sub@anything.example:5000", LOCAL, ("*",)),
+        ("PYRO:sub@10.9.9.9:5000", None, ()),  # in-process: no connection to compare
+    ],
+    ids=[
+        "same-ip",
+        "localhost",
+        "ipv6",
+        "v4-mapped",
+        "remote-same",
+        "allowed-ip",
+        "allowed-name",
+        "any",
+        "in-process",
+    ],
+)
+def test_callback_host_accepted(callback: str, caller: object, allowed: tuple) -> None:
+    boundary.check_callback_host(callback, caller, allowed)
+
+
+@pytest.mark.parametrize(
+    ("callback", "caller", "allowed"),
+    [
+        ("PYRO:sub@127.0.0.2:5000", LOCAL, ()),
+        ("PYRO:sub@10.9.9.9:5000", LOCAL, ("10.9.9.8",)),
+        ("PYRO:sub@localhost:5000", ("10.1.2.3", 40000), ()),
+        ("PYRO:sub@worker.example:5000", LOCAL, ()),  # names are not resolved
+        ("PYRO:sub@./u:/run/other.sock", LOCAL, ()),  # a unix socket of the broker's host
+    ],
+    ids=["other-ip", "not-allowed", "remote-localhost", "name", "unix-socket"],
+)
+def test_callback_host_refused(callback: str, caller: object, allowed: tuple) -> None:
+    err = refused("callback", boundary.check_callback_host, callback, caller, allowed)
+    assert "--callback-hosts" in err.reason
+    assert "\n" not in str(err)
