@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import Pyro5.errors
+
 from channel_server.core import rebalance
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
@@ -135,8 +137,8 @@ class PushDelivery:
             if not _accepted(reply, batch):
                 raise ValueError(f"malformed reply {reply!r:.80}")
         except Exception as exc:  # transport or remote failure: both are a failed push
-            if faults := _wire_faults(batch):  # unless events of it are at fault
-                return self._unpushable(batch, faults)
+            if not _transport(exc) and (faults := _wire_faults(batch)):
+                return self._unpushable(batch, faults)  # ... unless events of it are at fault
             return self._failed(batch, exc)
         self._delivered(batch, elapsed)
         return None
@@ -226,6 +228,14 @@ class PushDelivery:
                 self._config.long_delay_window_s,
             )
             rebalance.offload(grp, member_id)
+
+
+def _transport(error: Exception) -> bool:
+    """A failure of the connection (refused, closed, timed out): not the events' fault.
+    A protocol error (a message that cannot be serialized or is too large) may be."""
+    if isinstance(error, Pyro5.errors.ProtocolError):
+        return False
+    return isinstance(error, Pyro5.errors.CommunicationError | OSError)
 
 
 def _wire_faults(batch: Batch) -> dict[str, str]:

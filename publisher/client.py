@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from channel_server.errors import QueueFull
+from channel_server.errors import ClientError, QueueFull
 from channel_server.events import validate_batch
 from channel_server.remote import RemoteChannel
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
@@ -121,10 +121,10 @@ class Publisher:
             self.state.reserve(self.channel, self.next_seq)
         try:
             return self._remote.call("publish", events)
-        except ValueError:
-            # The broker could not even read the call (msgpack refuses an integer map key
+        except (ValueError, ClientError):
+            # The broker may not even read the call (msgpack refuses an integer map key
             # there): say which event and field, as the broker would have.
-            validate_batch(events, max_payload_bytes=sys.maxsize, max_batch=None)
+            validate_batch(events, max_payload_bytes=sys.maxsize)
             raise
 
     def publish_all(

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from channel_server.errors import InvalidArgument, LimitReached
+from channel_server.errors import InvalidArgument, InvalidEvent, LimitReached
 from channel_server.lookup import resolve_channel
 from channel_server.wire import broker_ns_name, locate_ns, make_proxy
-from tests.integration.conftest import channel_stats
+from tests.integration.conftest import channel_stats, publisher_for
 from tests.integration.procs import Cluster
 
 pytestmark = pytest.mark.integration
@@ -35,6 +35,16 @@ def broker_call(cluster: Cluster, method: str, *args: Any) -> Any:
 def publish(cluster: Cluster, channel: str, *flags: str) -> Any:
     argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", channel, "--id", "PUB"]
     return cluster.run([*argv, *flags])
+
+
+# -- input --------------------------------------------------------------------------------
+def test_a_payload_with_integer_map_keys_is_a_typed_refusal(cluster: Cluster) -> None:
+    cluster.broker("orders", extra=("--memory",))
+    with publisher_for(cluster, "orders") as pub, pytest.raises(InvalidEvent) as info:
+        pub.publish([pub.event("fine"), pub.event({1: "one"})])
+    err = info.value
+    assert (err.field, err.index, err.reason) == ("payload", 1, "map keys must be strings")
+    assert channel_stats(cluster, "orders")["unacked"] == 0
 
 
 # -- callback hosts -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from channel_server import boundary
 from channel_server.errors import InvalidArgument
+from subscriber.client import nack_text
 
 POISON = "poison\udc80"
 SECRET = "s" * 16
@@ -84,3 +85,10 @@ def test_callback_host_refused(callback: str, caller: object, allowed: tuple) ->
     err = refused("callback", boundary.check_callback_host, callback, caller, allowed)
     assert "--callback-hosts" in err.reason
     assert "\n" not in str(err)
+
+
+def test_a_subscribers_nack_text_always_passes_the_ack_check() -> None:
+    # A handler failing on an undecodable file name: its text has a lone surrogate.
+    text = nack_text(FileNotFoundError(f"no such file: {POISON}"))
+    assert text == "FileNotFoundError: no such file: poison\\udc80"
+    assert boundary.check_acks([], {"e1": text}, 10) == ([], {"e1": text})
