@@ -36,7 +36,8 @@ MAX_ERROR_CHARS = 1000
 
 ANY_HOST = "*"
 """In the callback hosts allow-list: a callback may name any host."""
-LOOPBACK_NAME = "localhost"
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+"""The callback hosts that mean "this machine" (another loopback address does not)."""
 
 
 def check_callback(callback: Any) -> str:
@@ -55,19 +56,24 @@ def check_callback(callback: Any) -> str:
     return callback
 
 
-def check_callback_host(callback: str, caller: Any, allowed: Collection[str]) -> None:
+def check_callback_host(
+    callback: str, caller: Any, allowed: Collection[str], local: Any = None
+) -> None:
     """A push subscriber's callback must name the host its subscribe call came from, or
     one in ``allowed`` ("*": any), so that nobody can make the broker connect to a third
     party and speak Pyro5 with it. ``caller``: the (host, port, ...) of the connection the
-    call came through; None for an in-process call, which is not checked. Host names are
-    not resolved (a lookup could hang the call): "localhost" stands for a loopback caller,
-    any other name must be allowed by name."""
+    call came through, None for an in-process call (not checked); ``local``: the broker's
+    end of it. A callback at this machine (``LOOPBACK``) is the caller's own when the caller
+    is on the broker's machine: it connected over loopback, or from the broker's own
+    address. Other host names are not resolved (a lookup could hang the call): allow them
+    by name."""
     if caller is None or ANY_HOST in allowed:
         return
     uri = Pyro5.core.URI(callback)
     host = uri.host or f"unix socket {uri.sockname}"
     if uri.host is not None and (
-        _same_host(uri.host, caller[0]) or _normal(uri.host) in {_normal(h) for h in allowed}
+        _same_host(uri.host, caller[0], local[0] if local else None)
+        or _normal(uri.host) in {_normal(h) for h in allowed}
     ):
         return
     raise InvalidArgument(
@@ -87,11 +93,13 @@ def _normal(host: str) -> str:
     return str(mapped or address)
 
 
-def _same_host(host: str, caller_host: str) -> bool:
-    caller = _normal(caller_host)
-    if _normal(host) == LOOPBACK_NAME:
-        return ipaddress.ip_address(caller).is_loopback
-    return _normal(host) == caller
+def _same_host(host: str, caller_host: str, local_host: str | None) -> bool:
+    callback, caller = _normal(host), _normal(caller_host)
+    if callback == caller:
+        return True
+    if callback not in LOOPBACK:
+        return False
+    return ipaddress.ip_address(caller).is_loopback or caller == _normal(local_host or "")
 
 
 def check_prefetch(prefetch: Any, config: ChannelConfig) -> int:

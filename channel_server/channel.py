@@ -174,8 +174,7 @@ class EventChannel:
         callback = PULL_CALLBACK if callback is None else boundary.check_callback(callback)
         pull = callback == PULL_CALLBACK
         if not pull:
-            caller = current_context.client_sock_addr
-            boundary.check_callback_host(callback, caller, self.config.callback_hosts)
+            self._check_callback_host(callback)
         prefetch = 1 if pull else boundary.check_prefetch(prefetch, self.config)
         secret = "" if pull else boundary.check_secret(callback_secret)
         self._access.require(Action.SUBSCRIBE, self._name)
@@ -243,6 +242,12 @@ class EventChannel:
         if group is None:
             return self.core.default_group_for(subscriber_id)
         return boundary.check_name("group", group)
+
+    def _check_callback_host(self, callback: str) -> None:
+        """See boundary.check_callback_host: the connection of the current call, if any."""
+        conn, caller = current_context.client, current_context.client_sock_addr
+        local = conn.sock.getsockname() if conn is not None and caller is not None else None
+        boundary.check_callback_host(callback, caller, self.config.callback_hosts, local)
 
     def _is_member(self, group: str, subscriber_id: str) -> bool:
         grp = self.core.groups.get(group)

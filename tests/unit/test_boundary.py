@@ -39,20 +39,24 @@ def test_other_ids_secrets_and_callbacks_must_be_utf8() -> None:
 
 # -- callback hosts ---------------------------------------------------------------------
 LOCAL = ("127.0.0.1", 40000)
+LAN = ("10.0.0.5", 9999)
+"""The broker's end of a connection to its address on a LAN."""
 
 
 @pytest.mark.parametrize(
-    ("callback", "caller", "allowed"),
+    ("callback", "caller", "allowed", "local"),
     [
-        ("PYRO:sub@127.0.0.1:5000", LOCAL, ()),
-        ("PYRO:sub@localhost:5000", LOCAL, ()),
-        ("PYRO:sub@[::1]:5000", ("::1", 40000, 0, 0), ()),
-        ("PYRO:sub@127.0.0.1:5000", ("::ffff:127.0.0.1", 40000, 0, 0), ()),
-        ("PYRO:sub@10.1.2.3:5000", ("10.1.2.3", 40000), ()),
-        ("PYRO:sub@10.9.9.9:5000", LOCAL, ("10.9.9.9",)),
-        ("PYRO:sub@Worker.Example:5000", LOCAL, ("worker.example", "other")),
-        ("PYRO:sub@anything.example:5000", LOCAL, ("*",)),
-        ("PYRO:sub@10.9.9.9:5000", None, ()),  # in-process: no connection to compare
+        ("PYRO:sub@127.0.0.1:5000", LOCAL, (), LOCAL),
+        ("PYRO:sub@localhost:5000", LOCAL, (), LOCAL),
+        ("PYRO:sub@[::1]:5000", ("::1", 40000, 0, 0), (), None),
+        ("PYRO:sub@127.0.0.1:5000", ("::ffff:127.0.0.1", 40000, 0, 0), (), None),
+        ("PYRO:sub@10.1.2.3:5000", ("10.1.2.3", 40000), (), LAN),
+        ("PYRO:sub@127.0.0.1:5000", ("10.0.0.5", 40000), (), LAN),  # a local subscriber
+        ("PYRO:sub@localhost:5000", ("10.0.0.5", 40000), (), LAN),
+        ("PYRO:sub@10.9.9.9:5000", LOCAL, ("10.9.9.9",), LOCAL),
+        ("PYRO:sub@Worker.Example:5000", LOCAL, ("worker.example", "other"), LOCAL),
+        ("PYRO:sub@anything.example:5000", LOCAL, ("*",), LOCAL),
+        ("PYRO:sub@10.9.9.9:5000", None, (), None),  # in-process: no connection to compare
     ],
     ids=[
         "same-ip",
@@ -60,29 +64,36 @@ LOCAL = ("127.0.0.1", 40000)
         "ipv6",
         "v4-mapped",
         "remote-same",
+        "loopback-via-lan",
+        "localhost-via-lan",
         "allowed-ip",
         "allowed-name",
         "any",
         "in-process",
     ],
 )
-def test_callback_host_accepted(callback: str, caller: object, allowed: tuple) -> None:
-    boundary.check_callback_host(callback, caller, allowed)
+def test_callback_host_accepted(
+    callback: str, caller: object, allowed: tuple, local: object
+) -> None:
+    boundary.check_callback_host(callback, caller, allowed, local)
 
 
 @pytest.mark.parametrize(
-    ("callback", "caller", "allowed"),
+    ("callback", "caller", "allowed", "local"),
     [
-        ("PYRO:sub@127.0.0.2:5000", LOCAL, ()),
-        ("PYRO:sub@10.9.9.9:5000", LOCAL, ("10.9.9.8",)),
-        ("PYRO:sub@localhost:5000", ("10.1.2.3", 40000), ()),
-        ("PYRO:sub@worker.example:5000", LOCAL, ()),  # names are not resolved
-        ("PYRO:sub@./u:/run/other.sock", LOCAL, ()),  # a unix socket of the broker's host
+        ("PYRO:sub@127.0.0.2:5000", LOCAL, (), LOCAL),
+        ("PYRO:sub@10.9.9.9:5000", LOCAL, ("10.9.9.8",), LOCAL),
+        ("PYRO:sub@localhost:5000", ("10.1.2.3", 40000), (), LAN),
+        ("PYRO:sub@127.0.0.1:5000", ("10.1.2.3", 40000), (), LAN),
+        ("PYRO:sub@worker.example:5000", LOCAL, (), LOCAL),  # names are not resolved
+        ("PYRO:sub@./u:/run/other.sock", LOCAL, (), LOCAL),  # a unix socket of the broker
     ],
-    ids=["other-ip", "not-allowed", "remote-localhost", "name", "unix-socket"],
+    ids=["other-ip", "not-allowed", "remote-localhost", "remote-loopback", "name", "unix"],
 )
-def test_callback_host_refused(callback: str, caller: object, allowed: tuple) -> None:
-    err = refused("callback", boundary.check_callback_host, callback, caller, allowed)
+def test_callback_host_refused(
+    callback: str, caller: object, allowed: tuple, local: object
+) -> None:
+    err = refused("callback", boundary.check_callback_host, callback, caller, allowed, local)
     assert "--callback-hosts" in err.reason
     assert "\n" not in str(err)
 
