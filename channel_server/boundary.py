@@ -6,6 +6,8 @@ with :class:`InvalidArgument` naming the argument and the reason.
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Collection
 from typing import Any
 
 import Pyro5.core
@@ -13,12 +15,13 @@ import Pyro5.errors
 
 from channel_server.config import ChannelConfig
 from channel_server.errors import InvalidArgument
-from channel_server.events import MAX_ID_CHARS
+from channel_server.events import MAX_ID_CHARS, NOT_UTF8, is_utf8
 from channel_server.wire import check_name
 
 __all__ = [
     "check_acks",
     "check_callback",
+    "check_callback_host",
     "check_id_list",
     "check_last_id",
     "check_name",
@@ -31,11 +34,19 @@ MAX_ERROR_CHARS = 1000
 """A nack's error text is cut to this length (it is logged and kept with dead letters)."""
 
 
+ANY_HOST = "*"
+"""In the callback hosts allow-list: a callback may name any host."""
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+"""The callback hosts that mean "this machine" (another loopback address does not)."""
+
+
 def check_callback(callback: Any) -> str:
     if isinstance(callback, Pyro5.core.URI):
         return str(callback)
     if type(callback) is not str:
         raise InvalidArgument("callback", "must be a PYRO: URI string")
+    if not is_utf8(callback):
+        raise InvalidArgument("callback", NOT_UTF8)
     try:
         uri = Pyro5.core.URI(callback)
     except Pyro5.errors.PyroError as exc:
@@ -43,6 +54,52 @@ def check_callback(callback: Any) -> str:
     if uri.protocol != "PYRO":
         raise InvalidArgument("callback", "must be a direct PYRO: URI")
     return callback
+
+
+def check_callback_host(
+    callback: str, caller: Any, allowed: Collection[str], local: Any = None
+) -> None:
+    """A push subscriber's callback must name the host its subscribe call came from, or
+    one in ``allowed`` ("*": any), so that nobody can make the broker connect to a third
+    party and speak Pyro5 with it. ``caller``: the (host, port, ...) of the connection the
+    call came through, None for an in-process call (not checked); ``local``: the broker's
+    end of it. A callback at this machine (``LOOPBACK``) is the caller's own when the caller
+    is on the broker's machine: it connected over loopback, or from the broker's own
+    address. Other host names are not resolved (a lookup could hang the call): allow them
+    by name."""
+    if caller is None or ANY_HOST in allowed:
+        return
+    uri = Pyro5.core.URI(callback)
+    host = uri.host or f"unix socket {uri.sockname}"
+    if uri.host is not None and (
+        _same_host(uri.host, caller[0], local[0] if local else None)
+        or _normal(uri.host) in {_normal(h) for h in allowed}
+    ):
+        return
+    raise InvalidArgument(
+        "callback",
+        f"host {host} is not the address the subscriber connected from ({caller[0]}) "
+        "nor in the broker's --callback-hosts",
+    )
+
+
+def _normal(host: str) -> str:
+    """A host as compared: an IP address in its canonical form, a name in lower case."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host.lower()
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
+
+
+def _same_host(host: str, caller_host: str, local_host: str | None) -> bool:
+    callback, caller = _normal(host), _normal(caller_host)
+    if callback == caller:
+        return True
+    if callback not in LOOPBACK:
+        return False
+    return ipaddress.ip_address(caller).is_loopback or caller == _normal(local_host or "")
 
 
 def check_prefetch(prefetch: Any, config: ChannelConfig) -> int:
@@ -60,6 +117,8 @@ def check_secret(secret: Any) -> str:
     """A push subscriber's callback secret: the broker presents it to the callback."""
     if type(secret) is not str or not 16 <= len(secret) <= MAX_SECRET_CHARS:
         raise InvalidArgument("callback_secret", "must be a string of 16-256 characters")
+    if not is_utf8(secret):
+        raise InvalidArgument("callback_secret", NOT_UTF8)
     return secret
 
 
@@ -69,31 +128,34 @@ def check_seq(argument: str, value: Any) -> int:
     return value
 
 
+AN_ID = f"each a UTF-8 string of 1-{MAX_ID_CHARS} characters"
+
+
 def _is_id(value: Any) -> bool:
-    return type(value) is str and 0 < len(value) <= MAX_ID_CHARS
+    return type(value) is str and 0 < len(value) <= MAX_ID_CHARS and is_utf8(value)
 
 
 def check_acks(acked: Any, nacked: Any, limit: int) -> tuple[list[str], dict[str, str]]:
     """An ack message's ids (at most ``limit`` of each) and nack errors."""
     if not isinstance(acked, list) or len(acked) > limit or not all(map(_is_id, acked)):
-        raise InvalidArgument("acked", f"must be a list of at most {limit} event ids")
+        raise InvalidArgument("acked", f"must be a list of at most {limit} event ids ({AN_ID})")
     if not isinstance(nacked, dict) or len(nacked) > limit:
         raise InvalidArgument("nacked", f"must be a map of at most {limit} event ids to errors")
     errors = {}
     for event_id, error in nacked.items():
-        if not _is_id(event_id) or type(error) is not str:
-            raise InvalidArgument("nacked", "must map event ids to error strings")
+        if not _is_id(event_id) or type(error) is not str or not is_utf8(error):
+            raise InvalidArgument("nacked", f"must map event ids ({AN_ID}) to UTF-8 error strings")
         errors[event_id] = error[:MAX_ERROR_CHARS]
     return acked, errors
 
 
 def check_last_id(last_id: Any) -> str | None:
     if last_id is not None and not _is_id(last_id):
-        raise InvalidArgument("last_id", "must be an event id string or None")
+        raise InvalidArgument("last_id", f"must be an event id ({AN_ID}) or None")
     return last_id
 
 
 def check_id_list(argument: str, ids: Any) -> list[str] | None:
     if ids is not None and (not isinstance(ids, list) or not all(map(_is_id, ids))):
-        raise InvalidArgument(argument, "must be a list of event ids")
+        raise InvalidArgument(argument, f"must be a list of event ids ({AN_ID})")
     return ids

@@ -23,7 +23,12 @@ from channel_server.config import BrokerConfig
 from channel_server.core.channel_core import ChannelKind
 from channel_server.credentials import OWNER, Credential
 from channel_server.dispatch import DispatchPool
-from channel_server.errors import FaultInjectionDisabled, InvalidArgument, UnknownChannel
+from channel_server.errors import (
+    FaultInjectionDisabled,
+    InvalidArgument,
+    LimitReached,
+    UnknownChannel,
+)
 from channel_server.guard import GuardedDaemon
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
@@ -84,7 +89,7 @@ class Broker:
         )
         self.ns.register(broker_ns_name(self.config.broker_id), self.uri, False, {"broker"})
         for record in self.store.channels():
-            self.create_channel(record.name, record.kind)
+            self.create_channel(record.name, record.kind, restoring=True)
         for name in self.config.channels:
             self.create_channel(name)
         self._loop = threading.Thread(
@@ -146,17 +151,25 @@ class Broker:
             except KeyError:
                 raise UnknownChannel(name) from None
 
-    def create_channel(self, name: str, kind: str = ChannelKind.QUEUE.value) -> str:
+    def create_channel(
+        self, name: str, kind: str = ChannelKind.QUEUE.value, restoring: bool = False
+    ) -> str:
         """Host a channel and claim its name; returns the URI clients should use.
 
         The claim is a ``safe`` registration, so when two brokers race for one name the
-        loser drops its copy and returns the winner's URI.
+        loser drops its copy and returns the winner's URI. A new channel past
+        ``max_channels`` raises LimitReached, unless ``restoring`` one the store kept
+        (nothing stored is left behind when the cap was lowered).
         """
         check_name("channel", name)
         channel_kind = _check_kind(kind)
         with self._lock:
             if name in self._channels:
                 return str(self._daemon.uriFor(self._channels[name]))
+            if not restoring and len(self._channels) >= self.config.max_channels:
+                raise LimitReached(
+                    "channels", self.config.max_channels, f"broker {self.config.broker_id}"
+                )
             channel = EventChannel(
                 name, self.config.channel, self.store, self._pool, self.access, channel_kind
             )

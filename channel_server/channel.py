@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import Pyro5.api
+from Pyro5.callcontext import current_context
 
 from channel_server import boundary, pull
 from channel_server.access import Access
@@ -30,8 +31,8 @@ from channel_server.channel_stats import channel_stats, dead_letter_rows
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, ConsumerGroup
-from channel_server.core.member import PULL_CALLBACK, Member
-from channel_server.dispatch import DispatchPool, answers
+from channel_server.core.member import PULL_CALLBACK, Flight, Member
+from channel_server.dispatch import DispatchPool, answers, wire_fault
 from channel_server.errors import NotSubscribed, QueueFull, SubscriberIdInUse
 from channel_server.events import Event
 from channel_server.liveness import Liveness
@@ -129,13 +130,15 @@ class EventChannel:
             if outcome.accepted:
                 self._accept(outcome.accepted)
         if outcome.refused:
+            by_bytes = outcome.full_by == "bytes"
             raise QueueFull(
                 self._name,
-                self.config.capacity,
+                self.config.max_queued_bytes if by_bytes else self.config.capacity,
                 accepted=len(outcome.accepted),
                 refused_ids=outcome.refused,
                 duplicates=outcome.duplicates,
                 retry_after_s=self.config.queue_full_retry_s,
+                limit=outcome.full_by,
             )
         return outcome.summary()
 
@@ -164,11 +167,16 @@ class EventChannel:
         ``callback``, or as a pull subscriber (``get``) without one. The group defaults to
         ``default`` on a queue and to a group of the subscriber's own on a topic. A push
         subscriber's callback daemon admits only whoever presents ``callback_secret``: this
-        channel. A subscriber id belongs to the user that created it."""
+        channel. A subscriber id belongs to the user that created it. The callback must
+        name the host the call came from, or one of ``callback_hosts``. A new subscriber
+        past ``max_members`` takes the place of the member inactive longest, or raises
+        LimitReached."""
         boundary.check_name("subscriber_id", subscriber_id)
         group = self._group_of(subscriber_id, group)
         callback = PULL_CALLBACK if callback is None else boundary.check_callback(callback)
         pull = callback == PULL_CALLBACK
+        if not pull:
+            self._check_callback_host(callback)
         prefetch = 1 if pull else boundary.check_prefetch(prefetch, self.config)
         secret = "" if pull else boundary.check_secret(callback_secret)
         self._access.require(Action.SUBSCRIBE, self._name)
@@ -177,6 +185,8 @@ class EventChannel:
             raise SubscriberIdInUse(subscriber_id, group)
         with self.lock:
             self._backup.repair()
+            if not self._is_member(group, subscriber_id):
+                self._make_room(group)
             grp = self._add_group(group)
             self._may_take(grp, grp.members.get(subscriber_id), callback, claimed)
             user = self._access.current()
@@ -234,6 +244,37 @@ class EventChannel:
         if group is None:
             return self.core.default_group_for(subscriber_id)
         return boundary.check_name("group", group)
+
+    def _check_callback_host(self, callback: str) -> None:
+        """See boundary.check_callback_host: the connection of the current call, if any."""
+        conn, caller = current_context.client, current_context.client_sock_addr
+        local = conn.sock.getsockname() if conn is not None and caller is not None else None
+        boundary.check_callback_host(callback, caller, self.config.callback_hosts, local)
+
+    def _is_member(self, group: str, subscriber_id: str) -> bool:
+        grp = self.core.groups.get(group)
+        return grp is not None and subscriber_id in grp.members
+
+    def _make_room(self, joining: str) -> None:
+        """Room for a new member of group ``joining`` (see ChannelCore.make_room_for_member);
+        raises LimitReached."""
+        for group, member_id in self.core.make_room_for_member():
+            log.warning(
+                "%s: %s (inactive) forgotten to make room for a new member (max %d members)",
+                self._name,
+                member_id,
+                self.config.max_members,
+            )
+            self._member_gone(group, member_id, keep_group=group == joining)
+
+    def _member_gone(self, group: str, member_id: str, keep_group: bool = False) -> None:
+        """After a member left its group (under the lock): close its link, forget its
+        subscription, and drop a group other than ``default`` that has no member left
+        (unless ``keep_group``: someone is joining it)."""
+        self._push.member_left((group, member_id))
+        self._store.remove_member(self._name, group, member_id)
+        if group != DEFAULT_GROUP and not self.core.groups[group].members and not keep_group:
+            self._drop_group(group)
 
     def _add_group(self, group: str) -> ConsumerGroup:
         if group not in self.core.groups:
@@ -297,10 +338,7 @@ class EventChannel:
             if not self._acts_for(grp, subscriber_id):
                 return False
             grp.leave(subscriber_id)
-            self._push.member_left((group, subscriber_id))
-            self._store.remove_member(self._name, group, subscriber_id)
-            if group != DEFAULT_GROUP and not grp.members:
-                self._drop_group(group)
+            self._member_gone(group, subscriber_id)
             self.after_change()
         log.info("%s: %s left group %s", self._name, subscriber_id, group)
         return True
@@ -344,8 +382,7 @@ class EventChannel:
             )
             if not outcome.stale:
                 self._liveness.note((group, subscriber_id))
-            self._backup.outcome(group, outcome, retired)
-            self.after_change()
+            self._settle(group, outcome, retired)
         self._log_outcome(subscriber_id, outcome)
         return {"status": "stale" if outcome.stale else "ok"}
 
@@ -390,6 +427,23 @@ class EventChannel:
             )
             self.after_change()
 
+    def _settle(self, group: str, outcome: AckOutcome, retired: list[Event]) -> None:
+        """Under the lock: write what an ack (or a burial) did to the backup, and wake
+        the members that may have work now."""
+        self._backup.outcome(group, outcome, retired)
+        self.after_change()
+
+    def bury(
+        self, grp: ConsumerGroup, member_id: str, session: int, seqs: range, faults: dict[str, str]
+    ) -> None:
+        """Under the lock: a delivery to the member (its ``seqs``) holds events that cannot
+        cross the wire (id -> why). They go to the dead-letter queue, not counted against
+        the member; the rest of the delivery goes back to be sent again."""
+        outcome, retired = self.core.bury_unpushable(grp, member_id, session, seqs, faults)
+        self._settle(grp.name, outcome, retired)
+        for ev, error in outcome.dead:
+            log.warning("%s: %s dead-lettered: %s", self._name, ev.id, error)
+
     def _log_outcome(self, member_id: str, outcome: AckOutcome) -> None:
         if outcome.missing:
             log.warning(
@@ -428,9 +482,20 @@ class EventChannel:
             flight = pull.next_message(
                 self.core, self._backup, grp, subscriber_id, last_id, self.now()
             )
+            while flight is not None and (fault := wire_fault(self._message(flight))):
+                session = grp.members[subscriber_id].session
+                seqs = range(flight.seq, flight.seq + 1)
+                self.bury(grp, subscriber_id, session, seqs, {flight.event.id: fault})
+                flight = pull.next_message(
+                    self.core, self._backup, grp, subscriber_id, None, self.now()
+                )
             self.after_change()
         if flight is None:
             return {"status": "empty"}
+        return self._message(flight)
+
+    @staticmethod
+    def _message(flight: Flight) -> dict[str, Any]:
         return {"status": "message", "event": flight.event.to_dict(flight.attempt)}
 
     @Pyro5.api.expose

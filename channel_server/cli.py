@@ -16,7 +16,13 @@ import Pyro5.errors
 from channel_server import cli_common as cc
 from channel_server import credentials
 from channel_server.config import BrokerConfig, ChannelConfig
-from channel_server.errors import ChannelError, ClientError, NotAuthorized, UnknownChannel
+from channel_server.errors import (
+    ChannelError,
+    ClientError,
+    InvalidArgument,
+    NotAuthorized,
+    UnknownChannel,
+)
 from channel_server.lookup import resolve_channel
 from channel_server.status import (
     make_console,
@@ -263,11 +269,84 @@ def _add_serve(sub: Any) -> None:
         "any local process could then rewrite its names",
     )
     cc.add_bind_flags(serve, "host", "ns_host")  # it may embed a name server on --ns-host
+    add_limit_flags(serve)
+
+
+BYTE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def byte_count(text: str) -> int:
+    """A positive number of bytes, optionally with a binary unit: 512K, 256M, 1G."""
+    unit = BYTE_UNITS.get(text[-1:].upper(), 1)
+    digits = text[:-1] if unit > 1 else text
+    if not digits.isdigit() or int(digits) == 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes (or K/M/G): {text}")
+    return int(digits) * unit
+
+
+def host_list(text: str) -> tuple[str, ...]:
+    """Comma-separated hosts ("*": any host)."""
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    if not hosts:
+        raise argparse.ArgumentTypeError("must name at least one host (or *)")
+    return hosts
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """``serve``'s caps on what clients may make it hold, and where it connects out."""
+    broker, channel = BrokerConfig(), ChannelConfig()
+    limits = parser.add_argument_group("limits")
+    limits.add_argument(
+        "--max-channels",
+        type=cc.positive_int,
+        default=broker.max_channels,
+        metavar="N",
+        help="most channels this broker hosts (channels its store restores always come "
+        "back); creating one more is refused with LimitReached (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-members",
+        type=cc.positive_int,
+        default=channel.max_members,
+        metavar="N",
+        help="most subscribers (push and pull, every group) per channel; at the cap a new "
+        "one replaces the member inactive longest, or is refused with LimitReached "
+        "(default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-queued-bytes",
+        type=byte_count,
+        default=channel.max_queued_bytes,
+        metavar="BYTES",
+        help="most bytes of unacknowledged events (ids and payloads) per channel, beside "
+        "--capacity; publishing past it is refused with QueueFull (default %(default)s, "
+        "256M; units K, M, G)",
+    )
+    limits.add_argument(
+        "--callback-hosts",
+        type=host_list,
+        default=channel.callback_hosts,
+        metavar="HOST,...",
+        help="hosts a push subscriber's callback may name besides the address it connected "
+        "from (* = any); default: only that address",
+    )
+
+
+def limits_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ChannelConfig fields set by add_limit_flags."""
+    return {
+        "max_members": args.max_members,
+        "max_queued_bytes": args.max_queued_bytes,
+        "callback_hosts": args.callback_hosts,
+    }
 
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     tuning = {field: getattr(args, _dest(flag)) for flag, _, field, _ in CHANNEL_FLAGS}
-    channel = replace(ChannelConfig(), **tuning)
+    try:
+        channel = replace(ChannelConfig(), **tuning, **limits_from_args(args))
+    except ValueError as exc:  # the one check of ChannelConfig: room for a largest event
+        raise InvalidArgument("--max-queued-bytes", str(exc)) from None
     return BrokerConfig(
         broker_id=check_name("broker-id", args.broker_id),
         host=args.host,
@@ -278,6 +357,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         allow_fault_injection=args.allow_fault_injection,
         insecure_name_server=args.insecure_name_server,
         transport=cc.transport_from_args(args),
+        max_channels=args.max_channels,
         channel=channel,
     )
 

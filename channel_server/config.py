@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from channel_server.core.group import GroupPolicy
 from channel_server.core.health import DelayPolicy
 from channel_server.core.member import WindowPolicy
-from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES
+from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES, MAX_ID_CHARS
 from channel_server.transport import TransportConfig
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
@@ -18,6 +18,16 @@ class ChannelConfig:
 
     capacity: int = 1_000_000
     """Most unacknowledged events held; publishing past it raises QueueFull."""
+    max_queued_bytes: int = 256 << 20
+    """Most bytes of unacknowledged events held (ids and payloads, as
+    :func:`~channel_server.events.payload_size` counts them), beside ``capacity``;
+    publishing past it raises QueueFull too. At least one largest event."""
+    max_members: int = 1000
+    """Most subscribers (push and pull, of every group) a channel keeps; at the cap a
+    new one takes the place of the one inactive longest, or gets LimitReached."""
+    callback_hosts: tuple[str, ...] = ()
+    """Hosts a push subscriber's callback may name besides the address its subscribe
+    call came from ("*": any). In-process calls (no connection) are not checked."""
     partition_weight: int = 10
     """Load of owning one partition, in events (DESIGN §5)."""
     default_prefetch: int = 100
@@ -67,6 +77,13 @@ class ChannelConfig:
     liveness_timeout_s: float = 1.0
     """Timeout of a ping: a silent member, or one whose id is claimed again."""
 
+    def __post_init__(self) -> None:
+        if self.max_queued_bytes < self.max_payload_bytes + MAX_ID_CHARS:
+            raise ValueError(
+                f"max_queued_bytes ({self.max_queued_bytes}) must hold one largest event "
+                f"({self.max_payload_bytes + MAX_ID_CHARS} bytes)"
+            )
+
     def delay_policy(self) -> DelayPolicy:
         return DelayPolicy(
             self.small_delay_s, self.long_delay_s, self.long_delay_count, self.long_delay_window_s
@@ -107,6 +124,9 @@ class BrokerConfig:
     push_threads: int = 8
     """Threads that push batches to every push member of every channel (a bounded pool,
     not a thread per subscriber; a push only hands a batch over, so it is short)."""
+    max_channels: int = 1000
+    """Most channels the broker hosts (those its store restores always come back); one
+    more raises LimitReached."""
     housekeeping_s: float = 1.0
     """Cadence of the broker's housekeeping: liveness pings, handler and pull timeouts,
     idle partitions, the dedupe window, the queue invariant."""

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 import Pyro5.api
+import Pyro5.serializers
 
 from channel_server.guard import callback_credential
-from channel_server.wire import closed_by_peer, make_proxy
+from channel_server.wire import SERIALIZER, closed_by_peer, make_proxy
 
 log = logging.getLogger(__name__)
 Task = Callable[[], None]
@@ -164,3 +165,16 @@ def answers(callback: str, timeout_s: float, secret: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def wire_fault(message: Any) -> str | None:
+    """Why ``message`` cannot cross the wire, or None: it is packed with the wire
+    serializer and read back as a receiver reads it (a lone surrogate cannot be packed, an
+    integer map key cannot be read back). Used to find the events at fault when a push
+    fails, so they are dead-lettered instead of counting against the subscriber."""
+    serializer = Pyro5.serializers.serializers[SERIALIZER]
+    try:
+        serializer.loads(serializer.dumps(message))
+    except Exception as exc:  # whatever the serializer refuses: that is the answer
+        return f"cannot be sent to subscribers ({SERIALIZER}): {type(exc).__name__}: {exc}"
+    return None

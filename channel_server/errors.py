@@ -106,8 +106,13 @@ class CapacityError(ChannelError):
     """The service is healthy but cannot take more now; retry later."""
 
 
+QUEUE_LIMITS = {"events": "unacknowledged events", "bytes": "bytes queued"}
+"""What a channel's ``capacity`` counts, by QueueFull's ``limit``."""
+
+
 class QueueFull(CapacityError):
-    """The channel holds ``capacity`` unacknowledged events.
+    """The channel holds ``capacity`` unacknowledged events (``limit`` "events") or
+    ``capacity`` bytes of them (``limit`` "bytes").
 
     ``accepted`` events of the batch were stored, the ids in ``duplicates`` were already
     known, and the events whose ids are in ``refused_ids`` were not stored: publish those
@@ -122,17 +127,32 @@ class QueueFull(CapacityError):
         refused_ids: list[str],
         duplicates: list[str] | None = None,
         retry_after_s: float = 0.5,
+        limit: str = "events",
     ) -> None:
         super().__init__(
-            f"channel {channel!r} is full ({capacity} unacknowledged events): "
+            f"channel {channel!r} is full ({capacity} {QUEUE_LIMITS[limit]}): "
             f"{accepted} accepted, {len(refused_ids)} refused; retry in {retry_after_s:g} s",
             channel=channel,
             capacity=capacity,
+            limit=limit,
             accepted=accepted,
             refused=len(refused_ids),
             refused_ids=list(refused_ids),
             duplicates=list(duplicates or []),
             retry_after_s=retry_after_s,
+        )
+
+
+class LimitReached(CapacityError):
+    """A configured cap is reached: ``limit`` ``resource`` ("channels" of a broker,
+    "members" of a channel) in ``where``. Retry once some are gone, or raise the cap."""
+
+    def __init__(self, resource: str, limit: int, where: str) -> None:
+        super().__init__(
+            f"{where} has reached its limit of {limit} {resource}",
+            resource=resource,
+            limit=limit,
+            where=where,
         )
 
 
@@ -168,6 +188,7 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     FaultInjectionDisabled,
     CapacityError,
     QueueFull,
+    LimitReached,
     TransportError,
     BrokerUnavailable,
     StoreError,

@@ -8,13 +8,14 @@ its batch was kept.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import msgpack
 
 from channel_server.errors import InvalidEvent
 
@@ -32,7 +33,6 @@ PUBLISHED_FIELDS = frozenset({"id", "publisher_id", "partition", "timestamp", "p
 REQUIRED_FIELDS = ("id", "publisher_id", "timestamp")
 
 _PUBLISHER_ID_RE = re.compile(PUBLISHER_ID_PATTERN)
-_JSON_SCALARS = (str, int, float, bool, type(None))
 
 Partition = str | int
 PartitionKey = tuple[str, Partition]
@@ -48,6 +48,9 @@ class Event:
     timestamp: float
     payload: Any
     offset: int = -1
+    size: int = 0
+    """Bytes it takes: its id's length plus :func:`payload_size`. The same for every copy
+    of an event (one reloaded from a store too), so what a channel queues adds up."""
 
     def __lt__(self, other: Event) -> bool:
         if self.timestamp != other.timestamp:
@@ -82,6 +85,29 @@ class Event:
             payload=data["payload"],
             offset=data.get("offset", -1),
         )
+
+
+def is_utf8(text: str) -> bool:
+    """Whether a string can be encoded as UTF-8 (it has no lone surrogate such as
+    ``"\\udc80"``): what msgpack, the store and every subscriber need. O(1) for ASCII."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def payload_size(payload: Any) -> int:
+    """The bytes a valid payload takes on the wire: a string's UTF-8, a byte string's own
+    length, the msgpack form of anything else (a store holding that form may use its
+    length instead)."""
+    if type(payload) is str:
+        return len(payload) if payload.isascii() else len(payload.encode("utf-8"))
+    if isinstance(payload, bytes | bytearray):
+        return len(payload)
+    return len(msgpack.packb(payload, use_bin_type=True))
 
 
 def validate_batch(
@@ -122,14 +148,20 @@ def validate_event(
     for name in REQUIRED_FIELDS:
         if name not in raw:
             raise InvalidEvent(name, "is required", index)
+    event_id = _check_id(raw["id"], index)
+    payload, size = _check_payload(raw.get("payload"), max_payload_bytes, index)
     return Event(
-        id=_check_id(raw["id"], index),
+        id=event_id,
         publisher_id=_check_publisher_id(raw["publisher_id"], index, known_publishers),
         partition=_check_partition(raw.get("partition", DEFAULT_PARTITION), index),
         timestamp=_check_timestamp(raw["timestamp"], index),
-        payload=_check_payload(raw.get("payload"), max_payload_bytes, index),
+        payload=payload,
         offset=offset,
+        size=len(event_id) + size,
     )
+
+
+NOT_UTF8 = "must be valid UTF-8 (no lone surrogates)"
 
 
 def _check_id(value: Any, index: int) -> str:
@@ -137,6 +169,8 @@ def _check_id(value: Any, index: int) -> str:
         raise InvalidEvent("id", "must be a non-empty string", index)
     if len(value) > MAX_ID_CHARS:
         raise InvalidEvent("id", f"longer than {MAX_ID_CHARS} characters", index)
+    if not value.isascii() and not is_utf8(value):
+        raise InvalidEvent("id", NOT_UTF8, index)
     return value
 
 
@@ -162,6 +196,8 @@ def _check_partition(value: Any, index: int) -> Partition:
             raise InvalidEvent(
                 "partition", f"string must have 1-{MAX_PARTITION_CHARS} chars", index
             )
+        if not value.isascii() and not is_utf8(value):
+            raise InvalidEvent("partition", NOT_UTF8, index)
         return sys.intern(value)
     raise InvalidEvent(
         "partition", f"must be a string or an integer, not {type(value).__name__}", index
@@ -169,8 +205,9 @@ def _check_partition(value: Any, index: int) -> Partition:
 
 
 def _check_json_like(value: Any, index: int, depth: int = 0) -> None:
-    """Integers must fit 64 bits and map keys must be strings: what msgpack (the wire and
-    the store) can carry back unchanged."""
+    """Integers must fit 64 bits, map keys must be strings and byte strings may only be a
+    whole payload: what msgpack (the wire and the store) carries back unchanged and JSON
+    can show. Strings are checked for UTF-8 when the payload is packed."""
     if depth > MAX_PAYLOAD_DEPTH:
         raise InvalidEvent("payload", f"nested deeper than {MAX_PAYLOAD_DEPTH} levels", index)
     if type(value) is int and not INT64_MIN <= value <= UINT64_MAX:
@@ -185,6 +222,8 @@ def _check_json_like(value: Any, index: int, depth: int = 0) -> None:
     elif isinstance(value, list | tuple):
         for item in value:
             _check_json_like(item, index, depth + 1)
+    elif isinstance(value, bytes | bytearray):
+        raise InvalidEvent("payload", "byte strings may only be the whole payload", index)
 
 
 def _check_timestamp(value: Any, index: int) -> float:
@@ -199,20 +238,31 @@ def _check_timestamp(value: Any, index: int) -> float:
     return result
 
 
-def _check_payload(value: Any, limit: int, index: int) -> Any:
-    if isinstance(value, str):
-        size = len(value) if len(value) * 4 <= limit else len(value.encode("utf-8"))
+def _check_payload(value: Any, limit: int, index: int) -> tuple[Any, int]:
+    """The payload and its :func:`payload_size`, or InvalidEvent."""
+    if type(value) is str:
+        if value.isascii():
+            size = len(value)
+        else:
+            try:
+                size = len(value.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise InvalidEvent("payload", NOT_UTF8, index) from None
     elif isinstance(value, bytes | bytearray):
         value, size = bytes(value), len(value)
-    elif isinstance(value, _JSON_SCALARS):
-        _check_json_like(value, index)
-        return value
     else:
         _check_json_like(value, index)
-        try:
-            size = len(json.dumps(value, allow_nan=False, separators=(",", ":")))
-        except (TypeError, ValueError) as exc:
-            raise InvalidEvent("payload", f"not a JSON-like value: {exc}", index) from None
+        size = _packed_size(value, index)
     if size > limit:
         raise InvalidEvent("payload", f"{size} bytes exceed the limit of {limit}", index)
-    return value
+    return value, size
+
+
+def _packed_size(value: Any, index: int) -> int:
+    """The msgpack size of a JSON-like value; packing checks its strings are UTF-8."""
+    try:
+        return len(msgpack.packb(value, use_bin_type=True))
+    except UnicodeEncodeError:
+        raise InvalidEvent("payload", f"strings and map keys {NOT_UTF8}", index) from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidEvent("payload", f"not a JSON-like value: {exc}", index) from None

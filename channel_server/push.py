@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import Pyro5.errors
+
 from channel_server.core import rebalance
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.core.member import Batch
-from channel_server.dispatch import DispatchPool, MemberLink
+from channel_server.dispatch import DispatchPool, MemberLink, wire_fault
 
 if TYPE_CHECKING:
     from channel_server.channel import EventChannel
@@ -135,9 +137,19 @@ class PushDelivery:
             if not _accepted(reply, batch):
                 raise ValueError(f"malformed reply {reply!r:.80}")
         except Exception as exc:  # transport or remote failure: both are a failed push
+            if not _transport(exc) and (faults := _wire_faults(batch)):
+                return self._unpushable(batch, faults)  # ... unless events of it are at fault
             return self._failed(batch, exc)
         self._delivered(batch, elapsed)
         return None
+
+    def _unpushable(self, batch: Batch, faults: dict[str, str]) -> None:
+        """The push failed for the fault of some of its events: they are dead-lettered and
+        the rest goes out again at once; the member is not blamed."""
+        with self._ch.lock:
+            grp = self._ch.core.groups.get(batch.group)
+            if grp is not None:
+                self._ch.bury(grp, batch.member_id, batch.session, batch.seqs, faults)
 
     def _declined(self, batch: Batch) -> float:
         """The subscriber is stopping: it will acknowledge what it did and unsubscribe."""
@@ -216,6 +228,23 @@ class PushDelivery:
                 self._config.long_delay_window_s,
             )
             rebalance.offload(grp, member_id)
+
+
+def _transport(error: Exception) -> bool:
+    """A failure of the connection (refused, closed, timed out): not the events' fault.
+    A protocol error (a message that cannot be serialized or is too large) may be."""
+    if isinstance(error, Pyro5.errors.ProtocolError):
+        return False
+    return isinstance(error, Pyro5.errors.CommunicationError | OSError)
+
+
+def _wire_faults(batch: Batch) -> dict[str, str]:
+    """The events of a batch that cannot cross the wire on their own (id -> why)."""
+    faults = {}
+    for ev, attempt in zip(batch.events, batch.attempts, strict=True):
+        if fault := wire_fault(ev.to_dict(attempt)):
+            faults[ev.id] = fault
+    return faults
 
 
 def _accepted(reply: Any, batch: Batch) -> bool:

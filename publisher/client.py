@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from channel_server.errors import QueueFull
+from channel_server.errors import ClientError, QueueFull
+from channel_server.events import validate_batch
 from channel_server.remote import RemoteChannel
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.state import PublisherState
@@ -117,7 +119,13 @@ class Publisher:
         BrokerUnavailable (after the retries)."""
         if self.state is not None:
             self.state.reserve(self.channel, self.next_seq)
-        return self._remote.call("publish", events)
+        try:
+            return self._remote.call("publish", events)
+        except (ValueError, ClientError):
+            # The broker may not even read the call (msgpack refuses an integer map key
+            # there): say which event and field, as the broker would have.
+            validate_batch(events, max_payload_bytes=sys.maxsize)
+            raise
 
     def publish_all(
         self,

@@ -252,7 +252,7 @@ class Subscriber:
             self._handler(event)
         except Exception as exc:
             log.warning("handler failed on %s: %s", event_id, exc)
-            return Outcome(item.session, item.seq, event_id, f"{type(exc).__name__}: {exc}")
+            return Outcome(item.session, item.seq, event_id, nack_text(exc))
         finally:
             self._busy_since = None
         self.processed += 1
@@ -260,6 +260,13 @@ class Subscriber:
             self._recorder.write(event)
         self._processed.add([event_id])
         return Outcome(item.session, item.seq, event_id, dropped=self._faults.drop_ack(event))
+
+
+def nack_text(exc: Exception) -> str:
+    """A handler's error as the nack carries it: always valid UTF-8 (a lone surrogate, as
+    in an undecodable file name, is escaped), or the broker would refuse the ack."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _parse_delivery(delivery: Any) -> tuple[int, int, list[dict[str, Any]]]:

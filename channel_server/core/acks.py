@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from channel_server.core import rebalance
-from channel_server.core.delivery import by_key, current, give_back
+from channel_server.core.delivery import by_key, current, flights_in, give_back
 from channel_server.core.member import Flight, Member
 from channel_server.core.queues import PartitionQueue
 from channel_server.events import Event
@@ -92,6 +92,31 @@ def acknowledge(
     outcome.deactivated = count_acks(group, member, outcome.missing, completed)
     if member.active and member.ready:
         group.touched.add(member_id)  # it has room again for what was waiting
+    return outcome
+
+
+def unpushable(
+    group: ConsumerGroup, member_id: str, session: int, seqs: range, reasons: dict[str, str]
+) -> AckOutcome:
+    """A delivery (the member's ``seqs`` of ``session``) could not be handed over for the
+    fault of some of its events (they cannot cross the wire): those are dead
+    (``reasons``: event id -> why), and the rest goes back, not held (nothing reached the
+    member). Nothing counts against the member."""
+    outcome = AckOutcome()
+    member = current(group, member_id, session)
+    if member is None:
+        return outcome
+    flights = flights_in(member, seqs)
+    for flight in flights:
+        del member.flights[flight.event.id]
+    dead = [f.event for f in flights if f.event.id in reasons]
+    outcome.dead = [(ev, reasons[ev.id]) for ev in dead]
+    back = [f for f in flights if f.event.id not in reasons]
+    outcome.retried = [f.event for f in back]
+    finish(group, member, dead)
+    give_back(group, member, back, hold=False)
+    if not member.flights:
+        member.busy_since = None
     return outcome
 
 

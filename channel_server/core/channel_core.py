@@ -7,8 +7,11 @@ it is published (DESIGN §4).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 
 from channel_server.config import ChannelConfig
@@ -16,9 +19,12 @@ from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.queues import GlobalQueue
+from channel_server.errors import LimitReached
 from channel_server.events import Event, validate_batch
 from channel_server.store.base import ChannelSnapshot
 from channel_server.wire import DEFAULT_GROUP
+
+_SIZE = attrgetter("size")
 
 
 class ChannelKind(StrEnum):
@@ -34,6 +40,9 @@ class PublishOutcome:
     duplicates: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     """Ids refused for capacity."""
+    full_by: str = "events"
+    """The limit that refused them: "events" (``capacity``) or "bytes"
+    (``max_queued_bytes``)."""
     unrouted: int = 0
     """Events of a topic with no group: reported, not stored."""
 
@@ -75,6 +84,8 @@ class ChannelCore:
         self.dead_letters: list[DeadLetter] = []
         self.next_offset = 0
         self.unacked = 0
+        self.queued_bytes = 0
+        """Sizes of the unacknowledged events (``Event.size``), beside their count."""
         self.accepted_total = 0
         self.acked_total = 0
         self._groups_left: dict[int, int] = {}
@@ -94,6 +105,31 @@ class ChannelCore:
                 self.next_offset if created_offset is None else created_offset,
             )
         return group
+
+    def members(self) -> int:
+        """Members of every group, active or not."""
+        return sum(len(group.members) for group in self.groups.values())
+
+    def make_room_for_member(self) -> list[tuple[str, str]]:
+        """Room for one more member under ``max_members``: when the channel is at the cap,
+        the member inactive longest is forgotten (it holds and owns nothing; subscribing
+        again with its id makes it a new member). Returns the (group, member) forgotten,
+        for the facade to drop from the store; raises LimitReached when every member is
+        active."""
+        forgotten: list[tuple[str, str]] = []
+        while self.members() >= self.config.max_members:
+            inactive = [
+                (member.last_seen, group.name, member.member_id)
+                for group in self.groups.values()
+                for member in group.members.values()
+                if not member.active
+            ]
+            if not inactive:
+                raise LimitReached("members", self.config.max_members, f"channel {self.name}")
+            _, group_name, member_id = min(inactive)
+            self.groups[group_name].forget(member_id)
+            forgotten.append((group_name, member_id))
+        return forgotten
 
     def new_session(self) -> int:
         session = self._next_session
@@ -140,10 +176,20 @@ class ChannelCore:
         if not self.groups:
             outcome.unrouted = len(fresh)
             return outcome
-        room = max(0, self.config.capacity - self.unacked)
+        room, outcome.full_by = self._room(fresh)
         outcome.accepted = fresh[:room]
         outcome.refused = [ev.id for ev in fresh[room:]]
         return outcome
+
+    def _room(self, fresh: list[Event]) -> tuple[int, str]:
+        """How many of ``fresh`` (from the front) fit both limits, and the limit that
+        refuses the rest: the count (``capacity``) or the bytes (``max_queued_bytes``)."""
+        room = max(0, self.config.capacity - self.unacked)
+        byte_room = self.config.max_queued_bytes - self.queued_bytes
+        counted = fresh[:room]
+        if sum(map(_SIZE, counted)) <= byte_room:
+            return room, "events"
+        return bisect_right(list(accumulate(map(_SIZE, counted))), byte_room), "bytes"
 
     def enqueue(self, events: list[Event], now: float) -> None:
         """Commit accepted (and stored) events: remember their ids, order them in the global
@@ -157,6 +203,7 @@ class ChannelCore:
         for group in self.groups.values():
             group.enqueue(ordered)
         self.unacked += len(ordered)
+        self.queued_bytes += sum(map(_SIZE, ordered))
         self.accepted_total += len(ordered)
 
     # -- acks ----------------------------------------------------------------------------
@@ -173,10 +220,28 @@ class ChannelCore:
         """Apply an ack message; returns what it did and the events now acknowledged by
         every group (the facade deletes those from the store)."""
         outcome = group.acknowledge(member_id, session, acked, nacked, through_seq, now)
+        return outcome, self._settle(group, outcome)
+
+    def bury_unpushable(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        session: int,
+        seqs: range,
+        reasons: dict[str, str],
+    ) -> tuple[AckOutcome, list[Event]]:
+        """Events of a delivery that cannot cross the wire (by id: why) go to the
+        dead-letter queue, not counted against the member; the rest of the delivery goes
+        back (see acks.unpushable). Returns what happened and the events retired
+        everywhere (the facade deletes those from the store)."""
+        outcome = group.unpushable(member_id, session, seqs, reasons)
+        return outcome, self._settle(group, outcome)
+
+    def _settle(self, group: ConsumerGroup, outcome: AckOutcome) -> list[Event]:
+        """Dead-letter what the outcome gave up on; retire what it resolved."""
         for ev, error in outcome.dead:
             self.dead_letters.append(DeadLetter(ev, group.name, error))
-        resolved = outcome.done + [ev for ev, _ in outcome.dead]
-        return outcome, self._retire(resolved)
+        return self._retire(outcome.done + [ev for ev, _ in outcome.dead])
 
     def _retire(self, events: list[Event], count_acked: bool = True) -> list[Event]:
         finished = []
@@ -190,6 +255,7 @@ class ChannelCore:
             else:
                 self._groups_left[ev.offset] = left - 1
         self.unacked -= len(finished)
+        self.queued_bytes -= sum(map(_SIZE, finished))
         if count_acked:
             self.acked_total += len(finished)
         return finished
@@ -209,6 +275,7 @@ class ChannelCore:
             else:
                 restored.append(letter.event)
                 self.unacked += 1
+                self.queued_bytes += letter.event.size
                 self.acked_total -= 1
             group.enqueue([letter.event])
         return chosen, restored
@@ -243,12 +310,15 @@ class ChannelCore:
         self.delivered.restore(snapshot.delivered)
         self.dead_letters = [DeadLetter(d.event, d.group, d.error) for d in snapshot.dead_letters]
         holders: dict[int, int] = {}
+        sizes: dict[int, int] = {}
         for group, events in self._owed(snapshot).items():
             group.enqueue(events)
             for ev in events:
                 holders[ev.offset] = holders.get(ev.offset, 0) + 1
+                sizes[ev.offset] = ev.size
         self._groups_left = {offset: n for offset, n in holders.items() if n > 1}
         self.unacked = len(holders)
+        self.queued_bytes = sum(sizes.values())
         for group in self.groups.values():
             group.pin_restored(self.next_offset)
 

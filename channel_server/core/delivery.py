@@ -125,8 +125,12 @@ def reclaim(group: ConsumerGroup, member_id: str, sent_before: float) -> int:
 
 
 def _flights_of(member: Member, batch: Batch) -> list[Flight]:
-    last = batch.first_seq + len(batch.events)
-    return [f for f in member.flights.values() if batch.first_seq <= f.seq < last]
+    return flights_in(member, batch.seqs)
+
+
+def flights_in(member: Member, seqs: range) -> list[Flight]:
+    """What the member holds of the deliveries numbered ``seqs`` (one push)."""
+    return [f for f in member.flights.values() if f.seq in seqs]
 
 
 def probe_failed(group: ConsumerGroup, member_id: str, now: float) -> bool:

@@ -353,6 +353,12 @@ class ConsumerGroup:
         """Apply an ack message (see :func:`channel_server.core.acks.acknowledge`)."""
         return acks.acknowledge(self, member_id, session, acked, nacked, through_seq, now)
 
+    def unpushable(
+        self, member_id: str, session: int, seqs: range, reasons: dict[str, str]
+    ) -> AckOutcome:
+        """A delivery failed for the fault of some of its events (see acks.unpushable)."""
+        return acks.unpushable(self, member_id, session, seqs, reasons)
+
     # -- liveness ------------------------------------------------------------------------
     def heartbeat(self, member_id: str, now: float) -> Member | None:
         member = self.members.get(member_id)

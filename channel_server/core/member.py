@@ -83,6 +83,11 @@ class Batch:
     events: list[Event]
     attempts: list[int]
 
+    @property
+    def seqs(self) -> range:
+        """Its events' places in the member's delivery stream."""
+        return range(self.first_seq, self.first_seq + len(self.events))
+
     def to_wire(self) -> dict:
         return {
             "session": self.session,

@@ -39,7 +39,7 @@ import msgpack
 
 from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.errors import StoreError
-from channel_server.events import Event, PartitionKey
+from channel_server.events import Event, PartitionKey, payload_size
 from channel_server.statefile import open_private_append, private_dir, tighten_private
 from channel_server.store.base import (
     ChannelRecord,
@@ -133,17 +133,27 @@ def _pack(payload: Any) -> Any:
     return payload if type(payload) is str else msgpack.packb(payload, use_bin_type=True)
 
 
-def _unpack(stored: Any) -> Any:
-    return msgpack.unpackb(stored, raw=False) if isinstance(stored, bytes) else stored
-
-
 def _event_fields(ev: Event) -> tuple:
     return (ev.id, ev.publisher_id, ev.partition, ev.timestamp, _pack(ev.payload))
 
 
 def _event(offset: int, row: Sequence[Any]) -> Event:
-    event_id, publisher_id, partition, timestamp, payload = row
-    return Event(event_id, publisher_id, partition, timestamp, _unpack(payload), offset)
+    return _loaded(*row, offset)
+
+
+def _loaded(
+    event_id: str, publisher_id: str, partition: Any, timestamp: float, stored: Any, offset: int
+) -> Event:
+    """An event read back, its size counted as validation counted it (``Event.size``):
+    the msgpack a payload is stored as is the size of any payload but a string or bytes."""
+    if type(stored) is str:
+        payload, size = stored, payload_size(stored)
+    else:
+        payload = msgpack.unpackb(stored, raw=False)
+        size = len(payload) if type(payload) is bytes else len(stored)
+    return Event(
+        event_id, publisher_id, partition, timestamp, payload, offset, len(event_id) + size
+    )
 
 
 class SQLiteStore(Store):
@@ -456,9 +466,8 @@ class SQLiteStore(Store):
             f"SELECT key, {EVENT_COLUMNS}, accepted_at FROM events WHERE key BETWEEN ? AND ?",
             key_range,
         )
-        snapshot.events = [  # inlined: a restart may read millions of rows
-            Event(i, pub, part, ts, p if type(p) is str else _unpack(p), key & OFFSET_MASK)
-            for key, i, pub, part, ts, p, _ in rows
+        snapshot.events = [
+            _loaded(i, pub, part, ts, p, key & OFFSET_MASK) for key, i, pub, part, ts, p, _ in rows
         ]
         snapshot.delivered = self._window(base, rows)
         del rows  # a restart's peak memory

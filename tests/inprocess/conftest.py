@@ -4,9 +4,11 @@ driven with a fake clock (pull, housekeeping) or a real Pyro5 daemon on port 0 (
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import Pyro5.server
 import pytest
 
 from channel_server.channel import EventChannel
@@ -38,6 +40,18 @@ def pool() -> Iterator[DispatchPool]:
     p.start()
     yield p
     p.stop()
+
+
+@pytest.fixture
+def daemon() -> Iterator[Pyro5.server.Daemon]:
+    """A real Pyro5 daemon on port 0 for fake subscribers' callback objects."""
+    d = Pyro5.server.Daemon(host="127.0.0.1", port=0)
+    loop = threading.Thread(target=d.requestLoop, daemon=True)
+    loop.start()
+    yield d
+    d.shutdown()
+    loop.join(5)
+    d.close()
 
 
 ChannelFactory = Callable[..., EventChannel]

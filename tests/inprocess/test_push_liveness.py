@@ -4,8 +4,6 @@ holding events is pinged; a failure inside a push task does not wedge its member
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import Pyro5.api
@@ -43,17 +41,6 @@ class FakeSubscriber:
 
     def ids(self) -> list[str]:
         return [ev["id"] for d in self.deliveries for ev in d["events"]]
-
-
-@pytest.fixture
-def daemon() -> Iterator[Pyro5.server.Daemon]:
-    d = Pyro5.server.Daemon(host="127.0.0.1", port=0)
-    loop = threading.Thread(target=d.requestLoop, daemon=True)
-    loop.start()
-    yield d
-    d.shutdown()
-    loop.join(5)
-    d.close()
 
 
 def subscriber(channel: EventChannel, daemon: Pyro5.server.Daemon, sub_id: str, **kw: Any):

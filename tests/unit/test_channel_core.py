@@ -10,8 +10,9 @@ from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import Batch
-from channel_server.errors import InvalidEvent
+from channel_server.errors import InvalidEvent, LimitReached
 from channel_server.events import Event
+from channel_server.store import MemoryStore
 from channel_server.wire import DEFAULT_GROUP
 from tests.unit.group_checks import ids
 
@@ -243,3 +244,92 @@ def test_retry_right_after_a_quiet_spell_is_a_duplicate() -> None:
     publish(core, [raw("a")], now=0.0)
     publish(core, [raw("b")], now=20.0)
     assert core.prepare([raw("b")]).duplicates == ["b"]
+
+
+# -- bytes queued (issue 13) --------------------------------------------------------------
+def sized(event_id: str, payload_bytes: int, ts: float = 1.0) -> dict:
+    return raw(event_id, ts) | {"payload": "x" * payload_bytes}
+
+
+def test_bytes_limit_accepts_the_front_that_fits_and_says_so() -> None:
+    core = ChannelCore("c", config(max_payload_bytes=200, max_queued_bytes=500))
+    publish(core, [sized("a", 199)])  # 200 bytes with its id
+    outcome = publish(core, [sized(i, 99) for i in "bcde"])
+    assert ids(outcome.accepted) == ["b", "c", "d"]  # 500 bytes: exactly full
+    assert (outcome.refused, outcome.full_by) == (["e"], "bytes")
+    assert (core.unacked, core.queued_bytes) == (4, 500)
+    assert "e" not in core.delivered  # a refused id may be published again
+    assert core.prepare([raw("f")]).refused == ["f"]  # no byte left, even for a small one
+
+
+def test_count_limit_is_named_when_it_refuses_first() -> None:
+    core = ChannelCore("c", config(capacity=2, max_payload_bytes=100, max_queued_bytes=10_000))
+    outcome = publish(core, [sized("a", 10), sized("b", 10), sized("c", 10)])
+    assert (outcome.refused, outcome.full_by) == (["c"], "events")
+
+
+def test_bytes_are_released_by_acks_dead_letters_and_dropped_groups() -> None:
+    core = ChannelCore("c", config(max_attempts=1))
+    default = core.groups[DEFAULT_GROUP]
+    join(default, "d", 10)
+    publish(core, [sized("a", 10), sized("b", 20, ts=2.0)])
+    assert core.queued_bytes == 11 + 21
+    complete(core, default, take(default, "d"), {"a"}, {"b": "boom"})  # b: dead
+    assert (core.unacked, core.queued_bytes, len(core.dead_letters)) == (0, 0, 1)
+    core.add_group("audit")
+    publish(core, [sized("c", 30, ts=3.0)])
+    complete(core, default, take(default, "d"), {"c"}, {})
+    assert core.queued_bytes == 31  # audit still holds c
+    core.drop_group("audit")
+    assert (core.unacked, core.queued_bytes) == (0, 0)
+
+
+def test_bytes_are_counted_again_from_a_restored_snapshot() -> None:
+    store = MemoryStore()
+    core = ChannelCore("c", config())
+    store.save_group("c", DEFAULT_GROUP, 0)
+    store.save_group("c", "audit", 0)
+    core.add_group("audit")
+    outcome = publish(core, [sized("a", 10), sized("b", 20, ts=2.0)])
+    store.append("c", outcome.accepted, core.next_offset, 0.0)
+    store.ack("c", "audit", [outcome.accepted[0].offset])
+    restored = ChannelCore("c", config(), first_session=100)
+    restored.restore(store.load("c"), 0.0)
+    assert (restored.unacked, restored.queued_bytes) == (2, core.queued_bytes) == (2, 11 + 21)
+
+
+# -- members (issue 13) -------------------------------------------------------------------
+def test_member_cap_forgets_the_member_inactive_longest() -> None:
+    core = ChannelCore("c", config(max_members=3))
+    group = core.groups[DEFAULT_GROUP]
+    for member_id, now in (("a", 1.0), ("b", 2.0), ("c", 3.0)):
+        group.join(member_id, "cb", 1, session=1, now=now)
+    with pytest.raises(LimitReached) as info:
+        core.make_room_for_member()
+    assert (info.value.resource, info.value.limit) == ("members", 3)
+    group.deactivate("c", "gone")
+    group.deactivate("b", "gone")
+    assert core.make_room_for_member() == [(DEFAULT_GROUP, "b")]  # b was seen last earlier
+    assert sorted(group.members) == ["a", "c"]
+    assert core.make_room_for_member() == []  # room already
+
+
+# -- events that cannot be pushed (issue 13) ----------------------------------------------
+def test_unpushable_events_are_dead_and_the_rest_goes_back_unblamed() -> None:
+    core = ChannelCore("c", config())
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    publish(core, [raw("a"), raw("bad", ts=2.0), raw("c", ts=3.0, partition=1)])
+    batch = take(group, "s")
+    outcome, retired = core.bury_unpushable(
+        group, "s", batch.session, batch.seqs, {"bad": "cannot be sent"}
+    )
+    assert [(ev.id, why) for ev, why in outcome.dead] == [("bad", "cannot be sent")]
+    assert ids(retired) == ["bad"]
+    assert [(d.event.id, d.error) for d in core.dead_letters] == [("bad", "cannot be sent")]
+    member = group.members["s"]
+    assert (member.active, member.failures, member.in_flight) == (True, 0, 0)
+    again = take(group, "s")
+    assert ids(again.events) == ["a", "c"]
+    assert again.attempts == [2, 2]
+    assert (core.unacked, core.queued_bytes) == (2, sum(ev.size for ev in again.events))

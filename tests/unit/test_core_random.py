@@ -9,9 +9,10 @@ what was pending (as much as the member's room allows) and that a partition neve
 deliveries outstanding; that attempts count deliveries; that acks, nacks, skipped acks, push
 and probe failures resolve as designed; that ownership is exclusive, inactive members own
 nothing, and a partition never changes owner while not movable unless its owner was
-deactivated or left; that counters agree; that stale messages change nothing; and that after a
-restart each partition stays with its owner and no other member gets its restored events until
-they are resolved. Driven by a seeded loop and by a Hypothesis state machine.
+deactivated or left; that counters (bytes queued too) agree; that stale messages change
+nothing; and that after a restart each partition stays with its owner and no other member
+gets its restored events until they are resolved. Driven by a seeded loop and by a
+Hypothesis state machine.
 """
 
 from __future__ import annotations
@@ -201,8 +202,9 @@ class Driver:
                 reused = reuse is not None and self.sent
                 event_id = self.sent[reuse % len(self.sent)] if reused else f"{pub}-{self.seq}"
                 batch_ids.append(event_id)
-            self.last = [
+            self.last = [  # payloads of several sizes: the bytes queued are counted
                 {"id": i, "publisher_id": pub, "partition": partition, "timestamp": ts}
+                | {"payload": "x" * (len(i) * 7 % 11)}
                 for i, (pub, partition, ts, _) in zip(batch_ids, specs, strict=True)
             ]
             self.sent.extend(batch_ids)
@@ -636,6 +638,8 @@ class Driver:
         assert core.accepted_total == self.accepted_life, "accepted_total"
         assert core.acked_total == self.retired_life, "acked_total"
         assert core.unacked == len(self.events) - len(self.retired), "unacked"
+        unacked = set(self.events) - self.retired
+        assert core.queued_bytes == sum(self.events[o].size for o in unacked), "queued_bytes"
         assert core.lost() == 0, "lost"
         snap = self.store.load(NAME)
         assert {ev.offset for ev in snap.events} == set(self.events) - self.retired, "store"

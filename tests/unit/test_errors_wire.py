@@ -34,6 +34,7 @@ SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
     errors.QueueFull: lambda: errors.QueueFull(
         "orders", 10, 3, ["e4", "e5"], duplicates=["e1"], retry_after_s=0.25
     ),
+    errors.LimitReached: lambda: errors.LimitReached("channels", 1000, "broker b1"),
     errors.TransportError: lambda: errors.TransportError("peer gone", peer="PYRO:x@h:1"),
     errors.BrokerUnavailable: lambda: errors.BrokerUnavailable("name server", "not reachable"),
     errors.StoreError: lambda: errors.StoreError("/data/c.db", "database is locked"),
@@ -55,7 +56,9 @@ EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
         "refused_ids": ["e4", "e5"],
         "duplicates": ["e1"],
         "retry_after_s": 0.25,
+        "limit": "events",
     },
+    errors.LimitReached: {"resource": "channels", "limit": 1000, "where": "broker b1"},
     errors.BrokerUnavailable: {"what": "name server", "reason": "not reachable"},
     errors.StoreError: {"path": "/data/c.db", "reason": "database is locked"},
 }
@@ -79,6 +82,20 @@ def test_queue_full_message_and_attributes() -> None:
     assert err.message == str(err)
     assert "3 accepted, 2 refused" in err.message
     assert "0.25" in err.message
+
+
+def test_queue_full_says_which_limit_refused() -> None:
+    by_count = errors.QueueFull("orders", 10, 3, ["e4"])
+    by_bytes = errors.QueueFull("orders", 4096, 3, ["e4"], limit="bytes")
+    assert "(10 unacknowledged events)" in str(by_count)
+    assert "(4096 bytes queued)" in str(by_bytes)
+    assert (by_bytes.limit, by_bytes.capacity) == ("bytes", 4096)
+
+
+def test_limit_reached_is_a_capacity_error_with_one_line() -> None:
+    err = errors.LimitReached("members", 5, "channel orders")
+    assert isinstance(err, errors.CapacityError)
+    assert str(err) == "channel orders has reached its limit of 5 members"
 
 
 def test_invalid_event_message_names_the_index() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import msgpack
 import pytest
 
 from channel_server.errors import InvalidEvent
@@ -13,6 +14,8 @@ from channel_server.events import (
     INT64_MIN,
     MAX_ID_CHARS,
     Event,
+    is_utf8,
+    payload_size,
     validate_batch,
     validate_event,
 )
@@ -190,14 +193,14 @@ def test_payload_size_limit_str_counts_utf8_bytes() -> None:
     rejects("payload", raw(payload="é" * 9), max_payload_bytes=limit)
 
 
-def test_payload_size_limit_bytes_and_json() -> None:
+def test_payload_size_limit_bytes_and_structures() -> None:
     limit = 10
     assert (
         validate_event(raw(payload=b"b" * limit), max_payload_bytes=limit).payload == b"b" * limit
     )
     rejects("payload", raw(payload=b"b" * (limit + 1)), max_payload_bytes=limit)
     rejects("payload", raw(payload=bytearray(limit + 1)), max_payload_bytes=limit)
-    fits = validate_event(raw(payload=[1, 2, 3, 4]), max_payload_bytes=limit)  # "[1,2,3,4]"
+    fits = validate_event(raw(payload=[1, 2, 3, 4]), max_payload_bytes=limit)  # 5 B msgpack
     assert fits.payload == [1, 2, 3, 4]
     rejects("payload", raw(payload=list(range(10))), max_payload_bytes=limit)
 
@@ -321,3 +324,73 @@ def test_event_wire_round_trip() -> None:
         42,
     )
     assert event.to_dict()["attempt"] == 1
+
+
+# -- UTF-8 and map keys (issue 13) ------------------------------------------------------
+POISON = "poison\udc80"
+"""A lone surrogate: a Python str that no UTF-8 encoder (msgpack, SQLite) can carry."""
+
+
+@pytest.mark.parametrize(
+    ("field", "fields"),
+    [
+        ("id", {"id": POISON}),
+        ("partition", {"partition": POISON}),
+        ("payload", {"payload": POISON}),
+        ("payload", {"payload": {"k": [1, POISON]}}),
+        ("payload", {"payload": {POISON: 1}}),
+        ("payload", {"payload": [{"deep": {"k": POISON}}]}),
+    ],
+    ids=["id", "partition", "payload", "nested-value", "map-key", "deep"],
+)
+def test_strings_must_be_valid_utf8(field: str, fields: dict) -> None:
+    err = rejects(field, raw(**fields))
+    assert "UTF-8" in err.reason
+
+
+def test_non_ascii_utf8_strings_are_fine_everywhere() -> None:
+    ev = validate_event(raw(id="é-1", partition="zürich", payload={"clé": ["ünïcode", "✓"]}))
+    assert (ev.id, ev.partition, ev.payload) == ("é-1", "zürich", {"clé": ["ünïcode", "✓"]})
+
+
+@pytest.mark.parametrize("payload", [{1: "a"}, {"k": {2: "b"}}, [{None: 1}]])
+def test_payload_map_keys_must_be_strings(payload: object) -> None:
+    err = rejects("payload", raw(payload=payload))
+    assert err.reason == "map keys must be strings"
+
+
+def test_byte_strings_only_as_the_whole_payload() -> None:
+    assert validate_event(raw(payload=b"\xff")).payload == b"\xff"
+    err = rejects("payload", raw(payload={"blob": b"\xff"}))
+    assert "whole payload" in err.reason
+
+
+def test_is_utf8() -> None:
+    assert is_utf8("plain") and is_utf8("ünï ✓ 𝄞")
+    assert not is_utf8(POISON)
+    assert not is_utf8("\ud83d")  # half of a surrogate pair
+
+
+# -- sizes: what a channel counts against max_queued_bytes ------------------------------
+@pytest.mark.parametrize(
+    ("payload", "payload_bytes"),
+    [
+        ("abc", 3),
+        ("é✓", 5),  # UTF-8 bytes, not characters
+        (b"\x00\x01", 2),
+        (None, 1),
+        ({"k": [1, 2]}, len(msgpack.packb({"k": [1, 2]}))),
+    ],
+    ids=["ascii", "utf8", "bytes", "none", "structure"],
+)
+def test_event_size_is_its_id_and_payload_bytes(payload: object, payload_bytes: int) -> None:
+    ev = validate_event(raw(id="pub-1", payload=payload))
+    assert ev.size == len("pub-1") + payload_bytes
+    assert payload_size(ev.payload) == payload_bytes
+
+
+def test_payload_limit_counts_the_msgpack_form_of_a_structure() -> None:
+    value = {"k": "v" * 20}
+    packed = len(msgpack.packb(value))
+    assert validate_event(raw(payload=value), max_payload_bytes=packed).payload == value
+    rejects("payload", raw(payload=value), max_payload_bytes=packed - 1)

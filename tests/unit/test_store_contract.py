@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from channel_server.events import Event
+from channel_server.events import Event, validate_batch
 from channel_server.store import MemoryStore, Store
 from channel_server.store.base import ChannelRecord, DeadLetterRecord, MemberRecord
 from channel_server.store.sqlite import SQLiteStore
@@ -227,3 +227,22 @@ def test_the_count_follows_appends_deletes_and_replays(opener: Opener) -> None:
     store.reinsert("c", [ev(1, 1.0)], 2.0)  # the same event again: no new row
     assert store.count("c") == 5
     assert opener().count("c") == 5
+
+
+def test_events_come_back_with_the_sizes_validation_gave_them(opener: Opener) -> None:
+    # The bytes a channel queues are restored from what a store reads back: every copy
+    # of an event must count as many bytes as the one that was published.
+    store = opener()
+    store.save_channel(ChannelRecord("c", "queue"))
+    payloads = ["ascii", "é✓ ünï", b"\x00\xff", bytearray(b"ab"), None, 7, 2.5, True]
+    payloads += [{"k": [1, "v", {"n": None}]}, [1, 2**63], ("tuple", 1)]
+    raw = [
+        {"id": f"e-{i}", "publisher_id": "pub", "timestamp": 1.0, "payload": p}
+        for i, p in enumerate(payloads)
+    ]
+    events = validate_batch(raw, first_offset=0)
+    store.append("c", events, len(events), 1.0)
+    store.add_dead_letters("c", [DeadLetterRecord("default", events[2], "boom")])
+    snap = opener().load("c")
+    assert {ev.id: ev.size for ev in snap.events} == {ev.id: ev.size for ev in events}
+    assert [d.event.size for d in snap.dead_letters] == [events[2].size]
