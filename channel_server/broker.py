@@ -33,6 +33,7 @@ from channel_server.guard import GuardedDaemon
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.strict_calls import checked_arity
+from channel_server.transport import bind_failure
 from channel_server.users import Action
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
@@ -80,9 +81,12 @@ class Broker:
             self._credential,
             self.config.insecure_name_server,
         )
-        self._daemon = _BrokerDaemon(
-            self.access.admit, self._client_gone, host=self.config.host, port=self.config.port
-        )
+        try:
+            self._daemon = _BrokerDaemon(
+                self.access.admit, self._client_gone, host=self.config.host, port=self.config.port
+            )
+        except OSError as exc:
+            raise bind_failure(exc, "broker", self.config.host, self.config.port) from exc
         service = BrokerService(self)
         self.uri = str(
             self._daemon.register(service, objectId=broker_ns_name(self.config.broker_id))

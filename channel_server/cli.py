@@ -31,6 +31,7 @@ from channel_server.status import (
     render_unreachable,
 )
 from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
+from channel_server.transport import bind_failure
 from channel_server.users_cli import add_users_command, run_users
 from channel_server.wire import (
     DEFAULT_HOST,
@@ -504,6 +505,7 @@ def run_nameserver(args: argparse.Namespace) -> int:
     try:
         daemon = GuardedNameServerDaemon(args.ns_host, args.ns_port, Access(token, users))
     except OSError as exc:
+        exc = bind_failure(exc, "name server", args.ns_host, args.ns_port)
         return cc.fail(f"cannot start the name server: {exc}", cc.EXIT_UNAVAILABLE)
     loop = threading.Thread(target=daemon.requestLoop, name="nameserver", daemon=True)
     loop.start()

@@ -261,7 +261,8 @@ def _bounded(kind: Callable[[str], Any], text: str, low: Any) -> Any:
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
+        what = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
     if value != value or value < low:  # NaN or too small
         raise argparse.ArgumentTypeError(f"must be at least {low}, got {text!r}")
     return value

@@ -27,7 +27,7 @@ from channel_server.access import Access
 from channel_server.credentials import Credential
 from channel_server.errors import BrokerUnavailable, NotAuthorized
 from channel_server.strict_calls import checked_arity
-from channel_server.transport import HardenedDaemon
+from channel_server.transport import HardenedDaemon, bind_failure
 from channel_server.wire import ANONYMOUS, locate_ns
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,10 @@ class NameService:
         return service
 
     def _start_embedded(self, access: Access) -> None:
-        daemon = GuardedNameServerDaemon(self.host, self.port, access)
+        try:
+            daemon = GuardedNameServerDaemon(self.host, self.port, access)
+        except OSError as exc:
+            raise bind_failure(exc, "name server", self.host, self.port) from exc
         self._ns_daemon = daemon
         self.port = daemon.sock.getsockname()[1]
         self.embedded = True

@@ -395,6 +395,13 @@ class HardenedDaemon:
             self._sendExceptionResponse(conn, frame.seq, MSGPACK_ID, error, None)
 
 
+def bind_failure(exc: OSError, what: str, host: str, port: int) -> OSError:
+    """``exc`` saying which address could not be bound ("Address already in use" alone
+    names no port)."""
+    where = f"{what} at {host}:{port}" if port else f"{what} on {host}"
+    return OSError(exc.errno, f"{where}: {exc.strerror or exc}")
+
+
 def _close(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.close()

@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         "publish",
         help="publish N synthetic events",
         description="Publish N synthetic events with ids PUB-<seq> (seq from 1) and "
-        "partition seq %% P. Prints accepted / duplicate / refused counts and the rate.",
+        "partition seq % P. Prints accepted / duplicate / refused counts and the rate.",
     )
     cc.add_ns_flags(pub)
     pub.add_argument("--channel", required=True, type=cc.plain_name, help="channel name")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -77,6 +78,19 @@ def test_no_name_server_is_a_clear_one_line_error(cluster: Cluster) -> None:
     assert result.stderr.strip().splitlines() == [
         f"error: name server 127.0.0.1:{cluster.ns_port}: not reachable"
     ]
+
+
+def test_an_address_in_use_is_named(cluster: Cluster) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]  # bound, not listening: nothing answers there
+        broker = cluster.run(
+            ["-m", "channel_server", "serve", *cluster.ns, "--memory", "--port", str(port)]
+        )
+        ns = cluster.run(["-m", "channel_server", "nameserver", "--ns-port", str(port)])
+    assert broker.returncode == ns.returncode == 3
+    assert f"broker at 127.0.0.1:{port}: Address already in use" in broker.stderr
+    assert f"name server at 127.0.0.1:{port}: Address already in use" in ns.stderr
 
 
 def listed(cluster: Cluster) -> list[dict]:
