@@ -36,6 +36,8 @@ EXIT_UNAVAILABLE = 3
 EXIT_REFUSED = 4
 EXIT_NOT_SUBSCRIBED = 5
 EXIT_NOT_AUTHORIZED = 6
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C or SIGTERM (what was done is printed first)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -353,6 +355,8 @@ def run_client_command(
     (``usage_errors``: more exception types that mean bad input)."""
     try:
         return command(args)
+    except KeyboardInterrupt:
+        return fail("interrupted", EXIT_INTERRUPTED)
     except NotAuthorized as exc:
         return fail(str(exc), EXIT_NOT_AUTHORIZED)
     except (ClientError, *usage_errors) as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -54,25 +55,32 @@ def publish_file(
     subscribers: int,
     threshold_rows: int = DEFAULT_SPARK_THRESHOLD_ROWS,
     progress: bool = True,
+    stop: threading.Event | None = None,
 ) -> FileReport:
-    """Publish every valid event of a batch file; raises spark_partitions' PlanError
-    (InputError, EngineUnavailable) with a one-line reason."""
+    """Publish every valid event of a batch file (until ``stop`` is set); raises
+    spark_partitions' PlanError (InputError, EngineUnavailable) with a one-line reason."""
     from spark_partitions.engine import estimate_rows
     from spark_partitions.formats import detect_format
 
     fmt = detect_format(path)
     rows = estimate_rows(path, fmt)
     if mode is SparkMode.ALWAYS or (mode is SparkMode.AUTO and rows >= threshold_rows):
-        return _publish_planned(publisher, path, fmt, batch_size, subscribers, progress)
+        return _publish_planned(publisher, path, fmt, batch_size, subscribers, progress, stop)
     report = FileReport(PublishTotals(), rows=rows)
     events = _valid_rows(path, fmt, report)
     with _bar(rows, progress, "publishing") as bar:
-        report.totals = publisher.publish_all(_counted(events, bar), batch_size)
+        report.totals = publisher.publish_all(_counted(events, bar), batch_size, stop=stop)
     return report
 
 
 def _publish_planned(
-    publisher: Publisher, path: str, fmt: Any, batch_size: int, subscribers: int, progress: bool
+    publisher: Publisher,
+    path: str,
+    fmt: Any,
+    batch_size: int,
+    subscribers: int,
+    progress: bool,
+    stop: threading.Event | None,
 ) -> FileReport:
     from spark_partitions.blocks import iter_blocks
     from spark_partitions.config import PlanConfig
@@ -95,8 +103,12 @@ def _publish_planned(
         ]
         with _bar(plan.total_events, progress, "publishing blocks") as bar:
             for _, events in iter_blocks(plan_dir):
-                block = publisher.publish_all(_counted(map(_event, events), bar), batch_size)
+                block = publisher.publish_all(
+                    _counted(map(_event, events), bar), batch_size, stop=stop
+                )
                 report.totals.merge(block)
+                if block.stopped:
+                    break
     return report
 
 

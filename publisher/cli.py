@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -202,13 +203,15 @@ def synthetic_events(
         yield publisher.event(payload, partition=publisher.next_seq % partitions)
 
 
-def paced(events: Iterator[dict[str, Any]], rate: float) -> Iterator[dict[str, Any]]:
+def paced(
+    events: Iterator[dict[str, Any]], rate: float, stop: threading.Event
+) -> Iterator[dict[str, Any]]:
     """Yield events no faster than ``rate`` per second (a steady stream for tests)."""
     started = time.monotonic()
     for n, event in enumerate(events):
         ahead = started + n / rate - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)  # pacing is the behaviour asked for
+        if ahead > 0 and stop.wait(ahead):  # pacing is the behaviour asked for
+            return
         yield event
 
 
@@ -224,17 +227,18 @@ def publish(args: argparse.Namespace) -> int:
         state=PublisherState(state_dir, args.publisher_id),
         retry_for_s=args.retry_for,
     ) as publisher:
+        stop = cc.stop_on_signals()  # from here on, a signal stops after the batch in hand
         started = time.perf_counter()
         if args.file:
-            report = _publish_file(args, publisher)
+            report = _publish_file(args, publisher, stop)
             totals, count = report.totals, report.rows
         else:
             events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
             if args.rate:
-                events = paced(events, args.rate)
+                events = paced(events, args.rate, stop)
             after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
             totals = publisher.publish_all(
-                events, args.batch_size, args.wait_when_full, after_batch=after_batch
+                events, args.batch_size, args.wait_when_full, after_batch, stop
             )
             count = args.count
         elapsed = time.perf_counter() - started
@@ -249,17 +253,23 @@ def publish(args: argparse.Namespace) -> int:
         "seconds": round(elapsed, 4),
         "events_per_s": round(count / elapsed, 1) if elapsed > 0 else None,
     }
+    figures["interrupted"] = totals.stopped
     print(
         f"{args.publisher_id} -> {args.channel}: {totals.accepted} accepted, "
         f"{totals.duplicates} duplicate, {totals.refused} refused (QueueFull), "
         f"{totals.unrouted} unrouted in {elapsed:.3f} s ({figures['events_per_s']} events/s)"
+        + (" (interrupted: the rest was not sent)" if totals.stopped else "")
     )
     if args.json:
         print(json.dumps(figures))
+    if totals.stopped:
+        return cc.EXIT_INTERRUPTED
     return cc.EXIT_REFUSED if totals.refused else cc.EXIT_OK
 
 
-def _publish_file(args: argparse.Namespace, publisher: Publisher) -> FileReport:
+def _publish_file(
+    args: argparse.Namespace, publisher: Publisher, stop: threading.Event
+) -> FileReport:
     slots = args.subscribers or _active_members(args)
     report = publish_file(
         publisher,
@@ -269,6 +279,7 @@ def _publish_file(args: argparse.Namespace, publisher: Publisher) -> FileReport:
         slots,
         args.spark_threshold,
         progress=not args.no_progress,
+        stop=stop,
     )
     if report.planned:
         print(f"plan: {report.plan_summary}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ class PublishTotals:
     refused: int = 0
     unrouted: int = 0
     duplicate_ids: list[str] = field(default_factory=list)
+    stopped: bool = False
+    """Publishing stopped early when asked to (a signal): the rest was not sent."""
 
     def merge(self, other: PublishTotals) -> None:
         self.accepted += other.accepted
@@ -36,6 +39,7 @@ class PublishTotals:
         self.refused += other.refused
         self.unrouted += other.unrouted
         self.duplicate_ids.extend(other.duplicate_ids)
+        self.stopped = self.stopped or other.stopped
 
     def add(self, summary: dict[str, Any]) -> None:
         self.accepted += summary["accepted"]
@@ -133,12 +137,15 @@ class Publisher:
         batch_size: int,
         wait_when_full: bool = False,
         after_batch: Callable[[int], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> PublishTotals:
         """Publish in batches. A QueueFull is counted as refused, or waited out and retried
         (with the channel's hint) when ``wait_when_full``. ``after_batch(n)`` runs after
-        the n-th batch."""
+        the n-th batch. Once ``stop`` is set, the batch in hand is finished and the rest is
+        not sent (``totals.stopped``)."""
+        stop = stop or threading.Event()
         totals = PublishTotals()
-        for calls, batch in enumerate(_chunks(events, batch_size), start=1):
+        for calls, batch in enumerate(_chunks(_until(events, stop), batch_size), start=1):
             pending = batch
             while pending:
                 try:
@@ -151,10 +158,20 @@ class Publisher:
                         break
                     refused = set(full.refused_ids)
                     pending = [ev for ev in pending if ev["id"] in refused]
-                    time.sleep(full.retry_after_s)  # back-pressure asked for by the channel
+                    if stop.wait(full.retry_after_s):  # back-pressure asked for by the channel
+                        totals.refused += len(pending)
+                        break
             if after_batch is not None:
                 after_batch(calls)
+        totals.stopped = stop.is_set()
         return totals
+
+
+def _until(events: Iterable[dict[str, Any]], stop: threading.Event) -> Iterator[dict[str, Any]]:
+    for event in events:
+        if stop.is_set():
+            return
+        yield event
 
 
 def _chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 
 import pytest
 
+from tests.integration.conftest import channel_stats
 from tests.integration.procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -131,3 +133,19 @@ def test_broker_stops_cleanly_on_sigterm(cluster: Cluster) -> None:
     broker = cluster.broker("x")
     assert broker.terminate() == 0
     assert "broker b1 stopped" in broker.output()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_publish_cleanly_with_what_was_done(cluster: Cluster, signum) -> None:
+    cluster.broker("jobs")
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "jobs", "--id", "P"]
+    pub = cluster.start("publisher", [*argv, "--count", "100000", "--rate", "200"], None)
+    wait_until(lambda: channel_stats(cluster, "jobs")["accepted"] > 0, 15.0, "a first batch")
+    pub.popen.send_signal(signum)
+    assert pub.popen.wait(15.0) == 130
+    pub.kill()  # joins the output reader
+    assert "Traceback" not in pub.output()
+    summary = pub.wait_for(r"P -> jobs: (\d+) accepted.*\(interrupted: the rest was not sent\)")
+    assert 0 < int(summary.group(1)) < 100000
+    assert int(summary.group(1)) == channel_stats(cluster, "jobs")["accepted"]
+    assert not list((cluster.tmp / "state").rglob("*.tmp"))
