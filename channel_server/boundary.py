@@ -13,14 +13,14 @@ import Pyro5.errors
 
 from channel_server.config import ChannelConfig
 from channel_server.errors import InvalidArgument
-from channel_server.events import MAX_ID_CHARS
+from channel_server.events import MAX_UID_CHARS
 from channel_server.wire import check_name
 
 __all__ = [
     "check_acks",
     "check_callback",
     "check_id_list",
-    "check_last_id",
+    "check_last_uid",
     "check_name",
     "check_prefetch",
     "check_secret",
@@ -69,31 +69,33 @@ def check_seq(argument: str, value: Any) -> int:
     return value
 
 
-def _is_id(value: Any) -> bool:
-    return type(value) is str and 0 < len(value) <= MAX_ID_CHARS
+def _is_uid(value: Any) -> bool:
+    """Shaped like a uid (``publisher_id/id``); one that names no event matches nothing."""
+    return type(value) is str and 0 < len(value) <= MAX_UID_CHARS
 
 
 def check_acks(acked: Any, nacked: Any, limit: int) -> tuple[list[str], dict[str, str]]:
-    """An ack message's ids (at most ``limit`` of each) and nack errors."""
-    if not isinstance(acked, list) or len(acked) > limit or not all(map(_is_id, acked)):
-        raise InvalidArgument("acked", f"must be a list of at most {limit} event ids")
+    """An ack message's event uids (at most ``limit`` of each) and nack errors."""
+    if not isinstance(acked, list) or len(acked) > limit or not all(map(_is_uid, acked)):
+        raise InvalidArgument("acked", f"must be a list of at most {limit} event uids")
     if not isinstance(nacked, dict) or len(nacked) > limit:
-        raise InvalidArgument("nacked", f"must be a map of at most {limit} event ids to errors")
+        raise InvalidArgument("nacked", f"must be a map of at most {limit} event uids to errors")
     errors = {}
-    for event_id, error in nacked.items():
-        if not _is_id(event_id) or type(error) is not str:
-            raise InvalidArgument("nacked", "must map event ids to error strings")
-        errors[event_id] = error[:MAX_ERROR_CHARS]
+    for uid, error in nacked.items():
+        if not _is_uid(uid) or type(error) is not str:
+            raise InvalidArgument("nacked", "must map event uids to error strings")
+        errors[uid] = error[:MAX_ERROR_CHARS]
     return acked, errors
 
 
-def check_last_id(last_id: Any) -> str | None:
-    if last_id is not None and not _is_id(last_id):
-        raise InvalidArgument("last_id", "must be an event id string or None")
-    return last_id
+def check_last_uid(last_uid: Any) -> str | None:
+    if last_uid is not None and not _is_uid(last_uid):
+        raise InvalidArgument("last_uid", "must be an event uid (publisher_id/id) or None")
+    return last_uid
 
 
 def check_id_list(argument: str, ids: Any) -> list[str] | None:
-    if ids is not None and (not isinstance(ids, list) or not all(map(_is_id, ids))):
-        raise InvalidArgument(argument, "must be a list of event ids")
+    """Event ids or uids (``publisher_id/id``), or None."""
+    if ids is not None and (not isinstance(ids, list) or not all(map(_is_uid, ids))):
+        raise InvalidArgument(argument, "must be a list of event ids or uids")
     return ids

@@ -20,6 +20,7 @@ def channel_stats(
     return {
         "name": core.name,
         "kind": core.kind.value,
+        "ids": core.id_scope.value,
         "capacity": config.capacity,
         "unacked": core.unacked,
         "accepted": core.accepted_total,

@@ -33,7 +33,8 @@ MEMBER_COLUMNS = (
 
 def render_channel(console: Console, broker: str, stats: dict[str, Any]) -> None:
     console.print(
-        f"[bold]{stats['name']}[/bold] ({stats['kind']}) on broker {broker}: "
+        f"[bold]{stats['name']}[/bold] ({stats['kind']}, ids unique per {stats['ids']}) "
+        f"on broker {broker}: "
         f"{stats['unacked']}/{stats['capacity']} unacknowledged, {stats['accepted']} accepted, "
         f"{stats['acked']} acknowledged, {stats['dead_letters']} dead letters"
     )

@@ -2,13 +2,16 @@
 
 Pure (DESIGN §2): the facade passes ``now`` in and holds the lock. Queue channels have the
 standing ``default`` group; topic channels keep an event only for the groups that exist when
-it is published (DESIGN §4).
+it is published (DESIGN §4). Inside the channel an event is named by its uid
+(``publisher_id/id``) whatever the id scope; the scope only says what a duplicate is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any
 
 from channel_server.config import ChannelConfig
@@ -16,7 +19,7 @@ from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.queues import GlobalQueue
-from channel_server.events import Event, validate_batch
+from channel_server.events import Event, IdScope, event_uid, validate_batch
 from channel_server.store.base import ChannelSnapshot
 from channel_server.wire import DEFAULT_GROUP
 
@@ -62,12 +65,18 @@ class ChannelCore:
         config: ChannelConfig,
         kind: ChannelKind = ChannelKind.QUEUE,
         first_session: int = 1,
+        id_scope: IdScope = IdScope.PUBLISHER,
     ) -> None:
         """``first_session`` should differ between lives of the channel (the facade seeds
-        it from the clock), so that an ack of a session from before a restart is stale."""
+        it from the clock), so that an ack of a session from before a restart is stale.
+        ``id_scope``: where ids must be unique (what the delivered-ID window holds)."""
         self.name = name
         self.config = config
         self.kind = kind
+        self.id_scope = id_scope
+        self._dedupe_key: Callable[[Event], str] = attrgetter(
+            "uid" if id_scope is IdScope.PUBLISHER else "id"
+        )
         self._next_session = first_session
         self.global_queue = GlobalQueue()
         self.groups: dict[str, ConsumerGroup] = {}
@@ -131,11 +140,13 @@ class ChannelCore:
         outcome = PublishOutcome()
         fresh: list[Event] = []
         seen: set[str] = set()
+        dedupe_key = self._dedupe_key
         for ev in events:
-            if ev.id in self.delivered or ev.id in seen:
+            key = dedupe_key(ev)
+            if key in self.delivered or key in seen:
                 outcome.duplicates.append(ev.id)
             else:
-                seen.add(ev.id)
+                seen.add(key)
                 fresh.append(ev)
         if not self.groups:
             outcome.unrouted = len(fresh)
@@ -148,7 +159,7 @@ class ChannelCore:
     def enqueue(self, events: list[Event], now: float) -> None:
         """Commit accepted (and stored) events: remember their ids, order them in the global
         queue, then split them into every group's partition sub-queues."""
-        self.delivered.add_many((ev.id for ev in events), now)
+        self.delivered.add_many(map(self._dedupe_key, events), now)
         self.global_queue.add_many(events)
         ordered = self.global_queue.drain()
         holders = len(self.groups)
@@ -196,10 +207,13 @@ class ChannelCore:
 
     # -- dead letters --------------------------------------------------------------------
     def replay(self, ids: set[str] | None) -> tuple[list[DeadLetter], list[Event]]:
-        """Take dead letters (all, or those with these ids) out of the dead-letter queue and
-        queue them again in the group they died in. Returns them, and the events that had
-        been retired everywhere, which the facade must store again."""
-        chosen = [d for d in self.dead_letters if ids is None or d.event.id in ids]
+        """Take dead letters (all, or those named) out of the dead-letter queue and queue
+        them again in the group they died in; a name is an event id (every publisher's
+        event with it) or a uid ``publisher_id/id`` (that one). Returns them, and the events
+        that had been retired everywhere, which the facade must store again."""
+        chosen = [
+            d for d in self.dead_letters if ids is None or d.event.id in ids or d.event.uid in ids
+        ]
         self.dead_letters = [d for d in self.dead_letters if d not in chosen]
         restored = []
         for letter in chosen:
@@ -240,7 +254,7 @@ class ChannelCore:
             if name in self.groups:
                 for key, owner in owners.items():
                     self.groups[name].restore_owner(key, owner)
-        self.delivered.restore(snapshot.delivered)
+        self.delivered.restore(self._window_keys(snapshot.delivered))
         self.dead_letters = [DeadLetter(d.event, d.group, d.error) for d in snapshot.dead_letters]
         holders: dict[int, int] = {}
         for group, events in self._owed(snapshot).items():
@@ -251,6 +265,15 @@ class ChannelCore:
         self.unacked = len(holders)
         for group in self.groups.values():
             group.pin_restored(self.next_offset)
+
+    def _window_keys(
+        self, entries: Iterable[tuple[str, str, float]]
+    ) -> Iterator[tuple[str, float]]:
+        """A stored window's (publisher id, id, accepted at) as the dedupe keys of this
+        channel's scope (a generator: a restart may load a million)."""
+        if self.id_scope is IdScope.PUBLISHER:
+            return ((event_uid(pub, i), at) for pub, i, at in entries)
+        return ((i, at) for _, i, at in entries)
 
     def kill_queues(self) -> int:
         """The fault: empty the in-memory queues. Returns how many events were dropped."""
