@@ -135,7 +135,7 @@ class EventChannel:
             self._backup.repair()  # publishing halts here while lost events are rebuilt
             outcome = self.core.prepare(batch)
             if outcome.accepted:
-                self._accept(outcome.accepted)
+                self._accept(outcome.accepted, outcome.keys)
         if outcome.refused:
             raise QueueFull(
                 self._name,
@@ -147,14 +147,14 @@ class EventChannel:
             )
         return outcome.summary()
 
-    def _accept(self, events: list[Event]) -> None:
+    def _accept(self, events: list[Event], keys: list[str]) -> None:
         """Commit prepared events to the store, then queue them (under the lock). The
         commit stays under the lock on purpose: SQLite lets go of the GIL for it, and
         threads blocked on the lock do not compete for the GIL when the publish wants it
         back (measured: slightly faster than committing outside the lock)."""
         now = self.now()
         self._backup.accept(events, now)
-        self.core.enqueue(events, now)
+        self.core.enqueue(events, now, keys)
         self._backup.trim()
         self.after_change()
 

@@ -8,10 +8,9 @@ it is published (DESIGN §4). Inside the channel an event is named by its uid
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from operator import attrgetter
 from typing import Any
 
 from channel_server.config import ChannelConfig
@@ -34,6 +33,9 @@ class PublishOutcome:
     """What happened to a published batch, in batch order."""
 
     accepted: list[Event] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    """The dedupe keys of ``accepted`` (computed once: :meth:`ChannelCore.enqueue` takes
+    them)."""
     duplicates: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     """Ids refused for capacity."""
@@ -74,9 +76,6 @@ class ChannelCore:
         self.config = config
         self.kind = kind
         self.id_scope = id_scope
-        self._dedupe_key: Callable[[Event], str] = attrgetter(
-            "uid" if id_scope is IdScope.PUBLISHER else "id"
-        )
         self._next_session = first_session
         self.global_queue = GlobalQueue()
         self.groups: dict[str, ConsumerGroup] = {}
@@ -139,27 +138,34 @@ class ChannelCore:
         self.next_offset += len(events)  # offsets of refused events are never reused
         outcome = PublishOutcome()
         fresh: list[Event] = []
+        keys: list[str] = []
         seen: set[str] = set()
-        dedupe_key = self._dedupe_key
-        for ev in events:
-            key = dedupe_key(ev)
+        for ev, key in zip(events, self.dedupe_keys(events), strict=True):
             if key in self.delivered or key in seen:
                 outcome.duplicates.append(ev.id)
             else:
                 seen.add(key)
                 fresh.append(ev)
+                keys.append(key)
         if not self.groups:
             outcome.unrouted = len(fresh)
             return outcome
         room = max(0, self.config.capacity - self.unacked)
-        outcome.accepted = fresh[:room]
+        outcome.accepted, outcome.keys = fresh[:room], keys[:room]
         outcome.refused = [ev.id for ev in fresh[room:]]
         return outcome
 
-    def enqueue(self, events: list[Event], now: float) -> None:
-        """Commit accepted (and stored) events: remember their ids, order them in the global
-        queue, then split them into every group's partition sub-queues."""
-        self.delivered.add_many(map(self._dedupe_key, events), now)
+    def dedupe_keys(self, events: list[Event]) -> list[str]:
+        """What makes each event a duplicate in this channel: its uid or its id."""
+        if self.id_scope is IdScope.PUBLISHER:
+            return [ev.uid for ev in events]
+        return [ev.id for ev in events]
+
+    def enqueue(self, events: list[Event], now: float, keys: list[str] | None = None) -> None:
+        """Commit accepted (and stored) events: remember their dedupe ``keys`` (those
+        :meth:`prepare` gave, or computed again), order them in the global queue, then split
+        them into every group's partition sub-queues."""
+        self.delivered.add_many(self.dedupe_keys(events) if keys is None else keys, now)
         self.global_queue.add_many(events)
         ordered = self.global_queue.drain()
         holders = len(self.groups)

@@ -31,7 +31,7 @@ def uid(event_id: str, pub: str = "pub") -> str:
 
 def publish(core: ChannelCore, batch: list[dict], now: float = 0.0):
     outcome = core.prepare(batch)
-    core.enqueue(outcome.accepted, now)
+    core.enqueue(outcome.accepted, now, outcome.keys)
     return outcome
 
 
@@ -280,10 +280,10 @@ def test_duplicates_within_one_batch_follow_the_scope() -> None:
     batch = [raw("x", pub="A"), raw("x", pub="B"), raw("x", pub="A")]
     per_publisher = ChannelCore("c", config()).prepare(batch)
     assert [ev.uid for ev in per_publisher.accepted] == ["A/x", "B/x"]
-    assert per_publisher.duplicates == ["x"]
+    assert (per_publisher.duplicates, per_publisher.keys) == (["x"], ["A/x", "B/x"])
     channel_wide = ChannelCore("c", config(), id_scope=IdScope.CHANNEL).prepare(batch)
     assert [ev.uid for ev in channel_wide.accepted] == ["A/x"]
-    assert channel_wide.duplicates == ["x", "x"]
+    assert (channel_wide.duplicates, channel_wide.keys) == (["x", "x"], ["x"])
 
 
 def test_a_channel_wide_scope_refuses_another_publishers_id() -> None:

@@ -235,7 +235,7 @@ class Driver:
         assert self.core.next_offset == first + len(batch), "publish: offsets"
         if outcome.accepted:  # as EventChannel._accept
             self.store.append(NAME, outcome.accepted, self.core.next_offset, self.now)
-            self.core.enqueue(outcome.accepted, self.now)
+            self.core.enqueue(outcome.accepted, self.now, outcome.keys)
             self.after_change()
         for ev in outcome.accepted:
             assert ev.offset == first + batch_uids.index(ev.uid), "publish: offset"
