@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from channel_server.errors import ChannelConflict, InvalidArgument
+from channel_server.lookup import broker_of_channel
 from channel_server.store.sqlite import DB_FILE
+from channel_server.wire import make_proxy
 from tests.integration.conftest import channel_stats
 from tests.integration.procs import Cluster, Proc, wait_until
 from tests.unit.test_sqlite_store_tx import V5_WINDOW
@@ -160,6 +163,15 @@ def test_the_scope_is_fixed_at_creation_and_a_conflict_is_refused(cluster: Clust
         "error: channel 'mine' exists with ids 'publisher', not 'channel' "
         "(fixed when it was created)"
     )
+    # The broker itself: the same scope (or none) is the channel's URI, another a refusal
+    with make_proxy(broker_of_channel("127.0.0.1", cluster.ns_port, "mine"), 5.0) as broker:
+        uri = broker.create_channel("mine", "queue", "publisher")
+        assert broker.create_channel("mine") == uri
+        with pytest.raises(ChannelConflict) as conflict:
+            broker.create_channel("mine", "queue", "channel")
+        assert (conflict.value.existing, conflict.value.requested) == ("publisher", "channel")
+        with pytest.raises(InvalidArgument, match="id_scope: must be one of publisher, channel"):
+            broker.create_channel("other", "queue", "global")
 
 
 def kill(proc: Proc) -> None:
