@@ -3,8 +3,8 @@
 An ack message names events by uid (``publisher_id/id``): acked ones are done; nacked
 ones are retried, or dead-lettered after ``max_attempts`` handler failures; events
 delivered up to the message's ``through_seq`` that it names neither way were skipped (a
-lost ack). Acks name facts, so an ack of an ended session still
-resolves what the member holds again, or owes (restored or held back for it).
+lost ack). Acks name facts, so an ack of an ended session still resolves what the member
+holds again, or owes (restored or held back for it).
 """
 
 from __future__ import annotations

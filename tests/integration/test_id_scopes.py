@@ -219,3 +219,26 @@ def test_a_store_from_before_id_scopes_keeps_channel_wide_ids(cluster: Cluster) 
     # And a channel created now has ids unique per publisher
     assert publish(cluster, "c2", "other", "--create", ids=("a",))["accepted"] == 1
     assert channel_stats(cluster, "c2")["ids"] == "publisher"
+
+
+def test_dead_letters_are_named_by_uid_or_by_id(cluster: Cluster) -> None:
+    # Given two publishers' events "e1", whose handler always fails
+    cluster.broker("dl")
+    cluster.subscriber("dl", "s1", "--fault", "fail-on:e1")
+    for publisher_id in "AB":
+        assert publish(cluster, "dl", publisher_id, ids=("e0", "e1"))["accepted"] == 2
+    wait_until(lambda: channel_stats(cluster, "dl")["dead_letters"] == 2, what="2 dead letters")
+
+    def dead_letters(*ids: str, replay: bool = False) -> str:
+        flags = [arg for i in ids for arg in ("--id", i)] + (["--replay"] if replay else ["--json"])
+        result = cluster.run(["-m", "channel_server", "dead-letters", "dl", *cluster.ns, *flags])
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def listed(*ids: str) -> list[tuple[str, str]]:
+        return sorted((d["publisher_id"], d["id"]) for d in json.loads(dead_letters(*ids)))
+
+    # Then a uid names one of them, an id every publisher's
+    assert listed("A/e1") == [("A", "e1")]
+    assert listed("e1") == [("A", "e1"), ("B", "e1")]
+    assert "dl: 1 dead letters queued again" in dead_letters("B/e1", replay=True)
