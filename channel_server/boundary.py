@@ -15,7 +15,7 @@ import Pyro5.errors
 
 from channel_server.config import ChannelConfig
 from channel_server.errors import InvalidArgument
-from channel_server.events import MAX_ID_CHARS, NOT_UTF8, is_utf8
+from channel_server.events import MAX_UID_CHARS, NOT_UTF8, is_utf8
 from channel_server.wire import check_name
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "check_callback",
     "check_callback_host",
     "check_id_list",
-    "check_last_id",
+    "check_last_uid",
     "check_name",
     "check_prefetch",
     "check_secret",
@@ -128,34 +128,36 @@ def check_seq(argument: str, value: Any) -> int:
     return value
 
 
-AN_ID = f"each a UTF-8 string of 1-{MAX_ID_CHARS} characters"
+A_UID = f"each a UTF-8 string of 1-{MAX_UID_CHARS} characters: publisher_id/id"
 
 
-def _is_id(value: Any) -> bool:
-    return type(value) is str and 0 < len(value) <= MAX_ID_CHARS and is_utf8(value)
+def _is_uid(value: Any) -> bool:
+    """Shaped like a uid (``publisher_id/id``); one that names no event matches nothing."""
+    return type(value) is str and 0 < len(value) <= MAX_UID_CHARS and is_utf8(value)
 
 
 def check_acks(acked: Any, nacked: Any, limit: int) -> tuple[list[str], dict[str, str]]:
-    """An ack message's ids (at most ``limit`` of each) and nack errors."""
-    if not isinstance(acked, list) or len(acked) > limit or not all(map(_is_id, acked)):
-        raise InvalidArgument("acked", f"must be a list of at most {limit} event ids ({AN_ID})")
+    """An ack message's event uids (at most ``limit`` of each) and nack errors."""
+    if not isinstance(acked, list) or len(acked) > limit or not all(map(_is_uid, acked)):
+        raise InvalidArgument("acked", f"must be a list of at most {limit} event uids ({A_UID})")
     if not isinstance(nacked, dict) or len(nacked) > limit:
-        raise InvalidArgument("nacked", f"must be a map of at most {limit} event ids to errors")
+        raise InvalidArgument("nacked", f"must be a map of at most {limit} event uids to errors")
     errors = {}
-    for event_id, error in nacked.items():
-        if not _is_id(event_id) or type(error) is not str or not is_utf8(error):
-            raise InvalidArgument("nacked", f"must map event ids ({AN_ID}) to UTF-8 error strings")
-        errors[event_id] = error[:MAX_ERROR_CHARS]
+    for uid, error in nacked.items():
+        if not _is_uid(uid) or type(error) is not str or not is_utf8(error):
+            raise InvalidArgument("nacked", f"must map event uids ({A_UID}) to UTF-8 error strings")
+        errors[uid] = error[:MAX_ERROR_CHARS]
     return acked, errors
 
 
-def check_last_id(last_id: Any) -> str | None:
-    if last_id is not None and not _is_id(last_id):
-        raise InvalidArgument("last_id", f"must be an event id ({AN_ID}) or None")
-    return last_id
+def check_last_uid(last_uid: Any) -> str | None:
+    if last_uid is not None and not _is_uid(last_uid):
+        raise InvalidArgument("last_uid", f"must be an event uid ({A_UID}) or None")
+    return last_uid
 
 
 def check_id_list(argument: str, ids: Any) -> list[str] | None:
-    if ids is not None and (not isinstance(ids, list) or not all(map(_is_id, ids))):
-        raise InvalidArgument(argument, f"must be a list of event ids ({AN_ID})")
+    """Event ids or uids (``publisher_id/id``), or None."""
+    if ids is not None and (not isinstance(ids, list) or not all(map(_is_uid, ids))):
+        raise InvalidArgument(argument, "must be a list of event ids or uids (UTF-8 strings)")
     return ids

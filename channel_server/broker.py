@@ -24,11 +24,13 @@ from channel_server.core.channel_core import ChannelKind
 from channel_server.credentials import OWNER, Credential
 from channel_server.dispatch import DispatchPool
 from channel_server.errors import (
+    ChannelConflict,
     FaultInjectionDisabled,
     InvalidArgument,
     LimitReached,
     UnknownChannel,
 )
+from channel_server.events import IdScope
 from channel_server.guard import GuardedDaemon
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
@@ -37,6 +39,7 @@ from channel_server.transport import bind_failure
 from channel_server.users import Action
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
+    IDS_TAG_PREFIX,
     broker_ns_name,
     channel_ns_name,
     check_name,
@@ -93,9 +96,10 @@ class Broker:
         )
         self.ns.register(broker_ns_name(self.config.broker_id), self.uri, False, {"broker"})
         for record in self.store.channels():
-            self.create_channel(record.name, record.kind, restoring=True)
+            self.create_channel(record.name, record.kind, record.id_scope, restoring=True)
         for name in self.config.channels:
             self.create_channel(name)
+            self._note_kept_scope(name)
         self._loop = threading.Thread(
             target=self._daemon.requestLoop, name="broker-daemon", daemon=True
         )
@@ -156,10 +160,17 @@ class Broker:
                 raise UnknownChannel(name) from None
 
     def create_channel(
-        self, name: str, kind: str = ChannelKind.QUEUE.value, restoring: bool = False
+        self,
+        name: str,
+        kind: str = ChannelKind.QUEUE.value,
+        id_scope: str | None = None,
+        restoring: bool = False,
     ) -> str:
         """Host a channel and claim its name; returns the URI clients should use.
 
+        ``id_scope`` (``publisher`` or ``channel``): where its event ids must be unique;
+        None: the broker's ``id_scope`` for a new channel. A channel keeps the scope it was
+        created with: asking this broker for another raises ChannelConflict.
         The claim is a ``safe`` registration, so when two brokers race for one name the
         loser drops its copy and returns the winner's URI. A new channel past
         ``max_channels`` raises LimitReached, unless ``restoring`` one the store kept
@@ -167,28 +178,52 @@ class Broker:
         """
         check_name("channel", name)
         channel_kind = _check_kind(kind)
+        asked = None if id_scope is None else _check_id_scope(id_scope)
         with self._lock:
             if name in self._channels:
-                return str(self._daemon.uriFor(self._channels[name]))
+                existing = self._channels[name]
+                if asked is not None and asked is not existing.id_scope:
+                    raise ChannelConflict(name, "ids", existing.id_scope.value, asked.value)
+                return str(self._daemon.uriFor(existing))
             if not restoring and len(self._channels) >= self.config.max_channels:
                 raise LimitReached(
                     "channels", self.config.max_channels, f"broker {self.config.broker_id}"
                 )
+            scope = asked or self.config.id_scope
             channel = EventChannel(
-                name, self.config.channel, self.store, self._pool, self.access, channel_kind
+                name,
+                self.config.channel,
+                self.store,
+                self._pool,
+                self.access,
+                channel_kind,
+                id_scope=scope,
             )
             uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
-            winner = self._claim(name, uri, channel_kind)
+            winner = self._claim(name, uri, channel_kind, scope)
             if winner != uri:
                 self._daemon.unregister(channel)
                 channel.close()
                 log.info("channel %s is already hosted at %s", name, winner)
                 return winner
-            self.store.save_channel(ChannelRecord(name, channel_kind.value))
+            self.store.save_channel(ChannelRecord(name, channel_kind.value, scope.value))
             channel.restore()
             self._channels[name] = channel
-        log.info("channel %s (%s) ready", name, channel_kind.value)
+        log.info("channel %s (%s, ids unique per %s) ready", name, channel_kind.value, scope)
         return uri
+
+    def _note_kept_scope(self, name: str) -> None:
+        """A start-up channel that existed keeps its id scope, whatever ``id_scope`` says."""
+        with self._lock:
+            channel = self._channels.get(name)
+        if channel is not None and channel.id_scope is not self.config.id_scope:
+            log.warning(
+                "channel %s keeps ids unique per %s, as it was created; ids unique per %s "
+                "apply to new channels",
+                name,
+                channel.id_scope,
+                self.config.id_scope,
+            )
 
     def kill_queues(self, name: str) -> int:
         """The fault toggle of DESIGN §8, refused unless the broker allows fault injection."""
@@ -196,8 +231,12 @@ class Broker:
             raise FaultInjectionDisabled("kill_queues")
         return self.channel(name).kill_queues()
 
-    def _claim(self, name: str, uri: str, kind: ChannelKind) -> str:
-        tags = {BROKER_TAG_PREFIX + self.config.broker_id, KIND_TAG_PREFIX + kind.value}
+    def _claim(self, name: str, uri: str, kind: ChannelKind, id_scope: IdScope) -> str:
+        tags = {
+            BROKER_TAG_PREFIX + self.config.broker_id,
+            KIND_TAG_PREFIX + kind.value,
+            IDS_TAG_PREFIX + id_scope.value,
+        }
         ns_name = channel_ns_name(name)
         try:
             self.ns.register(ns_name, uri, True, tags)
@@ -230,10 +269,13 @@ class BrokerService:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def create_channel(self, name: str, kind: str = ChannelKind.QUEUE.value) -> str:
-        """Host a channel (admin on its name), or the URI of its host if it has one."""
+    def create_channel(
+        self, name: str, kind: str = ChannelKind.QUEUE.value, id_scope: str | None = None
+    ) -> str:
+        """Host a channel (admin on its name), or the URI of its host if it has one;
+        ``id_scope``: see Broker.create_channel (ChannelConflict if it has another)."""
         self._broker.access.require(Action.ADMIN, check_name("channel", name))
-        return self._broker.create_channel(name, kind)
+        return self._broker.create_channel(name, kind, id_scope)
 
     def channels(self) -> list[str]:
         return self._broker.channel_names()
@@ -262,3 +304,11 @@ def _check_kind(kind: Any) -> ChannelKind:
     except ValueError:
         choices = ", ".join(k.value for k in ChannelKind)
         raise InvalidArgument("kind", f"must be one of {choices}") from None
+
+
+def _check_id_scope(id_scope: Any) -> IdScope:
+    try:
+        return IdScope(id_scope)
+    except ValueError:
+        choices = ", ".join(s.value for s in IdScope)
+        raise InvalidArgument("id_scope", f"must be one of {choices}") from None

@@ -34,7 +34,7 @@ from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK, Flight, Member
 from channel_server.dispatch import DispatchPool, answers, wire_fault
 from channel_server.errors import NotSubscribed, QueueFull, SubscriberIdInUse
-from channel_server.events import Event
+from channel_server.events import Event, IdScope
 from channel_server.liveness import Liveness
 from channel_server.push import PushDelivery
 from channel_server.store.base import MemberRecord, Store
@@ -65,15 +65,18 @@ class EventChannel:
         access: Access | None = None,
         kind: ChannelKind = ChannelKind.QUEUE,
         clock: Callable[[], float] = time.time,
+        id_scope: IdScope = IdScope.PUBLISHER,
     ) -> None:
-        """``access``: who may do what (default: a judge for in-process callers only)."""
+        """``access``: who may do what (default: a judge for in-process callers only);
+        ``id_scope``: where event ids must be unique (fixed when the channel is created)."""
         self._name = name
         self.config = config
         self._store = store
         self._access = access or Access(secrets.token_urlsafe())
         self.now = clock
         self.lock = threading.Lock()
-        self.core = ChannelCore(name, config, kind, int(clock() * SESSION_SEED_SCALE))
+        first_session = int(clock() * SESSION_SEED_SCALE)
+        self.core = ChannelCore(name, config, kind, first_session, id_scope)
         self._backup = ChannelBackup(name, store, self.core)
         self._push = PushDelivery(self, pool)
         self._liveness = Liveness(self.core, config, self._push)
@@ -110,6 +113,11 @@ class EventChannel:
     def name(self) -> str:
         return self._name
 
+    @property
+    def id_scope(self) -> IdScope:
+        """Where its event ids must be unique (fixed at creation)."""
+        return self.core.id_scope
+
     @Pyro5.api.expose
     def ping(self) -> str:
         """Liveness check for clients; returns the channel name."""
@@ -128,7 +136,7 @@ class EventChannel:
             self._backup.repair()  # publishing halts here while lost events are rebuilt
             outcome = self.core.prepare(batch)
             if outcome.accepted:
-                self._accept(outcome.accepted)
+                self._accept(outcome.accepted, outcome.keys)
         if outcome.refused:
             by_bytes = outcome.full_by == "bytes"
             raise QueueFull(
@@ -142,14 +150,14 @@ class EventChannel:
             )
         return outcome.summary()
 
-    def _accept(self, events: list[Event]) -> None:
+    def _accept(self, events: list[Event], keys: list[str]) -> None:
         """Commit prepared events to the store, then queue them (under the lock). The
         commit stays under the lock on purpose: SQLite lets go of the GIL for it, and
         threads blocked on the lock do not compete for the GIL when the publish wants it
         back (measured: slightly faster than committing outside the lock)."""
         now = self.now()
         self._backup.accept(events, now)
-        self.core.enqueue(events, now)
+        self.core.enqueue(events, now, keys)
         self._backup.trim()
         self.after_change()
 
@@ -361,11 +369,12 @@ class EventChannel:
         acked: list[str],
         nacked: dict[str, str],
     ) -> dict[str, Any]:
-        """A push subscriber reports events its handlers finished: ``acked`` ones are done,
-        ``nacked`` ones failed (retried, or dead-lettered after ``max_attempts``), and any
-        other event it was given up to ``through_seq`` was skipped (redelivered). Answers
-        ``{"status": "ok"}``, or ``"stale"`` for a session that is over (whose acks still
-        count for events waiting for this member: after a broker restart, say)."""
+        """A push subscriber reports events its handlers finished, named by uid
+        (``publisher_id/id``): ``acked`` ones are done, ``nacked`` ones failed (retried, or
+        dead-lettered after ``max_attempts``), and any other event it was given up to
+        ``through_seq`` was skipped (redelivered). Answers ``{"status": "ok"}``, or
+        ``"stale"`` for a session that is over (whose acks still count for events waiting
+        for this member: after a broker restart, say)."""
         boundary.check_name("subscriber_id", subscriber_id)
         boundary.check_name("group", group)
         session, through_seq = (
@@ -464,23 +473,23 @@ class EventChannel:
     # -- pull ----------------------------------------------------------------------------
     @Pyro5.api.expose
     def get(
-        self, subscriber_id: str, last_id: str | None = None, group: str | None = None
+        self, subscriber_id: str, last_uid: str | None = None, group: str | None = None
     ) -> dict[str, Any]:
-        """The classic exactly-once get. ``last_id`` (the id the client got last) is
-        acknowledged and the next event returned; a retried get with the same ``last_id``
-        returns the same event again. Answers ``{"status": "message", "event": {...}}`` or
-        ``{"status": "empty"}``; raises NotSubscribed. A member timed out for not calling
-        ``get`` is readmitted by its next one."""
+        """The classic exactly-once get. ``last_uid`` (``publisher_id/id`` of the event the
+        client got last) is acknowledged and the next event returned; a retried get with
+        the same ``last_uid`` returns the same event again. Answers ``{"status":
+        "message", "event": {...}}`` or ``{"status": "empty"}``; raises NotSubscribed. A
+        member timed out for not calling ``get`` is readmitted by its next one."""
         boundary.check_name("subscriber_id", subscriber_id)
         group = self._group_of(subscriber_id, group)
-        last_id = boundary.check_last_id(last_id)
+        last_uid = boundary.check_last_uid(last_uid)
         with self.lock:
             grp = self.core.groups.get(group)
             if not self._acts_for(grp, subscriber_id):
                 raise NotSubscribed(subscriber_id, self._name)
             self._backup.repair()
             flight = pull.next_message(
-                self.core, self._backup, grp, subscriber_id, last_id, self.now()
+                self.core, self._backup, grp, subscriber_id, last_uid, self.now()
             )
             while flight is not None and (fault := wire_fault(self._message(flight))):
                 session = grp.members[subscriber_id].session
@@ -584,7 +593,8 @@ class EventChannel:
 
     @Pyro5.api.expose
     def replay_dead_letters(self, ids: list[str] | None = None) -> int:
-        """Queue dead letters (all, or these ids) for delivery again; returns how many."""
+        """Queue dead letters (all, or those with these ids or uids ``publisher_id/id``)
+        for delivery again; returns how many."""
         ids = boundary.check_id_list("ids", ids)
         self._access.require(Action.ADMIN, self._name)
         with self.lock:

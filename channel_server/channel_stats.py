@@ -20,6 +20,7 @@ def channel_stats(
     return {
         "name": core.name,
         "kind": core.kind.value,
+        "ids": core.id_scope.value,
         "capacity": config.capacity,
         "unacked": core.unacked,
         "max_queued_bytes": config.max_queued_bytes,

@@ -23,6 +23,7 @@ from channel_server.errors import (
     NotAuthorized,
     UnknownChannel,
 )
+from channel_server.events import IdScope, event_uid
 from channel_server.lookup import resolve_channel
 from channel_server.status import (
     make_console,
@@ -78,7 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("channel", help="channel name")
     dead.add_argument("--replay", action="store_true", help="queue them for delivery again")
     dead.add_argument(
-        "--id", action="append", dest="ids", metavar="EVENT_ID", help="only these (repeatable)"
+        "--id",
+        action="append",
+        dest="ids",
+        metavar="EVENT_ID",
+        help="only these (repeatable): an id names every publisher's event with it, "
+        "PUBLISHER/ID one event",
     )
     dead.add_argument("--json", action="store_true", help="print JSON instead of a table")
     nameserver = sub.add_parser(
@@ -220,6 +226,12 @@ def _add_serve(sub: Any) -> None:
         metavar="NAME",
         help="create this channel at start-up (repeatable)",
     )
+    cc.add_ids_flag(
+        serve,
+        IdScope.PUBLISHER.value,
+        "for the channels this broker creates: its --channel ones and those clients create "
+        "without asking; an existing channel keeps its own (default %(default)s)",
+    )
     serve.add_argument("--broker-id", default="b1", help="broker id (default %(default)s)")
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (default %(default)s)")
     serve.add_argument(
@@ -355,6 +367,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         ns_host=args.ns_host,
         ns_port=args.ns_port,
         channels=tuple(check_name("channel", c) for c in args.channel),
+        id_scope=IdScope(args.id_scope),
         allow_fault_injection=args.allow_fault_injection,
         insecure_name_server=args.insecure_name_server,
         transport=cc.transport_from_args(args),
@@ -486,7 +499,8 @@ def dead_letters(args: argparse.Namespace) -> int:
             return cc.EXIT_OK
         letters = channel.dead_letters()
     if args.ids:
-        letters = [d for d in letters if d["id"] in set(args.ids)]
+        wanted = set(args.ids)
+        letters = [d for d in letters if wanted & {d["id"], event_uid(d["publisher_id"], d["id"])}]
     if args.json:
         print(json.dumps(letters))
     else:

@@ -26,6 +26,7 @@ from channel_server.errors import (
     NotAuthorized,
     TransportError,
 )
+from channel_server.events import IdScope
 from channel_server.transport import TransportConfig
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, as_refusal, check_name
 
@@ -164,6 +165,19 @@ def transport_from_args(args: argparse.Namespace) -> TransportConfig:
         handshake_timeout_s=args.handshake_timeout,
         max_message_bytes=args.max_message_bytes,
         max_waiting=args.max_waiting,
+    )
+
+
+def add_ids_flag(parser: argparse.ArgumentParser, default: str | None, text: str) -> None:
+    """``--ids publisher|channel`` (``args.id_scope``): where a channel's event ids must
+    be unique; ``text`` says which channels it is for."""
+    parser.add_argument(
+        "--ids",
+        dest="id_scope",
+        choices=[scope.value for scope in IdScope],
+        default=default,
+        help=f"event ids unique per publisher (one cannot block another's ids) or per "
+        f"channel (the old rule), {text}",
     )
 
 

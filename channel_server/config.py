@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from channel_server.core.group import GroupPolicy
 from channel_server.core.health import DelayPolicy
 from channel_server.core.member import WindowPolicy
-from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES, MAX_ID_CHARS
+from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES, MAX_ID_CHARS, IdScope
 from channel_server.transport import TransportConfig
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
@@ -111,6 +111,10 @@ class BrokerConfig:
     ns_host: str = DEFAULT_HOST
     ns_port: int = DEFAULT_NS_PORT
     channels: tuple[str, ...] = ()
+    id_scope: IdScope = IdScope.PUBLISHER
+    """Where event ids must be unique in a channel this broker creates without being told
+    (its ``channels``, and those clients create without asking): per publisher, or per
+    channel. A channel keeps the scope it was created with."""
     allow_fault_injection: bool = False
     insecure_name_server: bool = False
     """Use an existing name server that does not authenticate (a stock pyro5-ns)."""

@@ -91,6 +91,21 @@ REFUSED_MARK = "rejected: not authorized: "
 follows): see ``wire.as_refusal``."""
 
 
+class ChannelConflict(ClientError):
+    """The channel exists with another setting than the one asked for (its id scope: where
+    event ids must be unique, fixed when it was created)."""
+
+    def __init__(self, channel: str, setting: str, existing: str, requested: str) -> None:
+        super().__init__(
+            f"channel {channel!r} exists with {setting} {existing!r}, not {requested!r} "
+            "(fixed when it was created)",
+            channel=channel,
+            setting=setting,
+            existing=existing,
+            requested=requested,
+        )
+
+
 class FaultInjectionDisabled(ClientError):
     """A fault-injection call reached a broker started without --allow-fault-injection."""
 
@@ -185,6 +200,7 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     SubscriberIdInUse,
     NotSubscribed,
     NotAuthorized,
+    ChannelConflict,
     FaultInjectionDisabled,
     CapacityError,
     QueueFull,

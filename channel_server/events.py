@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import msgpack
@@ -21,13 +22,18 @@ from channel_server.errors import InvalidEvent
 
 MAX_ID_CHARS = 256
 MAX_PARTITION_CHARS = 256
-PUBLISHER_ID_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+MAX_PUBLISHER_ID_CHARS = 128
+PUBLISHER_ID_PATTERN = rf"[A-Za-z0-9._-]{{1,{MAX_PUBLISHER_ID_CHARS}}}"
 """Matched against the whole string (fullmatch): no trailing newline slips through."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 DEFAULT_PARTITION = 0
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 UINT64_MAX = 2**64 - 1
 MAX_PAYLOAD_DEPTH = 64
+
+UID_SEPARATOR = "/"
+MAX_UID_CHARS = MAX_PUBLISHER_ID_CHARS + len(UID_SEPARATOR) + MAX_ID_CHARS
+"""The longest uid: a publisher id, the separator, an event id."""
 
 PUBLISHED_FIELDS = frozenset({"id", "publisher_id", "partition", "timestamp", "payload"})
 REQUIRED_FIELDS = ("id", "publisher_id", "timestamp")
@@ -36,6 +42,25 @@ _PUBLISHER_ID_RE = re.compile(PUBLISHER_ID_PATTERN)
 
 Partition = str | int
 PartitionKey = tuple[str, Partition]
+
+
+class IdScope(StrEnum):
+    """Where a channel's event ids must be unique, fixed when it is created (issue 13).
+
+    ``publisher`` (the default): an event is a duplicate only if its publisher published
+    its id before, so no publisher can block another's ids. ``channel``: ids are unique
+    across the channel's publishers (the original rule, kept by channels created before).
+    """
+
+    PUBLISHER = "publisher"
+    CHANNEL = "channel"
+
+
+def event_uid(publisher_id: str, event_id: str) -> str:
+    """An event's identity inside its channel, whatever the id scope: ``publisher_id/id``.
+    Flights, acks, pull ``get``s and the subscribers' processed-ID windows use it. A
+    publisher id has no ``/``, so the first one splits a uid unambiguously."""
+    return f"{publisher_id}{UID_SEPARATOR}{event_id}"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -61,6 +86,12 @@ class Event:
     def key(self) -> PartitionKey:
         """The partition sub-queue this event belongs to."""
         return (self.publisher_id, self.partition)
+
+    @property
+    def uid(self) -> str:
+        """Its identity inside the channel (see :func:`event_uid`); computed, not stored:
+        a channel holds a million events and needs it once or twice per delivery."""
+        return f"{self.publisher_id}{UID_SEPARATOR}{self.id}"
 
     def to_dict(self, attempt: int = 1) -> dict[str, Any]:
         """The wire form pushed to subscribers."""

@@ -9,12 +9,13 @@ import logging
 
 import Pyro5.errors
 
-from channel_server.errors import BrokerUnavailable, UnknownChannel
+from channel_server.errors import BrokerUnavailable, ChannelConflict, UnknownChannel
 from channel_server.wire import (
     NS_BROKER_PREFIX,
     broker_ns_name,
     broker_tag,
     channel_ns_name,
+    id_scope_tag,
     locate_ns,
     make_proxy,
 )
@@ -24,20 +25,36 @@ BROKER_CALL_TIMEOUT_S = 5.0
 
 
 def resolve_channel(
-    ns_host: str, ns_port: int, channel: str, create: bool = False, kind: str = "queue"
+    ns_host: str,
+    ns_port: int,
+    channel: str,
+    create: bool = False,
+    kind: str = "queue",
+    id_scope: str | None = None,
 ) -> str:
     """The URI of ``channel``; with ``create``, host it on the broker with the fewest
-    channels (ties: lowest broker id) when nobody does yet."""
+    channels (ties: lowest broker id) when nobody does yet. ``id_scope``: the channel must
+    have ids unique per that (``publisher`` or ``channel``), or it raises ChannelConflict;
+    a new one is created so (None: the broker's default, any existing one will do)."""
     with locate_ns(ns_host, ns_port) as ns:
         try:
-            return str(ns.lookup(channel_ns_name(channel)))
+            uri, tags = ns.lookup(channel_ns_name(channel), return_metadata=True)
         except Pyro5.errors.NamingError:
             if not create:
                 raise UnknownChannel(channel) from None
+        else:
+            _check_scope(channel, id_scope_tag(tags), id_scope)
+            return str(uri)
         brokers = ns.list(prefix=NS_BROKER_PREFIX)
     broker_uri = pick_broker(brokers)
     with make_proxy(broker_uri, BROKER_CALL_TIMEOUT_S) as broker:
-        return broker.create_channel(channel, kind)
+        return broker.create_channel(channel, kind, id_scope)
+
+
+def _check_scope(channel: str, registered: str | None, asked: str | None) -> None:
+    """A channel registered by a broker from before id scopes has no tag: not checked."""
+    if asked is not None and registered is not None and registered != asked:
+        raise ChannelConflict(channel, "ids", registered, asked)
 
 
 def pick_broker(brokers: dict[str, str]) -> str:

@@ -60,6 +60,7 @@ class RemoteChannel:
         *,
         create: bool = False,
         kind: str = "queue",
+        id_scope: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         attempts: int = DEFAULT_ATTEMPTS,
         pause_s: float = DEFAULT_PAUSE_S,
@@ -67,7 +68,7 @@ class RemoteChannel:
     ) -> None:
         self.channel = check_name("channel", channel)
         self._ns = (ns_host, ns_port)
-        self._create, self._kind = create, kind
+        self._create, self._kind, self._id_scope = create, kind, id_scope
         self._timeout_s = timeout_s
         self._attempts = max(1, attempts)
         self._pause_s = pause_s
@@ -133,7 +134,7 @@ class RemoteChannel:
         if self._proxy is not None and closed_by_peer(self._proxy):
             self.release()  # the broker closed it as idle: open a new one
         if self._proxy is None:
-            uri = resolve_channel(*self._ns, self.channel, create=self._create, kind=self._kind)
+            uri = resolve_channel(*self._ns, self.channel, self._create, self._kind, self._id_scope)
             self._proxy = make_proxy(uri, self._timeout_s)
         return self._proxy
 

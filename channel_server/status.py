@@ -42,9 +42,9 @@ MEMBER_COLUMNS = (
 
 def render_channel(console: Console, broker: str, stats: dict[str, Any]) -> None:
     summary = (
-        f" ({stats['kind']}) on broker {broker}: {stats['unacked']}/{stats['capacity']} "
-        f"unacknowledged, {stats['accepted']} accepted, {stats['acked']} acknowledged, "
-        f"{stats['dead_letters']} dead letters"
+        f" ({stats['kind']}, ids unique per {stats['ids']}) on broker {broker}: "
+        f"{stats['unacked']}/{stats['capacity']} unacknowledged, {stats['accepted']} accepted, "
+        f"{stats['acked']} acknowledged, {stats['dead_letters']} dead letters"
     )
     console.print(_line(_bold(stats["name"]), summary))
     for name, group in stats["groups"].items():

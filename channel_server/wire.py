@@ -32,6 +32,8 @@ NS_OBJECT = "Pyro.NameServer"
 NS_CHANNEL_PREFIX = "pubsub.channel."
 NS_BROKER_PREFIX = "pubsub.broker."
 BROKER_TAG_PREFIX = "broker:"
+IDS_TAG_PREFIX = "ids:"
+"""A channel's name-server tag that says its id scope (``ids:publisher``, ``ids:channel``)."""
 DEFAULT_GROUP = "default"
 NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
 """Matched against the whole string (fullmatch)."""
@@ -49,9 +51,16 @@ def broker_ns_name(broker_id: str) -> str:
 
 def broker_tag(tags: Any) -> str | None:
     """The broker id in a channel's name-server tags (``broker:<id>``), if any."""
-    return next(
-        (t[len(BROKER_TAG_PREFIX) :] for t in tags if t.startswith(BROKER_TAG_PREFIX)), None
-    )
+    return _tag(tags, BROKER_TAG_PREFIX)
+
+
+def id_scope_tag(tags: Any) -> str | None:
+    """The id scope in a channel's name-server tags (``ids:<scope>``), if any."""
+    return _tag(tags, IDS_TAG_PREFIX)
+
+
+def _tag(tags: Any, prefix: str) -> str | None:
+    return next((t[len(prefix) :] for t in tags if t.startswith(prefix)), None)
 
 
 def check_name(kind: str, value: Any) -> str:

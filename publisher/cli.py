@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument(
         "--create", action="store_true", help="create the channel if nobody hosts it yet"
     )
+    cc.add_ids_flag(
+        pub,
+        None,
+        "for a channel --create makes; an existing channel with the other scope is refused "
+        "(default: what the channel has, or the broker's default for a new one)",
+    )
     pub.add_argument(
         "--wait-when-full",
         action="store_true",
@@ -223,6 +229,7 @@ def publish(args: argparse.Namespace) -> int:
         ns_host=args.ns_host,
         ns_port=args.ns_port,
         create=args.create,
+        id_scope=args.id_scope,
         next_seq=args.start_seq,
         state=PublisherState(state_dir, args.publisher_id),
         retry_for_s=args.retry_for,

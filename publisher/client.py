@@ -63,6 +63,7 @@ class Publisher:
         ns_port: int = DEFAULT_NS_PORT,
         create: bool = False,
         kind: str = "queue",
+        id_scope: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         next_seq: int | None = None,
         state: PublisherState | None = None,
@@ -70,6 +71,9 @@ class Publisher:
         drop_replies: int = 0,
     ) -> None:
         """``state`` persists the id sequence (``next_seq`` overrides what it holds);
+        ``id_scope`` (``publisher`` or ``channel``): where the channel's ids must be unique,
+        for a channel ``create`` makes; an existing channel with another scope raises
+        ChannelConflict (None: whatever it has, or the broker's default);
         ``retry_for_s`` > 0 retries a batch through the name server for that long when
         the broker is unreachable (safe: a batch that did arrive comes back duplicate)."""
         self.channel = check_name("channel", channel)
@@ -83,6 +87,7 @@ class Publisher:
             channel,
             create=create,
             kind=kind,
+            id_scope=id_scope,
             timeout_s=timeout_s,
             attempts=1 + int(retry_for_s / RETRY_PAUSE_S),
             pause_s=RETRY_PAUSE_S,

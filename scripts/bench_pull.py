@@ -11,7 +11,7 @@ get (``publisher.client.Publisher``, batches of 1,000) and then gets them one by
   library  ``subscriber.pull.PullClient.get`` in this process: one persistent proxy; the
            client's state file (last id per topic) is read and saved, with fsync, on every
            get, as the library does. Figure: gets/s over N gets (after 20 warm-up gets)
-  raw      the same gets as bare proxy calls, ``channel.get(subscriber_id, last_id)``:
+  raw      the same gets as bare proxy calls, ``channel.get(subscriber_id, last_uid)``:
            the RPC and the broker's work only (no state file)
   cli      ``python -m subscriber get TOPIC --id S``: a process per get (interpreter
            start, imports, name-server lookup, connect, get, state file). Figure: gets/s
@@ -131,6 +131,8 @@ def measure_library(ps: PullSettings, run: int) -> dict[str, Any]:
 
 
 def measure_raw(ps: PullSettings, run: int) -> dict[str, Any]:
+    from channel_server.events import event_uid
+
     load = load_average()
     with ProcGroup(ps.workdir / f"raw-{run}") as procs:
         ns_port = prepared_topic(procs, ps, WARMUP_GETS + ps.gets)
@@ -141,7 +143,7 @@ def measure_raw(ps: PullSettings, run: int) -> dict[str, Any]:
             def get() -> dict[str, Any]:
                 reply = channel.get(SUBSCRIBER, last[0])
                 if reply.get("status") == "message":
-                    last[0] = reply["event"]["id"]
+                    last[0] = event_uid(reply["event"]["publisher_id"], reply["event"]["id"])
                 return reply
 
             elapsed = timed_gets(get, ps.gets)
@@ -224,7 +226,7 @@ MEASURE: dict[str, Callable[[PullSettings, int], dict[str, Any]]] = {
 def describe(name: str, ps: PullSettings) -> str:
     if name == "cli":
         return f"{ps.cli_calls} x python -m subscriber get, {ps.payload_size} B messages"
-    how = "PullClient.get" if name == "library" else "proxy.get(subscriber_id, last_id)"
+    how = "PullClient.get" if name == "library" else "proxy.get(subscriber_id, last_uid)"
     return f"{ps.gets:,} gets of {ps.payload_size} B messages, {how}, {ps.store} store"
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import Pyro5.api
 import Pyro5.server
 
+from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
 from channel_server.strict_calls import checked_arity
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
@@ -238,11 +239,13 @@ class Subscriber:
     def _process(self, item: Item) -> Outcome | None:
         """Run the handler once on an event; None when stopping intervened before it ran.
         An event processed before (its ack was lost, or the broker restarted) is
-        acknowledged without running the handler again."""
-        event, event_id = item.event, item.event["id"]
-        if event_id in self._processed:
-            log.info("%s was processed already: acknowledged again", event_id)
-            return Outcome(item.session, item.seq, event_id, dropped=self._faults.drop_ack(event))
+        acknowledged without running the handler again: the processed-ID window and the
+        acks name events by uid, so two publishers' events with one id are two events."""
+        event = item.event
+        uid = event_uid(event["publisher_id"], event["id"])
+        if uid in self._processed:
+            log.info("%s was processed already: acknowledged again", uid)
+            return Outcome(item.session, item.seq, uid, dropped=self._faults.drop_ack(event))
         self._faults.before(event)
         if self._stopping.is_set():
             return None  # stopped while the event was on its way in: not in hand
@@ -251,15 +254,15 @@ class Subscriber:
             self._faults.check_poison(event)
             self._handler(event)
         except Exception as exc:
-            log.warning("handler failed on %s: %s", event_id, exc)
-            return Outcome(item.session, item.seq, event_id, nack_text(exc))
+            log.warning("handler failed on %s: %s", uid, exc)
+            return Outcome(item.session, item.seq, uid, nack_text(exc))
         finally:
             self._busy_since = None
         self.processed += 1
         if self._recorder is not None:
             self._recorder.write(event)
-        self._processed.add([event_id])
-        return Outcome(item.session, item.seq, event_id, dropped=self._faults.drop_ack(event))
+        self._processed.add([uid])
+        return Outcome(item.session, item.seq, uid, dropped=self._faults.drop_ack(event))
 
 
 def nack_text(exc: Exception) -> str:
@@ -270,12 +273,16 @@ def nack_text(exc: Exception) -> str:
 
 
 def _parse_delivery(delivery: Any) -> tuple[int, int, list[dict[str, Any]]]:
-    """Check a push's shape (session, first seq, events with ids) before queueing it."""
+    """Check a push's shape (session, first seq, events with ids and publisher ids)
+    before queueing it."""
     if not isinstance(delivery, dict):
         raise ValueError("a delivery must be a dict")
     session, seq, events = delivery.get("session"), delivery.get("seq"), delivery.get("events")
     if type(session) is not int or type(seq) is not int or not isinstance(events, list):
         raise ValueError("a delivery needs an int session, an int seq and a list of events")
-    if not all(isinstance(ev, dict) and type(ev.get("id")) is str for ev in events):
-        raise ValueError("every delivered event must be a dict with a string id")
+    if not all(
+        isinstance(ev, dict) and type(ev.get("id")) is str and type(ev.get("publisher_id")) is str
+        for ev in events
+    ):
+        raise ValueError("every delivered event must be a dict with a string id and publisher_id")
     return session, seq, events

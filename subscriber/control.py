@@ -141,9 +141,9 @@ class ChannelSession:
             self._call("unsubscribe", self._who.subscriber_id, self.group)
 
     def _ack_recent(self) -> None:
-        """Acknowledge the ids processed last once more. A broker that crashed before
-        writing their acks restored those events and keeps them for this subscriber (its
-        partitions are pinned): they are done now, not handed to another member."""
+        """Acknowledge the events processed last once more (by uid). A broker that crashed
+        before writing their acks restored those events and keeps them for this subscriber
+        (its partitions are pinned): they are done now, not handed to another member."""
         if recent := self._processed.recent(RECENT_IDS):
             self._processed.flush()
             who = self._who
@@ -201,8 +201,8 @@ class ChannelSession:
         self._processed.flush()  # on disk before the channel forgets these events
         for session, run in itertools.groupby(outcomes, key=lambda o: o.session):
             done = list(run)
-            acked = [o.event_id for o in done if o.error is None and not o.dropped]
-            nacked = {o.event_id: o.error for o in done if o.error is not None}
+            acked = [o.uid for o in done if o.error is None and not o.dropped]
+            nacked = {o.uid: o.error for o in done if o.error is not None}
             through = max(o.seq for o in done)
             who = self._who
             reply = self._call(

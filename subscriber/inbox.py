@@ -106,7 +106,8 @@ class Inbox:
 class Outcome:
     session: int
     seq: int
-    event_id: str
+    uid: str
+    """The event's uid (``publisher_id/id``): what acks name."""
     error: str | None = None
     """None: processed (or processed before); a string: the handler failed (a nack)."""
     dropped: bool = False

@@ -1,6 +1,7 @@
 """The processed-ID window that makes processing effectively-once (DESIGN §6).
 
-A redelivered event whose id is in the window (its ack was lost, or the broker restarted)
+It holds event uids (``publisher_id/id``: two publishers may use one id). A redelivered
+event whose uid is in the window (its ack was lost, or the broker restarted)
 is acknowledged without running the handler again. The window lives in memory, or also in
 an append-only file (``--state-dir``; 0600 in a 0700 directory): ids are remembered as soon
 as their handler returns and written to disk (``flush``) before their ack is sent, so the

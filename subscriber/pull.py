@@ -1,9 +1,10 @@
 """The classic pull client: subscribe / unsubscribe / get / topics (DESIGN §4, §12).
 
-``get`` sends the id of the last message received; the channel acknowledges it and hands
-out the next one, or the same one again when the reply was lost and the client retries
-with the same last id. The last message per topic is journaled (subscriber.received) before it
-is shown, so a crash of the client neither loses nor repeats one.
+``get`` sends the uid (``publisher_id/id``) of the last message received; the channel
+acknowledges it and hands out the next one, or the same one again when the reply was lost
+and the client retries with the same last uid. The last message per topic is journaled
+(subscriber.received) before it is shown, so a crash of the client neither loses nor
+repeats one.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class PullClient:
     def get(self, topic: str, group: str | None = None) -> dict[str, Any]:
         """The next message: ``{"status": "message", "event": ...}`` or ``{"status":
         "empty"}``; raises NotSubscribed."""
-        last = self.received.last_id(topic)
+        last = self.received.last_uid(topic)
         reply = self._remote(topic).call("get", self.subscriber_id, last, group)
         if reply["status"] == "message":
             self.received.record(topic, reply["event"])  # before it is shown

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
+from channel_server.events import event_uid
 from channel_server.statefile import (
     complete_lines,
     malformed,
@@ -57,6 +58,15 @@ class ReceivedJournal:
     def last_id(self, topic: str) -> str | None:
         event = self._last.get(topic)
         return None if event is None else event["id"]
+
+    def last_uid(self, topic: str) -> str | None:
+        """What the next ``get`` names as received last: ``publisher_id/id``."""
+        event = self._last.get(topic)
+        if event is None:
+            return None
+        if type(event.get("publisher_id")) is not str:
+            raise malformed(self.path, f"the last message of {topic} has no publisher_id")
+        return event_uid(event["publisher_id"], event["id"])
 
     def record(self, topic: str, event: dict[str, Any] | None) -> None:
         """Remember the message just received (None: forget the topic), on disk."""

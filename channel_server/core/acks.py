@@ -1,9 +1,10 @@
 """What an ack message does to a group (DESIGN §6), pure functions over a group.
 
-Acked ids are done; nacked ones are retried, or dead-lettered after ``max_attempts``
-handler failures; events delivered up to the message's ``through_seq`` that it names
-neither way were skipped (a lost ack). Acks name facts, so an ack of an ended session still
-resolves what the member holds again, or owes (restored or held back for it).
+An ack message names events by uid (``publisher_id/id``): acked ones are done; nacked
+ones are retried, or dead-lettered after ``max_attempts`` handler failures; events
+delivered up to the message's ``through_seq`` that it names neither way were skipped (a
+lost ack). Acks name facts, so an ack of an ended session still resolves what the member
+holds again, or owes (restored or held back for it).
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ def acknowledge(
     through_seq: int,
     now: float,
 ) -> AckOutcome:
-    """Apply an ack message: acked ids are done; nacked ones are retried or, after
-    ``max_attempts`` handler failures, dead; events delivered up to ``through_seq``
-    that it names neither way were skipped (a lost ack) and go back, counting as a
-    failed attempt of the member."""
+    """Apply an ack message (events named by uid): acked ones are done; nacked ones are
+    retried or, after ``max_attempts`` handler failures, dead; events delivered up to
+    ``through_seq`` that it names neither way were skipped (a lost ack) and go back,
+    counting as a failed attempt of the member."""
     member = current(group, member_id, session)
     if member is None:
         return stale_acks(group, member_id, acked)
@@ -58,16 +59,16 @@ def acknowledge(
     finished: list[Event] = []
     failed: list[Flight] = []
     elsewhere: list[str] = []
-    for event_id in acked:
-        flight = member.flights.pop(event_id, None)
+    for uid in acked:
+        flight = member.flights.pop(uid, None)
         if flight is not None:
             group.handler_failures.pop(flight.event.offset, None)
             outcome.done.append(flight.event)
             finished.append(flight.event)
         else:
-            elsewhere.append(event_id)
-    for event_id, error in nacked.items():
-        flight = member.flights.pop(event_id, None)
+            elsewhere.append(uid)
+    for uid, error in nacked.items():
+        flight = member.flights.pop(uid, None)
         if flight is None:
             continue
         if handler_failed(group, flight.event):
@@ -78,7 +79,7 @@ def acknowledge(
     skipped = [f for f in member.flights.values() if f.seq <= through_seq]
     outcome.missing = len(skipped)
     for flight in skipped:
-        del member.flights[flight.event.id]
+        del member.flights[flight.event.uid]
     outcome.retried = [f.event for f in failed + skipped]
     outcome.done.extend(ack_owed(group, member, elsewhere))
     member.acked += len(outcome.done)
@@ -129,10 +130,10 @@ def stale_acks(group: ConsumerGroup, member_id: str, acked: Iterable[str]) -> Ac
     if member is None or not member.active:
         return outcome
     rest = []
-    for event_id in acked:
-        flight = member.flights.pop(event_id, None)
+    for uid in acked:
+        flight = member.flights.pop(uid, None)
         if flight is None:
-            rest.append(event_id)
+            rest.append(uid)
         else:
             group.handler_failures.pop(flight.event.offset, None)
             outcome.done.append(flight.event)
@@ -146,7 +147,7 @@ def stale_acks(group: ConsumerGroup, member_id: str, acked: Iterable[str]) -> Ac
 
 
 def ack_owed(group: ConsumerGroup, member: Member, acked: Iterable[str]) -> list[Event]:
-    """Acked ids the member does not hold may name events waiting in its partitions
+    """Acked uids the member does not hold may name events waiting in its partitions
     that it processed already (restored after a restart, or back after a lost ack):
     those are done now, instead of going to someone else when the partition moves."""
     wanted = set(acked)
@@ -155,13 +156,13 @@ def ack_owed(group: ConsumerGroup, member: Member, acked: Iterable[str]) -> list
         pq = group.partitions[key]
         if not wanted or not (pq.pinned or pq.held_back):
             continue
-        done = [ev for ev in pq.pending if ev.id in wanted]
+        done = [ev for ev in pq.pending if ev.uid in wanted]
         for ev in done:
             pq.pending.remove(ev)
             group.handler_failures.pop(ev.offset, None)
         member.queued -= len(done)
         member.owed -= sum(1 for ev in done if ev.offset in pq.held_back)
-        wanted.difference_update(ev.id for ev in done)
+        wanted.difference_update(ev.uid for ev in done)
         unpin(group, pq, done)
         group.refresh(pq)
         found.extend(done)

@@ -2,12 +2,14 @@
 
 Pure (DESIGN §2): the facade passes ``now`` in and holds the lock. Queue channels have the
 standing ``default`` group; topic channels keep an event only for the groups that exist when
-it is published (DESIGN §4).
+it is published (DESIGN §4). Inside the channel an event is named by its uid
+(``publisher_id/id``) whatever the id scope; the scope only says what a duplicate is.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import accumulate
@@ -20,7 +22,7 @@ from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.queues import GlobalQueue
 from channel_server.errors import LimitReached
-from channel_server.events import Event, validate_batch
+from channel_server.events import Event, IdScope, event_uid, validate_batch
 from channel_server.store.base import ChannelSnapshot
 from channel_server.wire import DEFAULT_GROUP
 
@@ -37,6 +39,9 @@ class PublishOutcome:
     """What happened to a published batch, in batch order."""
 
     accepted: list[Event] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    """The dedupe keys of ``accepted`` (computed once: :meth:`ChannelCore.enqueue` takes
+    them)."""
     duplicates: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     """Ids refused for capacity."""
@@ -71,12 +76,15 @@ class ChannelCore:
         config: ChannelConfig,
         kind: ChannelKind = ChannelKind.QUEUE,
         first_session: int = 1,
+        id_scope: IdScope = IdScope.PUBLISHER,
     ) -> None:
         """``first_session`` should differ between lives of the channel (the facade seeds
-        it from the clock), so that an ack of a session from before a restart is stale."""
+        it from the clock), so that an ack of a session from before a restart is stale.
+        ``id_scope``: where ids must be unique (what the delivered-ID window holds)."""
         self.name = name
         self.config = config
         self.kind = kind
+        self.id_scope = id_scope
         self._next_session = first_session
         self.global_queue = GlobalQueue()
         self.groups: dict[str, ConsumerGroup] = {}
@@ -166,18 +174,20 @@ class ChannelCore:
         self.next_offset += len(events)  # offsets of refused events are never reused
         outcome = PublishOutcome()
         fresh: list[Event] = []
+        keys: list[str] = []
         seen: set[str] = set()
-        for ev in events:
-            if ev.id in self.delivered or ev.id in seen:
+        for ev, key in zip(events, self.dedupe_keys(events), strict=True):
+            if key in self.delivered or key in seen:
                 outcome.duplicates.append(ev.id)
             else:
-                seen.add(ev.id)
+                seen.add(key)
                 fresh.append(ev)
+                keys.append(key)
         if not self.groups:
             outcome.unrouted = len(fresh)
             return outcome
         room, outcome.full_by = self._room(fresh)
-        outcome.accepted = fresh[:room]
+        outcome.accepted, outcome.keys = fresh[:room], keys[:room]
         outcome.refused = [ev.id for ev in fresh[room:]]
         return outcome
 
@@ -191,10 +201,17 @@ class ChannelCore:
             return room, "events"
         return bisect_right(list(accumulate(map(_SIZE, counted))), byte_room), "bytes"
 
-    def enqueue(self, events: list[Event], now: float) -> None:
-        """Commit accepted (and stored) events: remember their ids, order them in the global
-        queue, then split them into every group's partition sub-queues."""
-        self.delivered.add_many((ev.id for ev in events), now)
+    def dedupe_keys(self, events: list[Event]) -> list[str]:
+        """What makes each event a duplicate in this channel: its uid or its id."""
+        if self.id_scope is IdScope.PUBLISHER:
+            return [ev.uid for ev in events]
+        return [ev.id for ev in events]
+
+    def enqueue(self, events: list[Event], now: float, keys: list[str] | None = None) -> None:
+        """Commit accepted (and stored) events: remember their dedupe ``keys`` (those
+        :meth:`prepare` gave, or computed again), order them in the global queue, then split
+        them into every group's partition sub-queues."""
+        self.delivered.add_many(self.dedupe_keys(events) if keys is None else keys, now)
         self.global_queue.add_many(events)
         ordered = self.global_queue.drain()
         holders = len(self.groups)
@@ -262,10 +279,13 @@ class ChannelCore:
 
     # -- dead letters --------------------------------------------------------------------
     def replay(self, ids: set[str] | None) -> tuple[list[DeadLetter], list[Event]]:
-        """Take dead letters (all, or those with these ids) out of the dead-letter queue and
-        queue them again in the group they died in. Returns them, and the events that had
-        been retired everywhere, which the facade must store again."""
-        chosen = [d for d in self.dead_letters if ids is None or d.event.id in ids]
+        """Take dead letters (all, or those named) out of the dead-letter queue and queue
+        them again in the group they died in; a name is an event id (every publisher's
+        event with it) or a uid ``publisher_id/id`` (that one). Returns them, and the events
+        that had been retired everywhere, which the facade must store again."""
+        chosen = [
+            d for d in self.dead_letters if ids is None or d.event.id in ids or d.event.uid in ids
+        ]
         self.dead_letters = [d for d in self.dead_letters if d not in chosen]
         restored = []
         for letter in chosen:
@@ -307,7 +327,7 @@ class ChannelCore:
             if name in self.groups:
                 for key, owner in owners.items():
                     self.groups[name].restore_owner(key, owner)
-        self.delivered.restore(snapshot.delivered)
+        self.delivered.restore(self._window_keys(snapshot.delivered))
         self.dead_letters = [DeadLetter(d.event, d.group, d.error) for d in snapshot.dead_letters]
         holders: dict[int, int] = {}
         sizes: dict[int, int] = {}
@@ -321,6 +341,15 @@ class ChannelCore:
         self.queued_bytes = sum(sizes.values())
         for group in self.groups.values():
             group.pin_restored(self.next_offset)
+
+    def _window_keys(
+        self, entries: Iterable[tuple[str, str, float]]
+    ) -> Iterator[tuple[str, float]]:
+        """A stored window's (publisher id, id, accepted at) as the dedupe keys of this
+        channel's scope (a generator: a restart may load a million)."""
+        if self.id_scope is IdScope.PUBLISHER:
+            return ((event_uid(pub, i), at) for pub, i, at in entries)
+        return ((i, at) for _, i, at in entries)
 
     def kill_queues(self) -> int:
         """The fault: empty the in-memory queues. Returns how many events were dropped."""

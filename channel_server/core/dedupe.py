@@ -1,5 +1,8 @@
 """The delivered-ID window: ids accepted within the last N ids or T seconds (DESIGN §6).
 
+What it holds is the channel's dedupe key: the event id on a channel whose ids are unique
+per channel, the uid (``publisher_id/id``) on one whose ids are unique per publisher.
+
 Ids are kept in a set for lookups and in time-stamped chunks for expiry, so memory per id is
 one set slot plus one list slot and expiry is O(expired), not O(window). A chunk spans at
 most ``CHUNK_IDS`` ids and ``max_age_s / CHUNK_SPANS`` seconds, and is forgotten by age only
@@ -79,10 +82,10 @@ class DeliveredIds:
         self.expired_total += dropped
         return dropped
 
-    def restore(self, entries: list[tuple[str, float]]) -> None:
+    def restore(self, entries: Iterable[tuple[str, float]]) -> None:
         """Load a stored window, oldest first: (id, accepted at). Expires once at the end.
         Ids of one publish share their time, so each run of them is added whole (a
-        restart may load a million)."""
+        restart may load a million, so a generator is welcome)."""
         for accepted_at, run in groupby(entries, key=itemgetter(1)):
             fresh = [
                 i for i in dict.fromkeys(event_id for event_id, _ in run) if i not in self._ids
@@ -99,5 +102,5 @@ class DeliveredIds:
                 chunk.ids.extend(fresh[start : start + room])
                 chunk.last = max(chunk.last, accepted_at)
                 start += room
-        if entries:
+        if self._chunks:
             self.expire(max(chunk.last for chunk in self._chunks))

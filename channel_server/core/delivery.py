@@ -38,15 +38,15 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
     return launch(group, member, events, now) if events else None
 
 
-def take_event(group: ConsumerGroup, member_id: str, event_id: str, now: float) -> Batch | None:
-    """A one-event batch of ``event_id`` when it is next in one of the member's
+def take_event(group: ConsumerGroup, member_id: str, uid: str, now: float) -> Batch | None:
+    """A one-event batch of the event ``uid`` when it is next in one of the member's
     partitions (a pull client acknowledging what it got before a restart)."""
     member = group.members.get(member_id)
     if member is None:
         return None
     for key in list(member.ready):
         pq = group.partitions[key]
-        if pq.pending[0].id == event_id:
+        if pq.pending[0].uid == uid:
             del member.ready[key]
             taken, fresh = pq.take(1)
             member.owed -= len(taken) - fresh
@@ -61,7 +61,7 @@ def launch(group: ConsumerGroup, member: Member, events: list[Event], now: float
     attempts = [group.attempts.pop(ev.offset, 0) + 1 for ev in events]
     first = member.next_seq
     for i, (ev, attempt) in enumerate(zip(events, attempts, strict=True)):
-        member.flights[ev.id] = Flight(ev, attempt, first + i, now)
+        member.flights[ev.uid] = Flight(ev, attempt, first + i, now)
     member.next_seq += len(events)
     member.queued -= len(events)
     member.delivered += len(events)
@@ -104,7 +104,7 @@ def push_declined(group: ConsumerGroup, batch: Batch, now: float, pause_s: float
         return
     flights = _flights_of(member, batch)
     for flight in flights:
-        del member.flights[flight.event.id]
+        del member.flights[flight.event.uid]
     give_back(group, member, flights, hold=False)
     if not member.flights:
         member.busy_since = None
@@ -161,7 +161,7 @@ def transport_failure(group: ConsumerGroup, member: Member, now: float, what: st
 
 def unfly(group: ConsumerGroup, member: Member, flights: list[Flight]) -> None:
     for flight in flights:
-        member.flights.pop(flight.event.id, None)
+        member.flights.pop(flight.event.uid, None)
     give_back(group, member, flights)
     if not member.flights:
         member.busy_since = None

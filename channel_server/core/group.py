@@ -313,10 +313,10 @@ class ConsumerGroup:
         """The next push for a member: its ready partitions, round robin, up to its room."""
         return delivery.take_batch(self, member_id, now)
 
-    def take_event(self, member_id: str, event_id: str, now: float) -> Batch | None:
-        """A one-event batch of ``event_id`` when it is next in one of the member's
+    def take_event(self, member_id: str, uid: str, now: float) -> Batch | None:
+        """A one-event batch of the event ``uid`` when it is next in one of the member's
         partitions (a pull client acknowledging what it got before a restart)."""
-        return delivery.take_event(self, member_id, event_id, now)
+        return delivery.take_event(self, member_id, uid, now)
 
     def delivered(self, batch: Batch, now: float) -> bool:
         """A push was answered. False when the batch is stale (its events moved on)."""

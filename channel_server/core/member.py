@@ -117,7 +117,7 @@ class Member:
     """Owned partitions ready to send, oldest readiness first (round robin)."""
     queued: int = 0
     flights: dict[str, Flight] = field(default_factory=dict)
-    """Events held, by id, in delivery order."""
+    """Events held, by uid (``publisher_id/id``), in delivery order."""
     owed: int = 0
     """Pending events back from it that it may have processed (a lost ack, a failed push):
     it still holds them, in a way, so they count against its window."""

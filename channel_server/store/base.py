@@ -19,13 +19,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from channel_server.events import Event, PartitionKey
+from channel_server.events import Event, IdScope, PartitionKey
 
 
 @dataclass(frozen=True)
 class ChannelRecord:
     name: str
     kind: str
+    id_scope: str = IdScope.PUBLISHER.value
+    """Where its event ids must be unique; a channel saved by a store from before id
+    scopes existed reads back as ``channel`` (what its delivered window holds)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,9 @@ class ChannelSnapshot:
     """Not yet acknowledged by every group, in ``(timestamp, offset)`` order."""
     acks: dict[str, set[int]] = field(default_factory=dict)
     """group -> offsets among ``events`` it has acknowledged."""
-    delivered: list[tuple[str, float]] = field(default_factory=list)
-    """The delivered-ID window, oldest first: (id, accepted at)."""
+    delivered: list[tuple[str, str, float]] = field(default_factory=list)
+    """The delivered-ID window, oldest first: (publisher id, id, accepted at); the
+    publisher id is "" for ids a store from before id scopes kept."""
     dead_letters: list[DeadLetterRecord] = field(default_factory=list)
     owners: dict[str, dict[PartitionKey, str]] = field(default_factory=dict)
     """group -> partition -> owning member, as last saved."""
@@ -75,7 +79,8 @@ class Store(ABC):
 
     @abstractmethod
     def save_channel(self, record: ChannelRecord) -> None:
-        """Remember a channel so a restart recreates it (idempotent)."""
+        """Remember a channel so a restart recreates it (idempotent: the first record of a
+        name stays, its kind and id scope with it)."""
 
     @abstractmethod
     def channels(self) -> list[ChannelRecord]:

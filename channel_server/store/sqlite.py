@@ -6,10 +6,11 @@ statement. Acks, deletes and window trims are deferred (see
 :mod:`channel_server.store.base`) and written in one transaction every DEFERRED_INTERVAL_S
 by the store's maintenance thread, which also checkpoints the WAL.
 
-The delivered-ID window is the ids of the ``events`` rows and of the ``delivered`` rows
-from the channel's ``window_start`` on, in offset order: a delete copies the ids of the
-events it removes into ``delivered`` (by offset ranges, off the publish path), and a trim
-moves ``window_start`` forward.
+The delivered-ID window is the (publisher id, id) of the ``events`` rows and of the
+``delivered`` rows from the channel's ``window_start`` on, in offset order: a delete copies
+them from the events it removes into ``delivered`` (by offset ranges, off the publish
+path), and a trim moves ``window_start`` forward. Delivered rows of schema 5 and before
+have an empty publisher id: their channels keep ids unique per channel (``id_scope``).
 With ``synchronous=NORMAL`` (the default) a committed transaction survives a process crash
 (SIGKILL); FULL also survives power loss. A lock file keeps two brokers off one data
 directory.
@@ -55,7 +56,7 @@ DB_FILE = "channels.sqlite"
 LOCK_FILE = "broker.lock"
 WAL_SUFFIXES = ("-wal", "-shm")
 """The files SQLite keeps next to the database in WAL mode (made when it is opened)."""
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
@@ -69,7 +70,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS channels(
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
-    next_offset INTEGER NOT NULL DEFAULT 0, window_start INTEGER NOT NULL DEFAULT 0);
+    next_offset INTEGER NOT NULL DEFAULT 0, window_start INTEGER NOT NULL DEFAULT 0,
+    id_scope TEXT NOT NULL DEFAULT 'channel');
 CREATE TABLE IF NOT EXISTS groups(
     channel TEXT NOT NULL, name TEXT NOT NULL, created_offset INTEGER NOT NULL,
     PRIMARY KEY(channel, name)) WITHOUT ROWID;
@@ -80,7 +82,8 @@ CREATE TABLE IF NOT EXISTS acks(
     channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS delivered(
-    key INTEGER PRIMARY KEY, id TEXT NOT NULL, accepted_at REAL NOT NULL);
+    key INTEGER PRIMARY KEY, id TEXT NOT NULL, accepted_at REAL NOT NULL,
+    publisher_id TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS members(
     channel TEXT NOT NULL, grp TEXT NOT NULL, member_id TEXT NOT NULL,
     callback TEXT NOT NULL, prefetch INTEGER NOT NULL,
@@ -103,6 +106,10 @@ MIGRATIONS = {
     "4": (  # version 5: a subscriber id's owning user, and its callback's secret
         ("members", "user", "TEXT NOT NULL DEFAULT 'owner'"),
         ("members", "secret", "TEXT NOT NULL DEFAULT ''"),
+    ),
+    "5": (  # version 6: id scopes (issue 13); channels from before keep channel-wide ids
+        ("channels", "id_scope", "TEXT NOT NULL DEFAULT 'channel'"),
+        ("delivered", "publisher_id", "TEXT NOT NULL DEFAULT ''"),
     ),
 }
 """schema version -> the statements that bring it to the next one (one transaction); a
@@ -305,13 +312,15 @@ class SQLiteStore(Store):
         base = self._base(record.name)
         with self._tx() as db:
             db.execute(
-                "UPDATE channels SET kind = ? WHERE id = ? AND kind IS NULL",
-                (record.kind, base >> OFFSET_BITS),
+                "UPDATE channels SET kind = ?, id_scope = ? WHERE id = ? AND kind IS NULL",
+                (record.kind, record.id_scope, base >> OFFSET_BITS),
             )
 
     def channels(self) -> list[ChannelRecord]:
-        rows = self._query("SELECT name, kind FROM channels WHERE kind IS NOT NULL ORDER BY id")
-        return [ChannelRecord(name, kind) for name, kind in rows]
+        rows = self._query(
+            "SELECT name, kind, id_scope FROM channels WHERE kind IS NOT NULL ORDER BY id"
+        )
+        return [ChannelRecord(*row) for row in rows]
 
     def _base(self, channel: str) -> int:
         """The key base of a channel (its id << OFFSET_BITS), given an id on first use."""
@@ -403,8 +412,8 @@ class SQLiteStore(Store):
         """Delete the events (keeping their ids in the window); returns how many were."""
         runs = [(base | first, base | last) for first, last in _runs(offsets)]
         db.executemany(  # the ids stay in the window (see the module's docstring)
-            "INSERT OR IGNORE INTO delivered "
-            "SELECT key, id, accepted_at FROM events WHERE key BETWEEN ? AND ?",
+            "INSERT OR IGNORE INTO delivered(key, id, accepted_at, publisher_id) "
+            "SELECT key, id, accepted_at, publisher_id FROM events WHERE key BETWEEN ? AND ?",
             runs,
         )
         removed = db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", runs).rowcount
@@ -492,22 +501,23 @@ class SQLiteStore(Store):
             snapshot.owners.setdefault(group, {})[(publisher_id, partition)] = owner
         return snapshot
 
-    def _window(self, base: int, event_rows: list[tuple]) -> list[tuple[str, float]]:
-        """The delivered window, oldest first: (id, accepted at) of the delivered rows and of
-        the events rows just read (key first, accepted_at last), from window_start on. The
-        events rows are reused: reading a long backlog again cost 0.7 s per million."""
+    def _window(self, base: int, event_rows: list[tuple]) -> list[tuple[str, str, float]]:
+        """The delivered window, oldest first: (publisher id, id, accepted at) of the
+        delivered rows and of the events rows just read (key, id, publisher id first,
+        accepted_at last), from window_start on. The events rows are reused: reading a
+        long backlog again cost 0.7 s per million."""
         with self._lock:
             first = base | _window_start(self._db, base)
         window = self._query(
-            "SELECT key, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
+            "SELECT key, publisher_id, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
             (first, base | OFFSET_MASK),
         )
         copied = len(window)
-        window += [(row[0], row[1], row[-1]) for row in event_rows if row[0] >= first]
+        window += [(row[0], row[2], row[1], row[-1]) for row in event_rows if row[0] >= first]
         window.sort()  # two sorted runs: one merge
         if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
-            return list({key: (i, at) for key, i, at in window}.values())
-        return [(event_id, accepted_at) for _, event_id, accepted_at in window]
+            return list({key: (pub, i, at) for key, pub, i, at in window}.values())
+        return [(pub, event_id, accepted_at) for _, pub, event_id, accepted_at in window]
 
     def _next_offset(self, base: int) -> int:
         """The stored next offset, or past the last event or delivered id if larger (an

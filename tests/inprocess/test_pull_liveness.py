@@ -4,6 +4,7 @@ readmission by the next get, and housekeeping of pull groups (fake clock, no soc
 from __future__ import annotations
 
 from channel_server.core.channel_core import ChannelKind
+from channel_server.events import event_uid
 from tests.inprocess.conftest import ChannelFactory, FakeClock, event
 
 PULL_TIMEOUT_S = 60.0
@@ -13,6 +14,11 @@ def got(reply: dict) -> tuple[str, int] | None:
     if reply["status"] == "empty":
         return None
     return reply["event"]["id"], reply["event"]["attempt"]
+
+
+def uid(event: dict) -> str:
+    """What a get names as received last."""
+    return event_uid(event["publisher_id"], event["id"])
 
 
 def member(channel, member_id: str, group: str = "default") -> dict:
@@ -38,7 +44,7 @@ def test_a_quiet_pull_member_times_out_and_its_message_moves_on(
     assert state["inactive_reason"] == "no get for 60 s"
     assert member(channel, "p2")["active"] is True
     assert got(channel.get("p2")) == ("e1", 2)  # the held message, at the head, redelivered
-    assert got(channel.get("p2", "e1")) == ("e2", 1)
+    assert got(channel.get("p2", "pub/e1")) == ("e2", 1)
 
 
 def test_the_next_get_readmits_a_timed_out_member(
@@ -52,9 +58,9 @@ def test_the_next_get_readmits_a_timed_out_member(
     channel.housekeep()
     assert member(channel, "s1", "s1")["active"] is False
     # The client got m1 before it went quiet: naming it acknowledges it, exactly once.
-    assert got(channel.get("s1", "m1")) == ("m2", 1)
+    assert got(channel.get("s1", "pub/m1")) == ("m2", 1)
     assert member(channel, "s1", "s1")["active"] is True
-    assert got(channel.get("s1", "m2")) is None
+    assert got(channel.get("s1", "pub/m2")) is None
     assert channel.stats()["unacked"] == 0
 
 
@@ -68,8 +74,8 @@ def test_unsubscribe_with_a_message_in_hand_puts_it_back_at_the_head(
     assert channel.unsubscribe("p1") is True
     channel.subscribe("p1")
     assert got(channel.get("p1")) == ("e1", 2)
-    assert got(channel.get("p1", "e1")) == ("e2", 1)
-    assert got(channel.get("p1", "e2")) is None
+    assert got(channel.get("p1", "pub/e1")) == ("e2", 1)
+    assert got(channel.get("p1", "pub/e2")) is None
     stats = channel.stats()
     assert (stats["unacked"], stats["acked"]) == (0, 2)
 
@@ -83,7 +89,7 @@ def test_housekeeping_drops_idle_partitions_of_a_pull_group(
     last = None
     for _ in range(3):
         reply = channel.get("s1", last)
-        last = reply["event"]["id"] if reply["status"] == "message" else last
+        last = uid(reply["event"]) if reply["status"] == "message" else last
     assert len(channel.stats()["groups"]["s1"]["partitions"]) == 2
     channel.housekeep()  # starts the idle clocks
     clock.advance(31)

@@ -12,6 +12,7 @@ import pytest
 
 from channel_server import push
 from channel_server.channel import EventChannel
+from channel_server.events import event_uid
 from tests.inprocess.conftest import ChannelFactory, event
 from tests.integration.procs import wait_until
 
@@ -53,8 +54,8 @@ def subscriber(channel: EventChannel, daemon: Pyro5.server.Daemon, sub_id: str, 
 def ack_all(channel: EventChannel, sub_id: str, fake: FakeSubscriber) -> None:
     for d in fake.deliveries:
         last = d["seq"] + len(d["events"]) - 1
-        ids = [ev["id"] for ev in d["events"]]
-        assert channel.ack(sub_id, "default", d["session"], last, ids, {}) == {"status": "ok"}
+        uids = [event_uid(ev["publisher_id"], ev["id"]) for ev in d["events"]]
+        assert channel.ack(sub_id, "default", d["session"], last, uids, {}) == {"status": "ok"}
     fake.deliveries.clear()
 
 
@@ -74,7 +75,7 @@ def test_a_push_is_answered_at_once_and_acknowledged_later(
     assert fake.ids() == ["e0", "e1", "e2"]
     assert fake.deliveries[0]["session"] == info["session"]
     assert member(channel, "s1")["in_flight"] == 3  # held until the handlers finish
-    stale = channel.ack("s1", "default", info["session"] - 1, 3, ["e0"], {})
+    stale = channel.ack("s1", "default", info["session"] - 1, 3, ["pub/e0"], {})
     assert stale == {"status": "stale"}
     ack_all(channel, "s1", fake)
     stats = channel.stats()

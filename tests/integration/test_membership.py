@@ -63,7 +63,9 @@ def test_status_shows_members_partitions_and_dead_letters(cluster: Cluster) -> N
     wait_until(lambda: channel_stats(cluster, "st")["dead_letters"] == 1, what="dead letter")
     text = cluster.run(["-m", "channel_server", "status", "st", *cluster.ns])
     assert text.returncode == 0, text.stderr
-    assert "st (queue) on broker b1: 0/1000000 unacknowledged" in text.stdout
+    assert "st (queue, ids unique per publisher) on broker b1: 0/1000000 unacknowledged" in (
+        text.stdout
+    )
     assert "1 dead letters" in text.stdout
     assert "s1" in text.stdout
     assert "long delays" in text.stdout

@@ -17,6 +17,11 @@ def ids(events: Iterable[Event]) -> list[str]:
     return [ev.id for ev in events]
 
 
+def uids(events: Iterable[Event]) -> list[str]:
+    """What acks name: ``publisher_id/id``."""
+    return [ev.uid for ev in events]
+
+
 def owners(group: ConsumerGroup) -> dict:
     return {key: pq.owner for key, pq in group.partitions.items()}
 
@@ -60,8 +65,9 @@ def check_group(group: ConsumerGroup) -> None:
         for key in member.partitions:
             assert key in group.partitions, f"{member.member_id} lists dropped {key}"
             assert group.partitions[key].owner == member.member_id, (key, member.member_id)
-        for flight in member.flights.values():
+        for uid, flight in member.flights.items():
             assert flight.event.key in member.partitions, (member.member_id, flight.event.id)
+            assert uid == flight.event.uid, (member.member_id, uid)
         ready = {k for k in member.partitions if group.partitions[k].ready}
         assert set(member.ready) == ready, (member.member_id, member.ready, ready)
         queued = sum(len(group.partitions[k].pending) for k in member.partitions)

@@ -30,7 +30,7 @@ def test_ack_ids_and_nack_errors_must_be_utf8() -> None:
 
 
 def test_other_ids_secrets_and_callbacks_must_be_utf8() -> None:
-    refused("last_id", boundary.check_last_id, POISON)
+    refused("last_uid", boundary.check_last_uid, POISON)
     refused("ids", boundary.check_id_list, "ids", ["ok", POISON])
     refused("callback_secret", boundary.check_secret, SECRET + POISON)
     refused("callback", boundary.check_callback, f"PYRO:obj@{POISON}:5000")

@@ -11,8 +11,9 @@ from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import Batch
 from channel_server.errors import InvalidEvent, LimitReached
-from channel_server.events import Event
+from channel_server.events import Event, IdScope, event_uid
 from channel_server.store import MemoryStore
+from channel_server.store.base import ChannelSnapshot
 from channel_server.wire import DEFAULT_GROUP
 from tests.unit.group_checks import ids
 
@@ -25,9 +26,13 @@ def raw(event_id: str, ts: float = 1.0, partition: int | str = 0, pub: str = "pu
     return {"id": event_id, "publisher_id": pub, "partition": partition, "timestamp": ts}
 
 
+def uid(event_id: str, pub: str = "pub") -> str:
+    return event_uid(pub, event_id)
+
+
 def publish(core: ChannelCore, batch: list[dict], now: float = 0.0):
     outcome = core.prepare(batch)
-    core.enqueue(outcome.accepted, now)
+    core.enqueue(outcome.accepted, now, outcome.keys)
     return outcome
 
 
@@ -48,9 +53,12 @@ def complete(
     acked: set[str],
     nacked: dict[str, str],
 ) -> tuple[AckOutcome, list[Event]]:
-    """The member's ack covering the whole batch (what it names neither way: skipped)."""
+    """The member's ack covering the whole batch (what it names neither way: skipped);
+    ids of publisher ``pub``, named by uid as a subscriber does."""
     last = batch.first_seq + len(batch.events) - 1
-    return core.acknowledge(group, batch.member_id, batch.session, sorted(acked), nacked, last, 0.0)
+    named = sorted(map(uid, acked))
+    failed = {uid(i): error for i, error in nacked.items()}
+    return core.acknowledge(group, batch.member_id, batch.session, named, failed, last, 0.0)
 
 
 # -- publish ------------------------------------------------------------------------------
@@ -77,7 +85,7 @@ def test_prepare_changes_nothing_but_the_offset_counter() -> None:
     core = ChannelCore("c", config())
     first = core.prepare([raw("a"), raw("b")])
     assert len(first.accepted) == 2
-    assert "a" not in core.delivered
+    assert uid("a") not in core.delivered
     assert (core.unacked, core.groups[DEFAULT_GROUP].backlog) == (0, 0)
     second = core.prepare([raw("a")])  # not a duplicate: the first was never enqueued
     assert ids(second.accepted) == ["a"]
@@ -90,7 +98,7 @@ def test_invalid_batch_raises_and_keeps_nothing() -> None:
         core.prepare([raw("a"), {"id": "b", "publisher_id": "pub", "timestamp": "soon"}])
     assert (info.value.field, info.value.index) == ("timestamp", 1)
     assert core.next_offset == 0
-    assert "a" not in core.delivered
+    assert uid("a") not in core.delivered
 
 
 def test_max_publish_batch_and_payload_limit_come_from_config() -> None:
@@ -137,7 +145,7 @@ def test_capacity_accepts_the_front_and_lists_refused_ids() -> None:
     assert outcome.refused == ["e", "f"]
     assert outcome.summary()["refused"] == 2
     assert core.unacked == 4
-    assert "e" not in core.delivered  # refused ids may be published again later
+    assert uid("e") not in core.delivered  # refused ids may be published again later
     full = core.prepare([raw("e")])
     assert (full.accepted, full.refused) == ([], ["e"])
 
@@ -162,7 +170,7 @@ def test_topic_without_group_reports_unrouted_and_stores_nothing() -> None:
     assert outcome.summary()["unrouted"] == 2
     core.enqueue(outcome.accepted, 0.0)
     assert core.unacked == 0
-    assert "a" not in core.delivered
+    assert uid("a") not in core.delivered
 
 
 def test_topic_keeps_events_only_for_groups_that_exist_at_publish() -> None:
@@ -233,7 +241,7 @@ def test_delivered_window_uses_the_given_clock() -> None:
     publish(core, [raw("b")], now=5.0)
     assert core.prepare([raw("a"), raw("b")]).duplicates == ["a", "b"]
     core.delivered.expire(now=16.0)
-    assert "a" not in core.delivered  # 16 s old: out of the 10 s window
+    assert uid("a") not in core.delivered  # 16 s old: out of the 10 s window
     assert ids(core.prepare([raw("a")]).accepted) == ["a"]
 
 
@@ -333,3 +341,98 @@ def test_unpushable_events_are_dead_and_the_rest_goes_back_unblamed() -> None:
     assert ids(again.events) == ["a", "c"]
     assert again.attempts == [2, 2]
     assert (core.unacked, core.queued_bytes) == (2, sum(ev.size for ev in again.events))
+
+
+# -- id scopes (issue 13) -----------------------------------------------------------------
+def test_two_publishers_may_use_one_id_each_event_delivered_and_acked_alone() -> None:
+    core = ChannelCore("c", config())
+    assert core.id_scope is IdScope.PUBLISHER  # the default
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    first = publish(core, [raw("x", ts=1.0, pub="A")])
+    second = publish(core, [raw("x", ts=2.0, pub="B")])
+    assert (ids(first.accepted), ids(second.accepted), second.duplicates) == (["x"], ["x"], [])
+    batch = take(group, "s")  # both in flight to one member at once
+    assert [ev.uid for ev in batch.events] == ["A/x", "B/x"]
+    assert list(group.members["s"].flights) == ["A/x", "B/x"]
+    _, retired = core.acknowledge(group, "s", batch.session, ["B/x"], {}, 0, 1.0)
+    assert [ev.uid for ev in retired] == ["B/x"]
+    assert list(group.members["s"].flights) == ["A/x"]  # A's x is still held
+    assert (core.unacked, core.acked_total) == (1, 1)
+    _, retired = core.acknowledge(group, "s", batch.session, ["A/x"], {}, 0, 2.0)
+    assert [ev.uid for ev in retired] == ["A/x"]
+    assert (core.unacked, core.acked_total) == (0, 2)
+    again = core.prepare([raw("x", pub="A"), raw("x", pub="B"), raw("x", pub="C")])
+    assert (again.duplicates, [ev.uid for ev in again.accepted]) == (["x", "x"], ["C/x"])
+
+
+def test_duplicates_within_one_batch_follow_the_scope() -> None:
+    batch = [raw("x", pub="A"), raw("x", pub="B"), raw("x", pub="A")]
+    per_publisher = ChannelCore("c", config()).prepare(batch)
+    assert [ev.uid for ev in per_publisher.accepted] == ["A/x", "B/x"]
+    assert (per_publisher.duplicates, per_publisher.keys) == (["x"], ["A/x", "B/x"])
+    channel_wide = ChannelCore("c", config(), id_scope=IdScope.CHANNEL).prepare(batch)
+    assert [ev.uid for ev in channel_wide.accepted] == ["A/x"]
+    assert (channel_wide.duplicates, channel_wide.keys) == (["x", "x"], ["x"])
+
+
+def test_a_channel_wide_scope_refuses_another_publishers_id() -> None:
+    core = ChannelCore("c", config(), id_scope=IdScope.CHANNEL)
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    publish(core, [raw("x", pub="A")])
+    outcome = publish(core, [raw("x", pub="B"), raw("y", ts=2.0, pub="B")])
+    assert outcome.duplicates == ["x"]
+    assert [ev.uid for ev in outcome.accepted] == ["B/y"]
+    assert ("x" in core.delivered, "A/x" in core.delivered) == (True, False)
+    batch = take(group, "s")  # flights and acks still name events by uid
+    assert list(group.members["s"].flights) == ["A/x", "B/y"]
+    _, retired = core.acknowledge(group, "s", batch.session, ["A/x", "B/y"], {}, 0, 1.0)
+    assert [ev.uid for ev in retired] == ["A/x", "B/y"]
+
+
+@pytest.mark.parametrize(
+    ("scope", "duplicates", "accepted"),
+    [
+        (IdScope.PUBLISHER, ["x", "y"], ["B/x", "A/y", "B/z"]),
+        (IdScope.CHANNEL, ["x", "x", "y", "y", "z"], []),
+    ],
+)
+def test_the_restored_window_holds_what_the_scope_checks(
+    scope: IdScope, duplicates: list[str], accepted: list[str]
+) -> None:
+    # Given a stored window of (publisher id, id, accepted at); "" is the publisher id of
+    # an id kept by a store from before id scopes (a channel-wide channel's)
+    stored = [("A", "x", 1.0), ("B", "y", 2.0), ("", "z", 3.0)]
+    core = ChannelCore("c", config(dedupe_max_age_s=100.0), id_scope=scope)
+    core.restore(ChannelSnapshot(next_offset=3, delivered=stored), now=4.0)
+    # When A's and B's ids are published again
+    batch = [raw("x", pub="A"), raw("x", pub="B"), raw("y", pub="A"), raw("y", pub="B")]
+    outcome = core.prepare([*batch, raw("z", pub="B")])
+    # Then the window restored as this scope's keys says which are duplicates
+    assert outcome.duplicates == duplicates
+    assert [ev.uid for ev in outcome.accepted] == accepted
+    assert len(core.delivered) == 3
+
+
+def test_a_restored_window_expires_by_the_stored_times() -> None:
+    core = ChannelCore("c", config(dedupe_max_age_s=10.0))
+    core.restore(ChannelSnapshot(delivered=[("A", "x", 0.0), ("A", "y", 8.0)]), now=8.0)
+    core.delivered.expire(now=12.0)
+    assert (uid("x", "A") in core.delivered, uid("y", "A") in core.delivered) == (False, True)
+
+
+def test_replay_names_a_dead_letter_by_uid_or_every_one_by_id() -> None:
+    core = ChannelCore("c", config(max_attempts=1))
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    publish(core, [raw("x", pub="A"), raw("x", ts=2.0, pub="B"), raw("x", ts=3.0, pub="C")])
+    batch = take(group, "s")
+    failed = {f"{pub}/x": "bad" for pub in "ABC"}
+    core.acknowledge(group, "s", batch.session, [], failed, batch.first_seq + 2, 1.0)
+    assert [d.event.uid for d in core.dead_letters] == ["A/x", "B/x", "C/x"]
+    chosen, _ = core.replay({"B/x"})
+    assert [d.event.uid for d in chosen] == ["B/x"]
+    chosen, _ = core.replay({"x"})
+    assert [d.event.uid for d in chosen] == ["A/x", "C/x"]
+    assert core.dead_letters == []

@@ -31,7 +31,7 @@ from channel_server.config import ChannelConfig
 from channel_server.core import rebalance
 from channel_server.core.channel_core import ChannelCore
 from channel_server.core.member import Batch
-from channel_server.events import Event, PartitionKey
+from channel_server.events import Event, IdScope, PartitionKey, event_uid
 from channel_server.store import MemoryStore
 from channel_server.store.base import DeadLetterRecord, MemberRecord
 from tests.unit.group_checks import check_group, ids
@@ -71,7 +71,7 @@ class MMember:
     retry_at: float = 0.0
     delivered: int = 0
     acked: int = 0
-    flights: dict[str, MFlight] = field(default_factory=dict)  # by id, in delivery order
+    flights: dict[str, MFlight] = field(default_factory=dict)  # by uid, in delivery order
 
     @property
     def in_flight(self) -> int:
@@ -105,14 +105,15 @@ def verdict(reply: str, partition: object) -> str:
 class Driver:
     """Applies one operation at a time to the core, the backup and the model."""
 
-    def __init__(self) -> None:
+    def __init__(self, scope: IdScope = IdScope.PUBLISHER) -> None:
         self.store = MemoryStore()
         self.life, self.next_session, self.now, self.seq = 1, LIFE, 0.0, 0
-        self.core = ChannelCore(NAME, CFG, first_session=LIFE)
+        self.scope = scope
+        self.core = ChannelCore(NAME, CFG, first_session=LIFE, id_scope=scope)
         self.store.save_group(NAME, "default", 0)
-        self.sent: list[str] = []
+        self.sent: list[tuple[str, str]] = []  # (publisher, id) of every event published
         self.last: list[dict[str, Any]] = []  # the last batch published
-        self.known: set[str] = set()  # the delivered-ID window
+        self.known: set[tuple[str, str]] = set()  # the delivered-ID window, (publisher, id)
         self.events: dict[int, Event] = {}
         self.retired: set[int] = set()
         self.accepted_life = self.retired_life = 0
@@ -121,6 +122,18 @@ class Driver:
         self.prev_owners: dict[tuple[str, PartitionKey], tuple[str | None, bool]] = {}
 
     # -- model helpers -------------------------------------------------------------------
+    def dedupe_key(self, publisher_id: str, event_id: str) -> tuple[str, str]:
+        """What makes two events duplicates in the channel's scope."""
+        return (publisher_id if self.scope is IdScope.PUBLISHER else "", event_id)
+
+    def stored_key(self, key: str) -> tuple[str, str]:
+        """A key of the core's window as a durable store keeps it: (publisher, id), the
+        publisher "" on a channel-wide channel (as a store from before id scopes has it)."""
+        if self.scope is IdScope.PUBLISHER:
+            publisher_id, event_id = key.split("/", 1)
+            return publisher_id, event_id
+        return "", key
+
     def after_change(self) -> None:
         """As EventChannel.after_change: persist ownership, forget the notices."""
         for grp in self.core.groups.values():
@@ -197,23 +210,24 @@ class Driver:
         a retry sends the previous batch again (its publisher missed the answer)."""
         if not retry or not self.last:
             batch_ids = []
-            for pub, _, _, reuse in specs:
+            for pub, _, _, reuse in specs:  # a reused id may be another publisher's
                 self.seq += 1
                 reused = reuse is not None and self.sent
-                event_id = self.sent[reuse % len(self.sent)] if reused else f"{pub}-{self.seq}"
+                event_id = self.sent[reuse % len(self.sent)][1] if reused else f"{pub}-{self.seq}"
                 batch_ids.append(event_id)
             self.last = [  # payloads of several sizes: the bytes queued are counted
                 {"id": i, "publisher_id": pub, "partition": partition, "timestamp": ts}
                 | {"payload": "x" * (len(i) * 7 % 11)}
                 for i, (pub, partition, ts, _) in zip(batch_ids, specs, strict=True)
             ]
-            self.sent.extend(batch_ids)
+            self.sent.extend((raw["publisher_id"], raw["id"]) for raw in self.last)
         batch = self.last
-        batch_ids = [raw["id"] for raw in batch]
+        batch_uids = [event_uid(raw["publisher_id"], raw["id"]) for raw in batch]
         seen, dups, fresh = set(self.known), [], []
-        for event_id in batch_ids:
-            (dups if event_id in seen else fresh).append(event_id)
-            seen.add(event_id)
+        for raw in batch:
+            key = self.dedupe_key(raw["publisher_id"], raw["id"])
+            (dups if key in seen else fresh).append(raw["id"])
+            seen.add(key)
         room = max(0, CFG.capacity - (len(self.events) - len(self.retired)))
         first = self.core.next_offset
         outcome = self.core.prepare(batch)
@@ -223,12 +237,12 @@ class Driver:
         assert self.core.next_offset == first + len(batch), "publish: offsets"
         if outcome.accepted:  # as EventChannel._accept
             self.store.append(NAME, outcome.accepted, self.core.next_offset, self.now)
-            self.core.enqueue(outcome.accepted, self.now)
+            self.core.enqueue(outcome.accepted, self.now, outcome.keys)
             self.after_change()
         for ev in outcome.accepted:
-            assert ev.offset == first + batch_ids.index(ev.id), "publish: offset"
+            assert ev.offset == first + batch_uids.index(ev.uid), "publish: offset"
             self.events[ev.offset] = ev
-            self.known.add(ev.id)
+            self.known.add(self.dedupe_key(ev.publisher_id, ev.id))
             for mg in self.groups.values():
                 mg.holds.add(ev.offset)
                 mg.pending.add(ev.offset)
@@ -320,7 +334,7 @@ class Driver:
             mg.deliveries[ev.offset] += 1
             assert attempt == mg.deliveries[ev.offset], f"{ev.id}: attempt {attempt}"
             mg.pending.remove(ev.offset)
-            mm.flights[ev.id] = MFlight(ev.offset, attempt, batch.first_seq + i)
+            mm.flights[ev.uid] = MFlight(ev.offset, attempt, batch.first_seq + i)
         mm.next_seq += len(batch.events)
         mm.delivered += len(batch.events)
         self.history.append(batch)
@@ -329,13 +343,13 @@ class Driver:
     def ack(self, group: str, member_id: str, replies: list[str], through: int) -> None:
         """An ack message for the member's current flights: reply i is for flight i (the
         rest are named neither way), ``through`` picks through_seq (past them all when above
-        their number); a reply beyond the flights names some other id (held elsewhere, done,
-        or named twice)."""
+        their number); a reply beyond the flights names some other uid (held elsewhere,
+        done, or named twice)."""
         mm = self.groups[group].members.get(member_id) if group in self.groups else None
         flights = list(mm.flights.items()) if mm else []
         pairs = [(i, self.events[f.offset].partition) for i, f in flights]
         if len(replies) > len(flights) and self.sent:
-            pairs.append((self.sent[len(replies) * 7 % len(self.sent)], None))
+            pairs.append((event_uid(*self.sent[len(replies) * 7 % len(self.sent)]), None))
         k = min(through, len(flights))
         seq = flights[k - 1][1].seq if k else 0
         seq = mm.next_seq + 5 if mm and through > len(flights) else seq
@@ -346,7 +360,7 @@ class Driver:
         """Acks for a batch handed out earlier: of the current session, or stale."""
         if self.history:
             b = self.history[index % len(self.history)]
-            pairs = [(ev.id, ev.partition) for ev in b.events]
+            pairs = [(ev.uid, ev.partition) for ev in b.events]
             last = b.first_seq + len(b.events) - 1
             self.acknowledge(b.group, b.member_id, b.session, pairs, replies, last)
 
@@ -407,7 +421,7 @@ class Driver:
         assert sorted(got[len(done) :]) == sorted(owed), "ack: done of events it may have done"
         assert [ev.offset for ev in outcome.retried] == back, "ack: retried"
         assert outcome.missing == len(skipped), "ack: missing"
-        letters = [(self.events[off], nacked[self.events[off].id]) for off in dead]
+        letters = [(self.events[off], nacked[self.events[off].uid]) for off in dead]
         assert outcome.dead == letters, "ack: dead-lettered"
         for _, offs in mg.held.values():  # failed handlers: nothing owed for those
             offs.difference_update(back[: len(back) - len(skipped_offsets)])
@@ -428,10 +442,10 @@ class Driver:
         owns and may have processed already (pinned or held back), and in the core's queue
         (not dropped by kill_queues before the rebuild)."""
         owed = {key for pins in (mg.pins, mg.held) for key, (_, offs) in pins.items() if offs}
-        by_id = {self.events[o].id: o for o in mg.pending}
+        by_uid = {self.events[o].uid: o for o in mg.pending}
         found = []
-        for event_id in dict.fromkeys(acked):
-            off = by_id.get(event_id)
+        for uid in dict.fromkeys(acked):
+            off = by_uid.get(uid)
             if off is None:
                 continue
             pq = grp.partitions.get(self.events[off].key)
@@ -553,9 +567,11 @@ class Driver:
         }
         snap = self.store.load(NAME)
         # a durable store keeps the delivered-ID window; the memory store leaves it to the core
-        snap = replace(snap, delivered=[(i, 0.0) for i in old.delivered])
+        window = [(*self.stored_key(key), 0.0) for key in old.delivered]
+        assert {self.dedupe_key(pub, i) for pub, i, _ in window} == self.known, "window"
+        snap = replace(snap, delivered=window)
         self.life += 1
-        self.core = ChannelCore(NAME, CFG, first_session=self.life * LIFE)
+        self.core = ChannelCore(NAME, CFG, first_session=self.life * LIFE, id_scope=self.scope)
         self.core.restore(snap, self.now)
         for grp in self.core.groups.values():
             self.store.save_group(NAME, grp.name, grp.created_offset)
@@ -702,7 +718,7 @@ def random_op(driver: Driver, pick: Pick, num: Callable[[int, int], int]) -> Non
 def test_seeded_random_interleavings() -> None:
     for seed in range(300):
         rng = random.Random(seed)
-        driver = Driver()
+        driver = Driver(IdScope.CHANNEL if seed % 2 else IdScope.PUBLISHER)
         for step in range(120):
             try:
                 random_op(driver, rng.choice, rng.randint)

@@ -29,6 +29,7 @@ SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
     errors.SubscriberIdInUse: lambda: errors.SubscriberIdInUse("sub-1", "default"),
     errors.NotSubscribed: lambda: errors.NotSubscribed("sub-2", "news"),
     errors.NotAuthorized: lambda: errors.NotAuthorized("no credential", "publish", "orders"),
+    errors.ChannelConflict: lambda: errors.ChannelConflict("orders", "ids", "channel", "publisher"),
     errors.FaultInjectionDisabled: lambda: errors.FaultInjectionDisabled("kill_queues"),
     errors.CapacityError: lambda: errors.CapacityError("busy", retry_after_s=1.5),
     errors.QueueFull: lambda: errors.QueueFull(
@@ -47,6 +48,12 @@ EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
     errors.SubscriberIdInUse: {"subscriber_id": "sub-1", "group": "default"},
     errors.NotSubscribed: {"subscriber_id": "sub-2", "channel": "news"},
     errors.NotAuthorized: {"reason": "no credential", "action": "publish", "channel": "orders"},
+    errors.ChannelConflict: {
+        "channel": "orders",
+        "setting": "ids",
+        "existing": "channel",
+        "requested": "publisher",
+    },
     errors.FaultInjectionDisabled: {"call": "kill_queues"},
     errors.QueueFull: {
         "channel": "orders",

@@ -7,7 +7,7 @@ import pytest
 from channel_server.core import rebalance
 from channel_server.core.group import ConsumerGroup, GroupPolicy
 from channel_server.core.member import Batch, WindowPolicy
-from tests.unit.group_checks import check_group, ids, make_event, owners, pending_ids
+from tests.unit.group_checks import check_group, ids, make_event, owners, pending_ids, uids
 
 P0, P1, P2, P3 = (("p", n) for n in range(4))
 
@@ -33,7 +33,7 @@ class Driver:
         return batch
 
     def ack(self, batch: Batch, acked=None, nacked=None, through: int | None = None):
-        acked = ids(batch.events) if acked is None else acked
+        acked = uids(batch.events) if acked is None else acked
         last = batch.first_seq + len(batch.events) - 1
         return self.g.acknowledge(
             batch.member_id,
@@ -137,7 +137,7 @@ def test_take_batch_respects_prefetch_and_room_comes_back_with_acks() -> None:
     assert d.g.members["a"].room == 0
     assert d.g.take_batch("a", d.now) is None
     assert not d.g.has_ready("a")
-    d.ack(first, acked=[first.events[0].id], through=first.first_seq)  # one event done
+    d.ack(first, acked=[first.events[0].uid], through=first.first_seq)  # one event done
     assert d.g.members["a"].room == 1
     check_group(d.g)
 
@@ -149,9 +149,9 @@ def test_one_delivery_per_partition_until_every_event_is_resolved() -> None:
     first = d.take("a")
     d.g.enqueue([make_event(3), make_event(4)])
     assert d.g.take_batch("a", d.now) is None  # room left, but P0 is in flight
-    d.ack(first, acked=["e0", "e1"], through=first.first_seq + 1)
+    d.ack(first, acked=["p/e0", "p/e1"], through=first.first_seq + 1)
     assert d.g.take_batch("a", d.now) is None  # e2 still held
-    d.ack(first, acked=["e2"], through=first.first_seq + 2)
+    d.ack(first, acked=["p/e2"], through=first.first_seq + 2)
     assert ids(d.take("a").events) == ["e3", "e4"]
     check_group(d.g)
 
@@ -198,7 +198,9 @@ def test_ack_acked_nacked_and_skipped() -> None:
     d.g.enqueue([make_event(i) for i in range(5)])
     batch = d.take("a")
     # e0, e3 acked, e1 nacked, e2 skipped (the message covers up to e3), e4 still held.
-    outcome = d.ack(batch, acked=["e0", "e3"], nacked={"e1": "boom"}, through=batch.first_seq + 3)
+    outcome = d.ack(
+        batch, acked=["p/e0", "p/e3"], nacked={"p/e1": "boom"}, through=batch.first_seq + 3
+    )
     assert ids(outcome.done) == ["e0", "e3"]
     assert sorted(ids(outcome.retried)) == ["e1", "e2"]
     assert (outcome.missing, outcome.dead, outcome.stale) == (1, [], False)
@@ -206,7 +208,7 @@ def test_ack_acked_nacked_and_skipped() -> None:
     assert (member.acked, member.failures, member.ack_failures, member.in_flight) == (2, 1, 1, 1)
     assert pending_ids(d.g, P0) == ["e1", "e2"]
     check_group(d.g)
-    d.ack(batch, acked=["e4"], through=batch.first_seq + 4)
+    d.ack(batch, acked=["p/e4"], through=batch.first_seq + 4)
     again = d.take("a")
     assert ids(again.events) == ["e1", "e2"]
     assert again.attempts == [2, 2]
@@ -220,7 +222,7 @@ def test_a_clean_ack_resets_the_ack_failures() -> None:
     d.ack(d.take("a"), acked=[])
     d.ack(d.take("a"), acked=[])
     assert d.g.members["a"].ack_failures == 2
-    d.ack(d.take("a"), acked=["e0"], nacked={"e1": "handler error"})  # a nack is no failure
+    d.ack(d.take("a"), acked=["p/e0"], nacked={"p/e1": "handler error"})  # a nack is no failure
     assert d.g.members["a"].ack_failures == 0
     assert d.g.members["a"].active
 
@@ -233,7 +235,7 @@ def test_a_stale_ack_still_counts_for_what_the_member_may_have_done() -> None:
     d.join("a")  # a new session (a resubscribe): what the old one held went back, held
     assert pending_ids(d.g, P0) == ["e0", "e1"]
     assert d.g.partitions[P0].held_back == {0, 1} and not d.g.partitions[P0].movable
-    outcome = d.ack(batch, acked=["e0"])  # the old session's ack, late
+    outcome = d.ack(batch, acked=["p/e0"])  # the old session's ack, late
     assert outcome.stale and ids(outcome.done) == ["e0"]
     assert pending_ids(d.g, P0) == ["e1"]
     assert d.g.partitions[P0].held_back == {1}
@@ -290,10 +292,10 @@ def test_nacked_event_is_retried_then_dead_lettered() -> None:
     for attempt in (1, 2):
         batch = d.take("a")
         assert (ids(batch.events), batch.attempts) == (["e0"], [attempt])
-        outcome = d.ack(batch, acked=[], nacked={"e0": "poison"})
+        outcome = d.ack(batch, acked=[], nacked={"p/e0": "poison"})
         assert ids(outcome.retried) == ["e0"] and outcome.missing == 0
     last = d.take("a")
-    outcome = d.ack(last, acked=[], nacked={"e0": "poison"})
+    outcome = d.ack(last, acked=[], nacked={"p/e0": "poison"})
     assert [(ev.id, err) for ev, err in outcome.dead] == [("e0", "poison")]
     assert d.g.members["a"].active and d.g.held == 1
     nxt = d.take("a")
@@ -361,7 +363,7 @@ def test_leave_hands_back_what_the_member_held_at_once() -> None:
     d.join("b")
     d.g.enqueue([make_event(0), make_event(1)])
     batch = d.take("a")
-    d.ack(batch, acked=["e0"], through=batch.first_seq)
+    d.ack(batch, acked=["p/e0"], through=batch.first_seq)
     d.g.leave("a")
     assert "a" not in d.g.members
     assert owners(d.g) == {P0: "b"}
@@ -543,7 +545,7 @@ def test_sweep_idle_drops_only_idle_partitions_after_idle_s() -> None:
     d.join("a")
     d.g.enqueue([make_event(0, partition=0), make_event(1, partition=1), make_event(2, 2)])
     batch = d.take("a")
-    d.ack(batch, acked=["e0", "e2"], through=batch.first_seq - 1)  # e1 stays in flight
+    d.ack(batch, acked=["p/e0", "p/e2"], through=batch.first_seq - 1)  # e1 stays in flight
     assert d.g.sweep_idle(now=100.0, idle_s=30.0) == []  # starts P0's and P2's idle clocks
     assert d.g.sweep_idle(now=129.9, idle_s=30.0) == []
     d.g.enqueue([make_event(3, partition=2)])  # P2 busy again: its clock restarts

@@ -76,12 +76,12 @@ def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
         snap = store.load("c")
         assert [(e.id, e.payload) for e in snap.events] == [("old", "kept"), ("e1", "new")]
         # a queued event's id is in the window (version 2 did not keep when it came)
-        assert snap.delivered == [("old", 0.0), ("e1", 5.0)]
+        assert snap.delivered == [("pub", "old", 0.0), ("pub", "e1", 5.0)]
         assert snap.next_offset == 2
     finally:
         store.close()
     with sqlite3.connect(data / "channels.sqlite") as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("5",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("6",)
 
 
 V3_EVENTS = (
@@ -110,9 +110,10 @@ def test_a_schema_3_database_keeps_its_window_without_the_trigger(tmp_path: Path
     store = SQLiteStore(data)
     try:
         store.append("c", [ev(2, "new")], next_offset=3, accepted_at=9.0)
-        assert store.load("c").delivered == [("a", 7.0), ("b", 8.0), ("e2", 9.0)]
+        # "a" was deleted when no row kept its publisher id; "b" has its event row's
+        assert store.load("c").delivered == [("", "a", 7.0), ("pub", "b", 8.0), ("pub", "e2", 9.0)]
         store.trim_delivered("c", 2)
-        assert store.load("c").delivered == [("e2", 9.0)]
+        assert store.load("c").delivered == [("pub", "e2", 9.0)]
     finally:
         store.close()
     with sqlite3.connect(data / "channels.sqlite") as db:
@@ -150,6 +151,49 @@ def test_a_schema_4_member_is_the_owners_and_has_no_callback_secret(tmp_path: Pa
         store.save_member(replace(member, user="alice", secret="s" * 20))
         (again,) = store.load("c").members
         assert (again.user, again.secret) == ("alice", "s" * 20)
+    finally:
+        store.close()
+
+
+V5_WINDOW = (
+    OLD_CHANNELS
+    + """
+ALTER TABLE channels ADD COLUMN window_start INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE events(
+    key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
+    timestamp REAL NOT NULL, payload, accepted_at REAL NOT NULL);
+CREATE TABLE delivered(key INTEGER PRIMARY KEY, id TEXT NOT NULL, accepted_at REAL NOT NULL);
+INSERT INTO meta VALUES ('schema', '5');
+INSERT INTO channels VALUES (1, 'c', 'queue', 0, 0);
+INSERT INTO delivered VALUES (1099511627776, 'a', 7.0);
+INSERT INTO events VALUES (1099511627777, 'b', 'pub', 0, 2.0, 'y', 8.0);
+"""
+)
+"""A channel of schema 5 (before id scopes): "a" acknowledged, "b" still stored."""
+
+
+def test_a_schema_5_channel_keeps_ids_unique_per_channel(tmp_path: Path) -> None:
+    data = _written_by_an_older_broker(tmp_path, V5_WINDOW)
+    store = SQLiteStore(data)
+    try:
+        assert store.channels() == [ChannelRecord("c", "queue", "channel")]
+        store.save_channel(ChannelRecord("c", "queue", "publisher"))  # the first record stays
+        store.save_channel(ChannelRecord("new", "queue"))  # a new channel: per publisher
+        assert store.channels() == [
+            ChannelRecord("c", "queue", "channel"),
+            ChannelRecord("new", "queue", "publisher"),
+        ]
+        store.delete("c", [1])
+        store.append("c", [ev(2, "z")], next_offset=3, accepted_at=9.0)
+        assert store.load("c").delivered == [("", "a", 7.0), ("pub", "b", 8.0), ("pub", "e2", 9.0)]
+    finally:
+        store.close()
+    with sqlite3.connect(data / "channels.sqlite") as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("6",)
+    store = SQLiteStore(data)  # opened again: the same
+    try:
+        assert store.channels()[0] == ChannelRecord("c", "queue", "channel")
+        assert [i for _, i, _ in store.load("c").delivered] == ["a", "b", "e2"]
     finally:
         store.close()
 
@@ -199,7 +243,7 @@ def test_a_crash_before_the_background_write_keeps_every_id_and_event(tmp_path: 
     store = SQLiteStore(data)
     try:
         snap = store.load("c")
-        assert snap.delivered == [("a", 7.0), ("b", 8.0)]
+        assert snap.delivered == [("pub", "a", 7.0), ("pub", "b", 8.0)]
         # "a" comes back (to be redelivered) unless its delete was written before the crash
         assert [e.id for e in snap.events] in (["a", "b"], ["b"])
         assert snap.next_offset == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from channel_server.events import Event, validate_batch
+from channel_server.events import Event, IdScope, validate_batch
 from channel_server.store import MemoryStore, Store
 from channel_server.store.base import ChannelRecord, DeadLetterRecord, MemberRecord
 from channel_server.store.sqlite import SQLiteStore
@@ -45,9 +45,12 @@ def ev(offset: int, ts: float, payload: object = "p", partition: object = 0) -> 
 
 def test_channels_are_saved_once_in_creation_order(store: Store) -> None:
     store.save_channel(ChannelRecord("b", "queue"))
-    store.save_channel(ChannelRecord("a", "topic"))
-    store.save_channel(ChannelRecord("b", "topic"))
-    assert store.channels() == [ChannelRecord("b", "queue"), ChannelRecord("a", "topic")]
+    store.save_channel(ChannelRecord("a", "topic", IdScope.CHANNEL.value))
+    store.save_channel(ChannelRecord("b", "topic", IdScope.CHANNEL.value))
+    assert store.channels() == [
+        ChannelRecord("b", "queue", "publisher"),
+        ChannelRecord("a", "topic", "channel"),
+    ]
 
 
 def test_events_come_back_in_timestamp_offset_order_with_their_types(store: Store) -> None:
@@ -148,7 +151,7 @@ def test_dead_letters_keep_a_full_copy_until_replayed(store: Store) -> None:
     assert snap.dead_letters == []
     assert [e.id for e in snap.events] == ["id-5"]
     if store.durable:  # its id was kept when it was deleted, and it is queued again: once
-        assert [i for i, _ in snap.delivered].count("id-5") == 1
+        assert [i for _, i, _ in snap.delivered].count("id-5") == 1
 
 
 def test_a_durable_store_reads_back_everything_after_reopening(opener: Opener) -> None:
@@ -158,15 +161,19 @@ def test_a_durable_store_reads_back_everything_after_reopening(opener: Opener) -
         assert store.load("c").delivered == []
         return
     store.save_channel(ChannelRecord("c", "queue"))
+    store.save_channel(ChannelRecord("w", "topic", IdScope.CHANNEL.value))
     store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, accepted_at=50.0)
     store.append("c", [ev(2, 3.0)], 3, accepted_at=60.0)
     store.trim_delivered("c", 1)
     store.save_member(MemberRecord("c", "default", "s1", "PYRO:x@127.0.0.1:9", 100))
     reopened = opener()
     snap = reopened.load("c")
-    assert reopened.channels() == [ChannelRecord("c", "queue")]
+    assert reopened.channels() == [
+        ChannelRecord("c", "queue", "publisher"),
+        ChannelRecord("w", "topic", "channel"),
+    ]
     assert [e.offset for e in snap.events] == [0, 1, 2]
-    assert snap.delivered == [("id-1", 50.0), ("id-2", 60.0)]
+    assert snap.delivered == [("pub", "id-1", 50.0), ("pub", "id-2", 60.0)]
     assert snap.next_offset == 3
     assert [m.member_id for m in snap.members] == ["s1"]
 
@@ -205,12 +212,27 @@ def test_the_window_trims_the_oldest_ids_acknowledged_or_not(opener: Opener) -> 
     store.delete("c", [0, 2])  # acknowledged: the ids stay in the window
     store.trim_delivered("c", 2)  # the two oldest: id-0 (acknowledged), id-1 (still queued)
     snap = opener().load("c")
-    assert [i for i, _ in snap.delivered] == ["id-2", "id-3", "id-4"]
+    assert [i for _, i, _ in snap.delivered] == ["id-2", "id-3", "id-4"]
     assert [e.offset for e in snap.events] == [1, 3, 4]
     reopened = opener()
     reopened.trim_delivered("c", 5)  # more than there are
     snap = opener().load("c")
     assert (snap.delivered, snap.next_offset) == ([], 5)
+
+
+def test_the_window_keeps_the_publisher_of_every_id_acknowledged_or_not(opener: Opener) -> None:
+    store = opener()
+    if not store.durable:  # it keeps no window
+        return
+    # Given two publishers' events with one id (a channel with ids unique per publisher)
+    same_id = [Event("x", pub, 0, 1.0, "p", offset) for offset, pub in enumerate("AB")]
+    store.append("c", same_id, 2, accepted_at=5.0)
+    # When A's is acknowledged (deleted: its id moves to the delivered rows)
+    store.delete("c", [0])
+    # Then a restart reads both (publisher, id) pairs back, in order
+    snap = opener().load("c")
+    assert snap.delivered == [("A", "x", 5.0), ("B", "x", 5.0)]
+    assert [e.uid for e in snap.events] == ["B/x"]
 
 
 def test_the_count_follows_appends_deletes_and_replays(opener: Opener) -> None:
