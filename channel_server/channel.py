@@ -446,7 +446,7 @@ class EventChannel:
         self, grp: ConsumerGroup, member_id: str, session: int, seqs: range, faults: dict[str, str]
     ) -> None:
         """Under the lock: a delivery to the member (its ``seqs``) holds events that cannot
-        cross the wire (id -> why). They go to the dead-letter queue, not counted against
+        cross the wire (uid -> why). They go to the dead-letter queue, not counted against
         the member; the rest of the delivery goes back to be sent again."""
         outcome, retired = self.core.bury_unpushable(grp, member_id, session, seqs, faults)
         self._settle(grp.name, outcome, retired)
@@ -494,7 +494,7 @@ class EventChannel:
             while flight is not None and (fault := wire_fault(self._message(flight))):
                 session = grp.members[subscriber_id].session
                 seqs = range(flight.seq, flight.seq + 1)
-                self.bury(grp, subscriber_id, session, seqs, {flight.event.id: fault})
+                self.bury(grp, subscriber_id, session, seqs, {flight.event.uid: fault})
                 flight = pull.next_message(
                     self.core, self._backup, grp, subscriber_id, None, self.now()
                 )

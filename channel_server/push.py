@@ -239,11 +239,11 @@ def _transport(error: Exception) -> bool:
 
 
 def _wire_faults(batch: Batch) -> dict[str, str]:
-    """The events of a batch that cannot cross the wire on their own (id -> why)."""
+    """The events of a batch that cannot cross the wire on their own (uid -> why)."""
     faults = {}
     for ev, attempt in zip(batch.events, batch.attempts, strict=True):
         if fault := wire_fault(ev.to_dict(attempt)):
-            faults[ev.id] = fault
+            faults[ev.uid] = fault
     return faults
 
 

@@ -101,7 +101,7 @@ def unpushable(
 ) -> AckOutcome:
     """A delivery (the member's ``seqs`` of ``session``) could not be handed over for the
     fault of some of its events (they cannot cross the wire): those are dead
-    (``reasons``: event id -> why), and the rest goes back, not held (nothing reached the
+    (``reasons``: event uid -> why), and the rest goes back, not held (nothing reached the
     member). Nothing counts against the member."""
     outcome = AckOutcome()
     member = current(group, member_id, session)
@@ -109,10 +109,10 @@ def unpushable(
         return outcome
     flights = flights_in(member, seqs)
     for flight in flights:
-        del member.flights[flight.event.id]
-    dead = [f.event for f in flights if f.event.id in reasons]
-    outcome.dead = [(ev, reasons[ev.id]) for ev in dead]
-    back = [f for f in flights if f.event.id not in reasons]
+        del member.flights[flight.event.uid]
+    dead = [f.event for f in flights if f.event.uid in reasons]
+    outcome.dead = [(ev, reasons[ev.uid]) for ev in dead]
+    back = [f for f in flights if f.event.uid not in reasons]
     outcome.retried = [f.event for f in back]
     finish(group, member, dead)
     give_back(group, member, back, hold=False)

@@ -14,6 +14,7 @@ import pytest
 from channel_server.channel import EventChannel
 from channel_server.config import ChannelConfig
 from channel_server.dispatch import DispatchPool
+from channel_server.errors import InvalidArgument
 from channel_server.events import IdScope, event_uid
 from channel_server.store.sqlite import SQLiteStore
 from tests.inprocess.conftest import FakeClock
@@ -58,7 +59,9 @@ def test_a_pull_member_gets_and_acknowledges_two_publishers_events_with_one_id(
             "unrouted": 0,
         }
         assert got(channel.get("p1")) == "A/x"
-        assert got(channel.get("p1", "x")) == "A/x"  # a bare id names no event: not acked
+        with pytest.raises(InvalidArgument, match="publisher_id/id"):
+            channel.get("p1", "x")  # a bare id names no event: refused, not ignored
+        assert got(channel.get("p1")) == "A/x"  # still held, not acked
         assert got(channel.get("p1", "A/x")) == "B/x"
         assert got(channel.get("p1", "B/x")) is None
         stats = channel.stats()

@@ -14,7 +14,7 @@ from Pyro5 import config as pyro_config
 
 from channel_server.core.channel_core import ChannelKind
 from channel_server.errors import LimitReached, NotSubscribed, QueueFull
-from channel_server.events import Event
+from channel_server.events import Event, event_uid
 from channel_server.store import MemoryStore
 from channel_server.store.base import ChannelRecord
 from channel_server.store.sqlite import SQLiteStore
@@ -77,7 +77,8 @@ def test_a_pull_member_gets_past_an_event_that_cannot_be_sent(
     reply = channel.get("p1")
     assert (reply["status"], reply["event"]["id"]) == ("message", "old-1")
     assert [d["id"] for d in channel.dead_letters()] == ["old-0"]
-    assert channel.get("p1", "old-1") == {"status": "empty"}
+    uid = event_uid(reply["event"]["publisher_id"], "old-1")
+    assert channel.get("p1", uid) == {"status": "empty"}
     assert channel.stats()["unacked"] == 0
 
 
@@ -147,7 +148,7 @@ def test_bytes_queued_are_restored_from_the_store_and_released_by_acks(
     second.subscribe("p1")
     last = None
     while (reply := second.get("p1", last))["status"] == "message":
-        last = reply["event"]["id"]
+        last = event_uid(reply["event"]["publisher_id"], reply["event"]["id"])
     assert (second.stats()["unacked"], second.stats()["queued_bytes"]) == (0, 0)
 
 

@@ -22,11 +22,19 @@ def refused(argument: str, call, *args: object) -> InvalidArgument:
 
 # -- UTF-8 ----------------------------------------------------------------------------------
 def test_ack_ids_and_nack_errors_must_be_utf8() -> None:
-    assert boundary.check_acks(["é-1"], {"e2": "boom ✓"}, 10) == (["é-1"], {"e2": "boom ✓"})
-    refused("acked", boundary.check_acks, [POISON], {}, 10)
-    refused("nacked", boundary.check_acks, [], {POISON: "boom"}, 10)
-    err = refused("nacked", boundary.check_acks, [], {"e1": f"boom {POISON}"}, 10)
+    good = (["p/é-1"], {"p/e2": "boom ✓"})
+    assert boundary.check_acks(*good, 10) == good
+    refused("acked", boundary.check_acks, [f"p/{POISON}"], {}, 10)
+    refused("nacked", boundary.check_acks, [], {f"p/{POISON}": "boom"}, 10)
+    err = refused("nacked", boundary.check_acks, [], {"p/e1": f"boom {POISON}"}, 10)
     assert "UTF-8" in err.reason
+
+
+@pytest.mark.parametrize("bare", ["e1", "/e1"])
+def test_acks_name_events_by_uid_not_by_bare_id(bare: str) -> None:
+    err = refused("acked", boundary.check_acks, [bare], {}, 10)
+    assert "publisher_id/id" in err.reason
+    refused("last_uid", boundary.check_last_uid, bare)
 
 
 def test_other_ids_secrets_and_callbacks_must_be_utf8() -> None:
@@ -102,4 +110,4 @@ def test_a_subscribers_nack_text_always_passes_the_ack_check() -> None:
     # A handler failing on an undecodable file name: its text has a lone surrogate.
     text = nack_text(FileNotFoundError(f"no such file: {POISON}"))
     assert text == "FileNotFoundError: no such file: poison\\udc80"
-    assert boundary.check_acks([], {"e1": text}, 10) == ([], {"e1": text})
+    assert boundary.check_acks([], {"p/e1": text}, 10) == ([], {"p/e1": text})

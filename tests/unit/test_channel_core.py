@@ -330,7 +330,7 @@ def test_unpushable_events_are_dead_and_the_rest_goes_back_unblamed() -> None:
     publish(core, [raw("a"), raw("bad", ts=2.0), raw("c", ts=3.0, partition=1)])
     batch = take(group, "s")
     outcome, retired = core.bury_unpushable(
-        group, "s", batch.session, batch.seqs, {"bad": "cannot be sent"}
+        group, "s", batch.session, batch.seqs, {uid("bad"): "cannot be sent"}
     )
     assert [(ev.id, why) for ev, why in outcome.dead] == [("bad", "cannot be sent")]
     assert ids(retired) == ["bad"]

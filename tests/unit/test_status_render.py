@@ -40,6 +40,7 @@ def test_channel_status_shows_hostile_text_literally() -> None:
     stats = {
         "name": "c",
         "kind": "queue",
+        "ids": "publisher",
         "unacked": 1,
         "capacity": 10,
         "accepted": 1,
@@ -62,7 +63,7 @@ def test_channel_status_shows_hostile_text_literally() -> None:
         },
     }
     out = printed(lambda console: render_channel(console, "b[/x]", stats))
-    assert "c (queue) on broker b[/x]: 1/10 unacknowledged" in out
+    assert "c (queue, ids unique per publisher) on broker b[/x]: 1/10 unacknowledged" in out
     assert SHOWN in out and "\x1b" not in out
 
 
