@@ -32,6 +32,23 @@ def timed(client_round: Callable[[], float]) -> tuple[float | None, str]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
+def record_attack(
+    attack: str,
+    proc: Proc,
+    sampler: Sampler,
+    through_s: float | None,
+    results: Tally | None = None,
+    note: str = "",
+) -> Row:
+    """The figures of an attack that just ended (``through_s``: its normal client's
+    round), added to the report."""
+    after = usage(proc.popen.pid) if proc.alive else None
+    results = results or Tally()
+    return record(
+        Row(attack, proc.name, sampler.before, sampler.peak, after, results, through_s, note)
+    )
+
+
 def close_row(
     attack: str,
     proc: Proc,
@@ -40,14 +57,10 @@ def close_row(
     client_round: Callable[[], float],
     note: str = "",
 ) -> tuple[Row, str]:
-    """The figures of an attack that just ended, with a normal client's round after it
-    (unless one was timed during it, in ``note``). Returns the row and the round's error."""
-    after = usage(proc.popen.pid) if proc.alive else None
-    through, error = timed(client_round) if after is not None else (None, "process dead")
-    row = record(
-        Row(attack, proc.name, sampler.before, sampler.peak, after, results, through, note)
-    )
-    return row, error
+    """Record an attack with a normal client's round right after it. Returns the row and
+    what went wrong with the round ("" if nothing)."""
+    through, error = timed(client_round) if proc.alive else (None, "the process died")
+    return record_attack(attack, proc, sampler, through, results, note), error
 
 
 def failures(row: Row, bound: Bound, round_error: str = "") -> list[str]:

@@ -67,4 +67,20 @@ def table(rows: list[Row]) -> list[str]:
             f"{_usage(r.after):>15} {through:>8}"
         )
         lines.append(f"    refusals: {_refusals(t)}" + (f"; {r.note}" if r.note else ""))
+    lines.append("-" * len(header))
+    lines.append(_totals(rows))
     return lines
+
+
+def _totals(rows: list[Row]) -> str:
+    total = Tally()
+    for r in rows:
+        total.merge(r.tally)
+    crashed = total.count(CRASH) + sum(1 for r in rows if r.after is None)
+    slowest = max((r.through_s for r in rows if r.through_s is not None), default=0.0)
+    kept_out = sum(1 for r in rows if r.through_s is None)
+    return (
+        f"total: {total.calls} calls, {total.count(UNTYPED)} untyped errors, {crashed} crashes, "
+        f"{sum(total.count(k) for k in _OTHER_PROBLEMS)} other problems; slowest normal "
+        f"client {slowest:.2f} s, kept out {kept_out} times"
+    )

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.hostile.health import Bound, failures, timed
+from tests.hostile.health import Bound, failures, record_attack, timed
 from tests.hostile.normal import name_server_round
-from tests.hostile.procinfo import Sampler, usage
-from tests.hostile.report import Row, record
+from tests.hostile.procinfo import Sampler
 from tests.hostile.services import Stack, running_stack
 from tests.integration.procs import Proc, free_port
 
@@ -88,18 +87,9 @@ def test_silent_sockets_leave_room_for_a_normal_client(limited: Limited, where: 
     address, proc, client_round = _where(limited, where)
     with Sampler(proc.popen.pid) as sampler, silent_sockets(address, IDLE_SOCKETS) as socks:
         through, error = timed(client_round)
-    after = usage(proc.popen.pid) if proc.alive else None
     note = f"{len(socks)} silent sockets open during the round"
-    row = record(
-        Row(
-            f"{IDLE_SOCKETS} idle sockets on {where}",
-            proc.name,
-            sampler.before,
-            sampler.peak,
-            after,
-            through_s=through,
-            note=note,
-        )
+    row = record_attack(
+        f"{IDLE_SOCKETS} idle sockets on {where}", proc, sampler, through, note=note
     )
     found = failures(row, IDLE_BOUND, error)
     assert not found, "\n".join(found)

@@ -14,9 +14,8 @@ import pytest
 from channel_server.errors import CapacityError, ChannelError
 from channel_server.wire import make_proxy
 from tests.hostile import tally
-from tests.hostile.health import Bound, failures, timed
-from tests.hostile.procinfo import Sampler, usage
-from tests.hostile.report import Row, record
+from tests.hostile.health import Bound, failures, record_attack, timed
+from tests.hostile.procinfo import Sampler
 from tests.hostile.services import Stack, running_stack
 from tests.hostile.tally import Outcome, Tally
 from tests.integration.procs import free_port
@@ -70,18 +69,7 @@ def test_a_thousand_push_subscribers_cost_no_thread_each(stack: Stack) -> None:
             ]
             channel.publish(events)
         through, error = timed(stack.probe.round)
-    after = usage(pid) if stack.broker.alive else None
-    row = record(
-        Row(
-            f"{SUBSCRIBERS} push subscribers",
-            "broker",
-            sampler.before,
-            sampler.peak,
-            after,
-            results,
-            through,
-        )
-    )
+    row = record_attack(f"{SUBSCRIBERS} push subscribers", stack.broker, sampler, through, results)
     refused = {k: n for k, n in results.by_detail(tally.REFUSED).items() if k != "LimitReached"}
     found = failures(row, CROWD_BOUND, error) + results.problems()
     if refused:

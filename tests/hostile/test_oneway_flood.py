@@ -20,10 +20,9 @@ import pytest
 
 from channel_server.wire import make_proxy
 from tests.hostile import tally
-from tests.hostile.health import Bound, failures, timed
-from tests.hostile.procinfo import Sampler, usage
+from tests.hostile.health import Bound, failures, record_attack, timed
+from tests.hostile.procinfo import Sampler
 from tests.hostile.rawwire import RawConnection, frame
-from tests.hostile.report import Row, record
 from tests.hostile.services import Stack, owner, running_stack
 from tests.hostile.tally import Outcome, Tally
 
@@ -82,11 +81,8 @@ def test_a_oneway_flood_leaves_the_thread_count_bounded(stack: Stack) -> None:
                     results.add("oneway subscribe", Outcome(tally.SENT))
             through, error = timed(stack.probe.round)
             closed = conn.closed_by_peer(timeout_s=5.0)
-    after = usage(pid) if stack.broker.alive else None
     note = f"{results.calls} oneway requests sent; the broker closed the connection: {closed}"
-    row = record(
-        Row("oneway flood", "broker", sampler.before, sampler.peak, after, results, through, note)
-    )
+    row = record_attack("oneway flood", stack.broker, sampler, through, results, note)
     found = failures(row, ONEWAY_BOUND, error)
     if not closed:
         found.append("the broker kept open a connection that sent oneway requests")

@@ -27,10 +27,11 @@ SHARE = {"broker": 0.5, "embedded-ns": 0.15, "standalone-ns": 0.15, "callback": 
 FUZZ_BOUND = Bound(
     threads=24,
     rss_mib=64,
-    why="the fuzzer holds at most one connection per (serializer, caller), 16 at once, "
-    "each worth one Pyro5 worker; 8 more for the broker's own helpers. Its calls carry at "
-    "most a few KiB each, so what the service may keep of them is a few MiB; 64 MiB "
-    "leaves room for allocator growth, not for a leak that grows with the calls",
+    why="the fuzzer keeps one connection per (serializer, caller) that gets in: 2 when only "
+    "msgpack callers with a credential do, 16 at most, each worth one Pyro5 worker; 8 more "
+    "for the process's own helpers. A call carries a few KiB at most, so what the service "
+    "may keep of them is a few MiB; 64 MiB leaves room for the allocator, not for a leak "
+    "that grows with the calls",
 )
 
 
