@@ -7,7 +7,6 @@ connection the daemon rejects, drops or stops answering is opened again for the 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +29,8 @@ from tests.hostile.tally import Outcome
 
 CALL_TIMEOUT_S = 10.0
 BATCH = "<batch>"
-_AFTER_ERROR = "after an error reply"
 """Pyro5's method name for a batch of calls (FLAGS_BATCH)."""
+_AFTER_ERROR = "after an error reply"
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,9 @@ class Caller:
     def call(self, call: Call) -> Outcome:
         """Send one call and tally what came back."""
         try:
-            payload = call_payload(call.serializer, call.object_id, call.method, *_shape(call))
+            payload = call_payload(
+                call.serializer, call.object_id, call.method, call.args, call.kwargs
+            )
         except Exception as exc:  # this serializer cannot carry these arguments at all
             outcome = Outcome(tally.UNSENDABLE, type(exc).__name__)
             self.tally.add(call.site, outcome)
@@ -157,10 +158,6 @@ class Caller:
             self._forget(key)
 
 
-def _shape(call: Call) -> tuple[Any, Any]:
-    return call.args, call.kwargs
-
-
 def _key(call: Call) -> tuple[str, str]:
     return call.serializer, call.who.label
 
@@ -195,6 +192,8 @@ def _decoded(reply: wire.ReceivingMessage) -> Any:
 
 
 def classify_reply(reply: wire.ReceivingMessage) -> Outcome:
+    """A reply to a call: a result, a typed refusal, or an untyped error (one whose
+    class this client cannot even rebuild included)."""
     value = _decoded(reply)
     if isinstance(value, BaseException) and not is_exception(reply):
         return Outcome(tally.UNTYPED, "undecodable reply", str(value))
@@ -212,12 +211,3 @@ def _classify_batch(results: Any) -> Outcome:
         if isinstance(exc, BaseException):
             return tally.of_exception(exc)
     return Outcome(tally.OK)
-
-
-@contextlib.contextmanager
-def caller(address: tuple[str, int], results: tally.Tally):
-    c = Caller(address, results)
-    try:
-        yield c
-    finally:
-        c.close()

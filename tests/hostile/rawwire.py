@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import time
 from typing import Any, Self
 
 import Pyro5.core
@@ -99,17 +100,19 @@ class RawConnection:
 
     def closed_by_peer(self, timeout_s: float = IO_TIMEOUT_S) -> bool:
         """True once the peer has closed (or reset) the connection within ``timeout_s``,
-        False if it is still open then. Anything the peer sends first is read and
+        False if it is still open then. Anything the peer sends meanwhile is read and
         dropped."""
-        self.sock.settimeout(timeout_s)
+        deadline = time.monotonic() + timeout_s
         try:
-            while self.sock.recv(65536):
-                pass
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                if not self.sock.recv(65536):
+                    return True
         except TimeoutError:
             return False
         except OSError:  # reset
             return True
-        return True
+        return False
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -76,7 +76,7 @@ def events(pool: Sequence[str]) -> st.SearchStrategy[dict[Any, Any]]:
     )
 
 
-past_sessions = st.integers(max_value=0) | trees
+past_sessions = st.integers(max_value=0) | st.none() | st.floats() | texts
 """Sessions a subscriber has left behind (its current one is the clock in microseconds): a
 delivery in a session from the future is the broker's own doing, as only it holds the
 callback's secret, and would make the subscriber drop its real session."""

@@ -176,7 +176,8 @@ def arguments(
     """Positional arguments of the right, too small or too large a number, each
     near-valid or random; sometimes keyword arguments, known names or not."""
     params, required = endpoint.parameters(method)
-    count = draw(st.sampled_from(sorted({required, len(params)})) | st.integers(0, len(params) + 2))
+    right = st.sampled_from(sorted({required, len(params)}))
+    count = draw(right | right | st.integers(0, len(params) + 2))
     args = [draw(_value(params[i] if i < len(params) else "", target)) for i in range(count)]
     key = st.sampled_from(params) | hs.keys if params else hs.keys
     none = st.just({})
