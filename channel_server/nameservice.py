@@ -25,7 +25,8 @@ import Pyro5.nameserver
 from channel_server import tls
 from channel_server.access import Access
 from channel_server.credentials import Credential
-from channel_server.errors import BrokerUnavailable, NotAuthorized
+from channel_server.errors import BrokerUnavailable, InvalidArgument, NotAuthorized
+from channel_server.events import is_utf8
 from channel_server.strict_calls import checked_arity
 from channel_server.transport import HardenedDaemon, bind_failure
 from channel_server.wire import ANONYMOUS, locate_ns
@@ -50,29 +51,75 @@ class GuardedNameServer:
         self._inner.ping()
 
     def lookup(self, name: str, return_metadata: bool = False) -> Any:
-        return self._inner.lookup(name, return_metadata)
+        return self._inner.lookup(_name("name", name), _flag("return_metadata", return_metadata))
 
     def yplookup(self, meta_all: Any = None, meta_any: Any = None, return_metadata: bool = True):
-        return self._inner.yplookup(meta_all, meta_any, return_metadata)
+        return self._inner.yplookup(
+            _metadata("meta_all", meta_all),
+            _metadata("meta_any", meta_any),
+            _flag("return_metadata", return_metadata),
+        )
 
     def list(self, prefix: str | None = None, regex: str | None = None, return_metadata=False):
         if regex is not None:
             raise NotAuthorized("regex listings are refused; list by prefix")
-        return self._inner.list(prefix=prefix, return_metadata=return_metadata)
+        return self._inner.list(
+            prefix=_name("prefix", prefix, optional=True),
+            return_metadata=_flag("return_metadata", return_metadata),
+        )
 
     def register(self, name: str, uri: Any, safe: bool = False, metadata: Any = None) -> None:
-        self._access.require_broker(f"register {name!r} in the name server")
-        self._inner.register(name, uri, safe, metadata)
+        self._access.require_broker(f"register {name!r:.80} in the name server")
+        self._inner.register(
+            _name("name", name), _uri(uri), _flag("safe", safe), _metadata("metadata", metadata)
+        )
 
     def set_metadata(self, name: str, metadata: Any) -> None:
-        self._access.require_broker(f"change {name!r} in the name server")
-        self._inner.set_metadata(name, metadata)
+        self._access.require_broker(f"change {name!r:.80} in the name server")
+        self._inner.set_metadata(_name("name", name), _metadata("metadata", metadata))
 
     def remove(self, name: str | None = None, prefix: str | None = None, regex=None) -> int:
         self._access.require_broker("remove names from the name server")
         if regex is not None:
             raise NotAuthorized("regex removals are refused")
-        return self._inner.remove(name, prefix)
+        return self._inner.remove(
+            _name("name", name, optional=True), _name("prefix", prefix, optional=True)
+        )
+
+
+MAX_NS_NAME_CHARS = 512
+"""Longer than any name this service registers (``pubsub.channel.`` and a channel name)."""
+
+
+def _name(argument: str, value: Any, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if type(value) is not str or not 0 < len(value) <= MAX_NS_NAME_CHARS or not is_utf8(value):
+        raise InvalidArgument(argument, f"must be a UTF-8 string of 1-{MAX_NS_NAME_CHARS} chars")
+    return value
+
+
+def _flag(argument: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise InvalidArgument(argument, "must be true or false")
+    return value
+
+
+def _metadata(argument: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple | set) or not all(
+        type(v) is str and len(v) <= MAX_NS_NAME_CHARS and is_utf8(v) for v in value
+    ):
+        raise InvalidArgument(argument, "must be a list of strings")
+    return set(value)
+
+
+def _uri(value: Any) -> str:
+    try:
+        return str(Pyro5.core.URI(_name("uri", value)))
+    except Pyro5.errors.PyroError as exc:
+        raise InvalidArgument("uri", f"not a Pyro5 URI: {exc}") from None
 
 
 class GuardedNameServerDaemon(HardenedDaemon, Pyro5.nameserver.NameServerDaemon):

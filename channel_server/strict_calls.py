@@ -26,6 +26,7 @@ from channel_server.errors import InvalidArgument
 T = TypeVar("T", bound=type)
 _serving = threading.local()
 """The daemon whose worker thread is decoding a call (set by ``serving``)."""
+NO_STREAMS = "no item streams are served here"
 _PROPERTY_CALLS = frozenset({"__getattr__", "__setattr__"})
 
 
@@ -98,7 +99,22 @@ def _arity_checked(method: Callable[..., Any]) -> Callable[..., Any]:
 
 @checked_arity
 class StrictDaemonObject(Pyro5.server.DaemonObject):
-    """Pyro5's ``Pyro.Daemon`` object, with typed refusals of wrong arguments."""
+    """Pyro5's ``Pyro.Daemon`` object, with typed refusals of wrong arguments, of unknown
+    objects and of item streams (no method here returns one)."""
+
+    @Pyro5.server.expose
+    def get_metadata(self, objectId: str) -> dict[str, Any]:
+        if type(objectId) is not str or objectId not in self.daemon.objectsById:
+            raise InvalidArgument("objectId", "no object of that id is served here")
+        return super().get_metadata(objectId)
+
+    @Pyro5.server.expose
+    def get_next_stream_item(self, streamId: str) -> Any:
+        raise InvalidArgument("streamId", NO_STREAMS)
+
+    @Pyro5.server.expose
+    def close_stream(self, streamId: str) -> None:
+        raise InvalidArgument("streamId", NO_STREAMS)
 
 
 def install() -> None:

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 HEADER_FORMAT = "!4sHBBHHII16sHH"
 HEADER_BYTES = struct.calcsize(HEADER_FORMAT)
 MAGIC = 0x4DC5
+PYRO_TAG = b"PYRO"
+"""The first bytes of every Pyro5 frame."""
 MSGPACK_ID = MsgpackSerializer.serializer_id
 HANDSHAKE_MAX_BYTES = 64 * 1024
 """A handshake carries a user name and password (or a callback secret) and an object id."""
@@ -123,7 +125,7 @@ def read_header(header: bytes, kinds: tuple[int, ...], max_bytes: int) -> Frame:
     tag, version, kind, serializer, flags, seq, size, notes, _, _, magic = struct.unpack(
         HEADER_FORMAT, header
     )
-    if tag != b"PYRO" or version != protocol.PROTOCOL_VERSION or magic != MAGIC:
+    if tag != PYRO_TAG or version != protocol.PROTOCOL_VERSION or magic != MAGIC:
         raise FrameRefused("not a Pyro5 frame of this protocol version", None)
     frame = Frame(kind, serializer, flags, seq, size + notes)
     limit = max_bytes if kind == protocol.MSG_INVOKE else HANDSHAKE_MAX_BYTES
@@ -292,6 +294,13 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             self._drop(sock)
             return
         waiting.received += chunk
+        if not PYRO_TAG.startswith(bytes(waiting.received[: len(PYRO_TAG)])):
+            # Not Pyro5 from the first bytes: no reason to wait for a whole header.
+            throttle.warning(
+                "handshake", "refused a connection from %s: not Pyro5", _host(waiting.address)
+            )
+            self._drop(sock)
+            return
         if len(waiting.received) < HEADER_BYTES:
             return
         try:

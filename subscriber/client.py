@@ -24,6 +24,7 @@ from typing import Any
 import Pyro5.api
 import Pyro5.server
 
+from channel_server.errors import InvalidArgument
 from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
 from channel_server.strict_calls import checked_arity
@@ -199,7 +200,7 @@ class Subscriber:
             return {"queued": self._inbox.put(session, seq, events)}
         except StaleSession as exc:  # a late push of a broker that died: nobody's events
             log.warning("refused a push: %s", exc)
-            raise
+            raise InvalidArgument("session", str(exc)) from None
 
     # -- the worker ----------------------------------------------------------------------
     def _work(self) -> None:
@@ -276,13 +277,13 @@ def _parse_delivery(delivery: Any) -> tuple[int, int, list[dict[str, Any]]]:
     """Check a push's shape (session, first seq, events with ids and publisher ids)
     before queueing it."""
     if not isinstance(delivery, dict):
-        raise ValueError("a delivery must be a dict")
+        raise InvalidArgument("delivery", "must be a map")
     session, seq, events = delivery.get("session"), delivery.get("seq"), delivery.get("events")
     if type(session) is not int or type(seq) is not int or not isinstance(events, list):
-        raise ValueError("a delivery needs an int session, an int seq and a list of events")
+        raise InvalidArgument("delivery", "needs an int session, an int seq and a list of events")
     if not all(
         isinstance(ev, dict) and type(ev.get("id")) is str and type(ev.get("publisher_id")) is str
         for ev in events
     ):
-        raise ValueError("every delivered event must be a dict with a string id and publisher_id")
+        raise InvalidArgument("events", "each must be a map with a string id and publisher_id")
     return session, seq, events
