@@ -18,7 +18,6 @@ from channel_server import credentials
 from channel_server.config import BrokerConfig, ChannelConfig
 from channel_server.errors import (
     ChannelError,
-    ClientError,
     InvalidArgument,
     NotAuthorized,
     UnknownChannel,
@@ -547,14 +546,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cc.setup(args)
-    try:
-        return COMMANDS[args.command](args)
-    except NotAuthorized as exc:
-        return cc.fail(str(exc), cc.EXIT_NOT_AUTHORIZED)
-    except ClientError as exc:
-        return cc.fail(str(exc), cc.EXIT_USAGE)
-    except ChannelError as exc:
-        return cc.fail(str(exc), cc.EXIT_UNAVAILABLE)
+    return cc.run_client_command(COMMANDS[args.command], args)
 
 
 if __name__ == "__main__":

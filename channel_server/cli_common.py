@@ -20,6 +20,7 @@ import Pyro5.errors
 
 from channel_server import credentials, tls
 from channel_server.errors import (
+    CapacityError,
     ChannelError,
     ClientError,
     InvalidArgument,
@@ -63,6 +64,11 @@ def add_ns_flags(parser: argparse.ArgumentParser) -> None:
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity on stderr (default %(default)s)",
+    )
+    parser.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on an unexpected error, show the Python traceback instead of one line",
     )
     parser.add_argument(
         "--credentials",
@@ -360,13 +366,20 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def run_client_command(
     command: Callable[[argparse.Namespace], int],
     args: argparse.Namespace,
     usage_errors: tuple[type[Exception], ...] = (),
 ) -> int:
     """Run a client subcommand; our typed errors become a one-line reason and an exit code
-    (``usage_errors``: more exception types that mean bad input)."""
+    (``usage_errors``: more exception types that mean bad input). SIGTERM interrupts like
+    Ctrl-C (a command that stops more gently installs its own handlers); anything
+    unexpected is one line too, unless ``--traceback``."""
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return command(args)
     except KeyboardInterrupt:
@@ -378,9 +391,16 @@ def run_client_command(
     except (TransportError, Pyro5.errors.CommunicationError) as exc:
         if refusal := as_refusal(exc):
             return fail(str(refusal), EXIT_NOT_AUTHORIZED)
-        return fail(f"broker unavailable: {exc}", EXIT_UNAVAILABLE)
+        typed = isinstance(exc, TransportError)  # it names what was unavailable
+        return fail(str(exc) if typed else f"broker unavailable: {exc}", EXIT_UNAVAILABLE)
+    except CapacityError as exc:
+        return fail(str(exc), EXIT_REFUSED)
     except ChannelError as exc:
         return fail(str(exc))
+    except Exception as exc:
+        if getattr(args, "traceback", False):
+            raise
+        return fail(f"unexpected {type(exc).__name__}: {exc} (--traceback shows where)")
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> int:
