@@ -25,6 +25,13 @@ class ChannelConfig:
     max_members: int = 1000
     """Most subscribers (push and pull, of every group) a channel keeps; at the cap a
     new one takes the place of the one inactive longest, or gets LimitReached."""
+    member_expiry_s: float = 600.0
+    """A member inactive (declared dead, timed out) with no sign of life for this long is
+    forgotten: removed from its group and the store, so crashed subscribers do not stay
+    listed; one that comes back subscribes again as a new member. Ten minutes rides out
+    a frozen process, a paused VM or a slow restart, which resume their subscription. The
+    last member of a group other than ``default`` is kept (its group holds events for
+    it). 0: never."""
     callback_hosts: tuple[str, ...] = ()
     """Hosts a push subscriber's callback may name besides the address its subscribe
     call came from ("*": any). In-process calls (no connection) are not checked."""
