@@ -27,7 +27,7 @@ from Pyro5.callcontext import current_context
 from channel_server import boundary, pull
 from channel_server.access import Access
 from channel_server.backup import ChannelBackup
-from channel_server.channel_stats import channel_stats, dead_letter_rows
+from channel_server.channel_stats import RateWindow, channel_stats, dead_letter_rows
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, ConsumerGroup
@@ -80,6 +80,7 @@ class EventChannel:
         self._backup = ChannelBackup(name, store, self.core)
         self._push = PushDelivery(self, pool)
         self._liveness = Liveness(self.core, config, self._push)
+        self._rates = RateWindow(config.rate_window_s)
         self._closed = False
 
     def restore(self) -> int:
@@ -592,7 +593,8 @@ class EventChannel:
     def housekeep(self) -> None:
         """The broker's periodic round: ping silent members holding events, time out
         stuck handlers and quiet pull members, forget members inactive too long, drop
-        idle partitions, expire the dedupe window, and check the queues' invariant."""
+        idle partitions, expire the dedupe window, check the queues' invariant, and
+        sample the counts for the rates ``stats`` reports."""
         with self.lock:
             if self._closed:
                 return
@@ -601,6 +603,7 @@ class EventChannel:
             self._liveness.round(now)
             self._expire_members(now)
             self._backup.trim()
+            self._rates.sample(now, self.core.accepted_total, self.core.acked_total)
             self.after_change()
 
     def kill_queues(self) -> int:
@@ -620,7 +623,8 @@ class EventChannel:
         is counted after the rest, outside the channel lock."""
         self._access.require_any(self._name)
         with self.lock:
-            stats = channel_stats(self.core, self.config, self._store.durable, self.now())
+            durable = self._store.durable
+            stats = channel_stats(self.core, self.config, durable, self.now(), self._rates)
         stats["stored"] = self._store.count(self._name)
         return stats
 

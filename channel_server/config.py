@@ -81,6 +81,9 @@ class ChannelConfig:
     """How long a dispatcher waits for more events before sending a batch smaller than
     the member's free prefetch (like Kafka's linger.ms): fewer, fuller pushes under load,
     for at most this much latency. 0 sends at once."""
+    rate_window_s: float = 10.0
+    """``stats`` reports the events/s accepted and acknowledged over about this long
+    (sampled by the housekeeping round)."""
     liveness_timeout_s: float = 1.0
     """Timeout of a ping: a silent member, or one whose id is claimed again."""
 

@@ -1,6 +1,6 @@
 """Issue 14 in process: the housekeeping round forgets members inactive too long (in the
-store too), and ``forget`` removes one now and hands its work on. A real EventChannel
-over the memory store, driven with a fake clock."""
+store too), ``forget`` removes one now and hands its work on, and ``stats`` reports the
+rates. A real EventChannel over the memory store, driven with a fake clock."""
 
 from __future__ import annotations
 
@@ -133,3 +133,23 @@ def test_forget_checks_its_arguments(
 def test_forget_takes_three_arguments_at_most(make_channel: ChannelFactory) -> None:
     with pytest.raises(InvalidArgument, match="forget"):
         make_channel().forget("p1", None, True, "extra")
+
+
+def test_stats_report_the_rates_sampled_by_housekeeping(
+    make_channel: ChannelFactory, clock: FakeClock
+) -> None:
+    channel = make_channel(clock=clock, rate_window_s=10.0)
+    assert channel.stats()["rates"] is None  # nothing sampled yet
+    channel.publish([event(f"e{i}", ts=float(i)) for i in range(10)])
+    channel.housekeep()
+    clock.advance(2.0)
+    channel.publish([event(f"f{i}", ts=float(i)) for i in range(30)])
+    channel.subscribe("p1")
+    last = None
+    for _ in range(5):
+        last = channel.get("p1", last)["event"]
+        last = f"{last['publisher_id']}/{last['id']}"
+    channel.get("p1", last)  # acknowledges the fifth
+    stats = channel.stats()
+    assert (stats["accepted"], stats["acked"]) == (40, 5)
+    assert stats["rates"] == {"interval_s": 2.0, "accepted_per_s": 15.0, "acked_per_s": 2.5}
