@@ -20,7 +20,9 @@ from channel_server.errors import (
     ChannelError,
     ClientError,
     InvalidArgument,
+    MemberActive,
     NotAuthorized,
+    NotSubscribed,
     UnknownChannel,
 )
 from channel_server.events import IdScope, event_uid
@@ -87,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "PUBLISHER/ID one event",
     )
     dead.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_forget(sub)
     nameserver = sub.add_parser(
         "nameserver",
         help="run a name server that authenticates (for several brokers)",
@@ -100,6 +103,35 @@ def build_parser() -> argparse.ArgumentParser:
     nameserver.add_argument("--users", type=Path, default=None, metavar="FILE", help="users file")
     add_users_command(sub)
     return parser
+
+
+def _add_forget(sub: Any) -> None:
+    forget = sub.add_parser(
+        "forget",
+        help="remove a member of a channel now (admin)",
+        description="Remove a member from its group now, with its subscription in the store. "
+        "An inactive member (declared dead or timed out: 'NO' in status) holds nothing and "
+        "goes at once; an active one is refused (exit 4) unless --force. The broker forgets "
+        "inactive members by itself after --member-expiry. Forgetting the last member of a "
+        "group other than default drops the group and its backlog, like an unsubscribe. "
+        "Exit 5 when there is no such member.",
+    )
+    cc.add_ns_flags(forget)
+    forget.add_argument("channel", type=cc.plain_name, help="channel name")
+    forget.add_argument("member", type=cc.plain_name, help="the member's subscriber id")
+    forget.add_argument(
+        "--group",
+        type=cc.plain_name,
+        default=None,
+        help="its group (default: default on a queue, the member's own on a topic)",
+    )
+    forget.add_argument(
+        "--force",
+        action="store_true",
+        help="remove an active member too, as if it unsubscribed: its partitions and the "
+        "events it holds go to the others (a subscriber still running subscribes again, as "
+        "a new member)",
+    )
 
 
 CHANNEL_FLAGS = (
@@ -189,6 +221,20 @@ CHANNEL_FLAGS = (
         cc.non_negative_int,
         "rebalance_threshold",
         "a joining member takes idle partitions from members owning more than this many above it",
+    ),
+    (
+        "--member-expiry",
+        cc.non_negative_float,
+        "member_expiry_s",
+        "seconds an inactive member (declared dead, timed out) may give no sign of life "
+        "before it is forgotten, as if it unsubscribed; the last member of a group other "
+        "than default is kept (0: never)",
+    ),
+    (
+        "--rate-window",
+        cc.positive_float,
+        "rate_window_s",
+        "seconds over which status reports events/s accepted and acknowledged",
     ),
     (
         "--dedupe-max-ids",
@@ -508,6 +554,38 @@ def dead_letters(args: argparse.Namespace) -> int:
     return cc.EXIT_OK
 
 
+def forget_member(args: argparse.Namespace) -> int:
+    """The ``forget`` subcommand: exit 5 when there is no such member, 4 when it is active
+    and not forced."""
+    uri = resolve_channel(args.ns_host, args.ns_port, args.channel)
+    try:
+        with make_proxy(uri, LIST_TIMEOUT_S) as channel:
+            gone = channel.forget(args.member, args.group, args.force)
+    except NotSubscribed as exc:
+        return cc.fail(str(exc), cc.EXIT_NOT_SUBSCRIBED)
+    except MemberActive as exc:
+        return cc.fail(f"{exc} (--force)", cc.EXIT_REFUSED)
+    except Pyro5.errors.CommunicationError as exc:
+        return cc.fail(f"broker unavailable: {exc}", cc.EXIT_UNAVAILABLE)
+    print(forget_summary(gone))
+    return cc.EXIT_OK
+
+
+def forget_summary(gone: dict[str, Any]) -> str:
+    """One line saying what ``forget`` removed and where its work went."""
+    who = f"{gone['channel']}: {gone['member_id']} forgotten from group {gone['group']}"
+    if gone["was_active"]:
+        line = (
+            f"{who} (it was active: its {gone['partitions']} partitions and "
+            f"{gone['in_flight']} events in flight go to the others)"
+        )
+    else:
+        line = f"{who} (it was inactive: {gone['inactive_reason'] or 'no reason given'})"
+    if gone["group_dropped"]:
+        line += f"; group {gone['group']} had no member left and was dropped with its backlog"
+    return line
+
+
 def run_nameserver(args: argparse.Namespace) -> int:
     from channel_server.access import Access
     from channel_server.nameservice import GuardedNameServerDaemon
@@ -539,6 +617,7 @@ COMMANDS = {
     "list": list_channels,
     "status": show_status,
     "dead-letters": dead_letters,
+    "forget": forget_member,
     "nameserver": run_nameserver,
     "users": run_users,
 }
