@@ -281,6 +281,15 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument("--broker-id", default="b1", help="broker id (default %(default)s)")
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (default %(default)s)")
     serve.add_argument(
+        "--advertise",
+        type=cc.host_name,
+        default=None,
+        metavar="HOST",
+        help="the host clients reach this broker at, put in the URIs the name server hands "
+        "out (default: --host); needed when --host is 0.0.0.0 or ::, which no client can "
+        "connect to",
+    )
+    serve.add_argument(
         "--port", type=cc.port_number, default=0, help="broker port (default 0: any free port)"
     )
     where = serve.add_mutually_exclusive_group()
@@ -406,9 +415,16 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         channel = replace(ChannelConfig(), **tuning, **limits_from_args(args))
     except ValueError as exc:  # the one check of ChannelConfig: room for a largest event
         raise InvalidArgument("--max-queued-bytes", str(exc)) from None
+    if args.advertise is None and cc.is_unspecified(args.host):
+        raise InvalidArgument(
+            "--advertise",
+            f"--host {args.host} listens on every interface, but is no address a client can "
+            "connect to: give the host clients should use (--advertise HOST)",
+        )
     return BrokerConfig(
         broker_id=check_name("broker-id", args.broker_id),
         host=args.host,
+        advertise=args.advertise,
         port=args.port,
         ns_host=args.ns_host,
         ns_port=args.ns_port,

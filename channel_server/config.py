@@ -116,6 +116,12 @@ class BrokerConfig:
 
     broker_id: str = "b1"
     host: str = DEFAULT_HOST
+    """The address the broker's daemon binds to."""
+    advertise: str | None = None
+    """The host put in the URIs the broker registers in the name server (what clients
+    connect to), when it differs from ``host``: behind NAT, or binding to ``0.0.0.0``,
+    which no client can connect to (the CLI refuses that bind without it). An IPv6
+    address in brackets. None: ``host``."""
     port: int = 0
     """0 picks a free port; the URI is published through the name server."""
     ns_host: str = DEFAULT_HOST

@@ -1,7 +1,9 @@
-"""Issue 14, running a broker: `forget` and its exit codes, and members expiring in a real
-broker. Real processes on 127.0.0.1."""
+"""Issue 14, running a broker: `forget` and its exit codes, members expiring in a real
+broker, and `--advertise` in the name server. Real processes on 127.0.0.1."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import yaml
@@ -15,8 +17,8 @@ from channel_server.cli_common import (
 )
 from channel_server.lookup import resolve_channel
 from channel_server.users import Action, Grant, UsersFile
-from channel_server.wire import make_proxy
-from tests.integration.conftest import channel_stats
+from channel_server.wire import broker_ns_name, channel_ns_name, locate_ns, make_proxy
+from tests.integration.conftest import channel_stats, publisher_for
 from tests.integration.procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -87,3 +89,28 @@ def test_the_broker_forgets_an_inactive_member_after_the_expiry(cluster: Cluster
     broker.wait_for(r"jobs: p1 forgotten from group default: inactive with no sign of life")
     subscribe(cluster, "jobs", "p1")  # back, as a new member
     assert members(cluster, "jobs") == {"p1": True}
+
+
+def test_the_name_server_hands_out_the_advertised_host_and_clients_use_it(
+    cluster: Cluster,
+) -> None:
+    extra = ("--memory", "--host", "127.0.0.1", "--advertise", "localhost")
+    broker = cluster.broker("orders", extra=extra)
+    assert re.search(r"ready at PYRO:\S+@localhost:\d+;", broker.output())
+    with locate_ns("127.0.0.1", cluster.ns_port) as ns:
+        for name in (channel_ns_name("orders"), broker_ns_name("b1")):
+            assert ns.lookup(name).host == "localhost"
+    with publisher_for(cluster, "orders") as pub:
+        assert pub.publish([pub.event(i) for i in range(3)])["accepted"] == 3
+    assert channel_stats(cluster, "orders")["accepted"] == 3
+
+
+def test_binding_everywhere_without_an_advertised_host_is_refused(cluster: Cluster) -> None:
+    argv = [*CLI, "serve", *cluster.ns, "--memory", "--host", "0.0.0.0", "--insecure"]
+    result = cluster.run(argv)
+    assert result.returncode == EXIT_USAGE
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (  # after --insecure's warning
+        "error: --advertise: --host 0.0.0.0 listens on every interface, but is no address a "
+        "client can connect to: give the host clients should use (--advertise HOST)"
+    )
