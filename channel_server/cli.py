@@ -14,7 +14,7 @@ from typing import Any
 import Pyro5.errors
 
 from channel_server import cli_common as cc
-from channel_server import credentials
+from channel_server import config_file, credentials
 from channel_server.config import BrokerConfig, ChannelConfig
 from channel_server.errors import (
     ChannelError,
@@ -266,6 +266,20 @@ def _add_serve(sub: Any) -> None:
     )
     cc.add_ns_flags(serve)
     serve.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help="read settings from a TOML file: its keys are the long flags below (with - or "
+        "_), its values what they take; flags given here override it (docs/"
+        "broker.example.toml lists every key with its default)",
+    )
+    serve.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the settings in effect (file and flags) as TOML, and exit",
+    )
+    serve.add_argument(
         "--channel",
         action="append",
         default=[],
@@ -446,6 +460,9 @@ def serve(args: argparse.Namespace) -> int:
     from channel_server.users import UsersFile
 
     config = config_from_args(args)
+    if args.print_config:
+        print(serve_settings(args), end="")
+        return cc.EXIT_OK
     stop = cc.stop_on_signals()
     data_dir = None
     if args.memory:
@@ -476,6 +493,21 @@ def serve(args: argparse.Namespace) -> int:
         log.info("stopping broker %s", config.broker_id)
         broker.stop()
     return cc.EXIT_OK
+
+
+SETTINGS_TITLE = """\
+Settings of a broker: python -m channel_server serve --config FILE.toml
+Each key is a long flag of `serve --help` (spelled with - or _), its value what the flag
+takes; a flag given on the command line overrides the file (--channel adds to it). Relative
+paths are relative to the working directory. A key commented out has no default.
+Written by `serve --print-config`, which prints the settings in effect."""
+
+
+def serve_settings(args: argparse.Namespace | None) -> str:
+    """``serve``'s settings as TOML: those in effect, or with None the defaults (what
+    docs/broker.example.toml holds)."""
+    serve = config_file.subcommand(build_parser(), "serve")
+    return config_file.to_toml(serve, args, SETTINGS_TITLE)
 
 
 def _registered_channels(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
@@ -640,7 +672,13 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None) is not None:
+        try:
+            args = config_file.reparse(parser, argv, args, args.config)
+        except InvalidArgument as exc:
+            return cc.fail(str(exc), cc.EXIT_USAGE)
     cc.setup(args)
     try:
         return COMMANDS[args.command](args)

@@ -1,9 +1,12 @@
 """Issue 14, running a broker: `forget` and its exit codes, members expiring in a real
-broker, and `--advertise` in the name server. Real processes on 127.0.0.1."""
+broker, `--advertise` in the name server, `serve --config` with a flag over it, and the
+rates `status` shows. Real processes on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import pytest
 import yaml
@@ -103,6 +106,30 @@ def test_the_name_server_hands_out_the_advertised_host_and_clients_use_it(
     with publisher_for(cluster, "orders") as pub:
         assert pub.publish([pub.event(i) for i in range(3)])["accepted"] == 3
     assert channel_stats(cluster, "orders")["accepted"] == 3
+
+
+def test_a_config_file_under_flags_and_the_rates_status_shows(cluster: Cluster) -> None:
+    # Given a file naming a channel, a capacity and a rate window
+    path = cluster.tmp / "broker.toml"
+    path.write_text('channel = ["orders"]\ncapacity = 50\nrate_window = 5\nmemory = true\n')
+    # When a broker starts with it and a flag over it
+    argv = [*CLI, "serve", *cluster.ns, "--config", str(path), "--capacity", "40"]
+    cluster.start("broker", argv, r"broker \S+ ready at")
+    with publisher_for(cluster, "orders") as pub:
+        pub.publish([pub.event(i) for i in range(3)])
+    # Then the file's channel exists, with the flag's capacity
+    stats = channel_stats(cluster, "orders")
+    assert (stats["capacity"], stats["accepted"]) == (40, 3)
+    # and status shows the rates beside the counts, in text and in JSON
+    wait_until(lambda: channel_stats(cluster, "orders")["rates"], 10, "a first sample")
+    text = cluster.run([*CLI, "status", "orders", *cluster.ns])
+    assert text.returncode == EXIT_OK, text.stderr
+    rates_line = r"\n  \d+\.\d ev/s in, \d+\.\d ev/s acked over the last [\d.]+ s\n"
+    assert re.search(rates_line, text.stdout), text.stdout
+    raw = cluster.run([*CLI, "status", "orders", *cluster.ns, "--json"])
+    rates: dict[str, Any] = json.loads(raw.stdout)[0]["rates"]
+    assert set(rates) == {"interval_s", "accepted_per_s", "acked_per_s"}
+    assert 0 < rates["interval_s"] <= 5.0
 
 
 def test_binding_everywhere_without_an_advertised_host_is_refused(cluster: Cluster) -> None:
