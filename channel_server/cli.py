@@ -63,10 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print a JSON list instead")
     status = sub.add_parser(
         "status",
-        help="members, partition owners, backlog and dead letters of channels",
-        description="Show, per channel, its members (active or not, partitions owned, "
-        "queued, in flight, small/long delays, failures), partition owners, backlog and "
-        "dead letters.",
+        help="counts, rates, members, partition owners, backlog and dead letters of channels",
+        description="Show, per channel, its counts and rates (events/s accepted and "
+        "acknowledged over the broker's --rate-window), its members (active or not, "
+        "partitions owned, queued, in flight, small/long delays, failures), partition "
+        "owners, backlog and dead letters.",
     )
     cc.add_ns_flags(status)
     status.add_argument("channel", nargs="?", help="one channel (default: all)")
@@ -89,7 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
         "PUBLISHER/ID one event",
     )
     dead.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    _add_forget(sub)
     nameserver = sub.add_parser(
         "nameserver",
         help="run a name server that authenticates (for several brokers)",
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_bind_flags(nameserver, "ns_host")
     nameserver.add_argument("--users", type=Path, default=None, metavar="FILE", help="users file")
     add_users_command(sub)
+    _add_forget(sub)
     return parser
 
 
@@ -602,6 +603,32 @@ def dead_letters(args: argparse.Namespace) -> int:
     return cc.EXIT_OK
 
 
+def run_nameserver(args: argparse.Namespace) -> int:
+    from channel_server.access import Access
+    from channel_server.nameservice import GuardedNameServerDaemon
+    from channel_server.users import UsersFile
+
+    token = credentials.ensure_token(credentials.state_root())
+    users = UsersFile.load(args.users) if args.users else None
+    stop = cc.stop_on_signals()
+    try:
+        daemon = GuardedNameServerDaemon(args.ns_host, args.ns_port, Access(token, users))
+    except OSError as exc:
+        exc = bind_failure(exc, "name server", args.ns_host, args.ns_port)
+        return cc.fail(f"cannot start the name server: {exc}", cc.EXIT_UNAVAILABLE)
+    loop = threading.Thread(target=daemon.requestLoop, name="nameserver", daemon=True)
+    loop.start()
+    print(f"name server ready at {args.ns_host}:{daemon.sock.getsockname()[1]}", flush=True)
+    try:
+        while not stop.wait(STOP_POLL_S):
+            pass
+    finally:
+        daemon.shutdown()
+        loop.join(STOP_POLL_S * 5)
+        daemon.close()
+    return cc.EXIT_OK
+
+
 def forget_member(args: argparse.Namespace) -> int:
     """The ``forget`` subcommand: exit 5 when there is no such member, 4 when it is active
     and not forced."""
@@ -632,32 +659,6 @@ def forget_summary(gone: dict[str, Any]) -> str:
     if gone["group_dropped"]:
         line += f"; group {gone['group']} had no member left and was dropped with its backlog"
     return line
-
-
-def run_nameserver(args: argparse.Namespace) -> int:
-    from channel_server.access import Access
-    from channel_server.nameservice import GuardedNameServerDaemon
-    from channel_server.users import UsersFile
-
-    token = credentials.ensure_token(credentials.state_root())
-    users = UsersFile.load(args.users) if args.users else None
-    stop = cc.stop_on_signals()
-    try:
-        daemon = GuardedNameServerDaemon(args.ns_host, args.ns_port, Access(token, users))
-    except OSError as exc:
-        exc = bind_failure(exc, "name server", args.ns_host, args.ns_port)
-        return cc.fail(f"cannot start the name server: {exc}", cc.EXIT_UNAVAILABLE)
-    loop = threading.Thread(target=daemon.requestLoop, name="nameserver", daemon=True)
-    loop.start()
-    print(f"name server ready at {args.ns_host}:{daemon.sock.getsockname()[1]}", flush=True)
-    try:
-        while not stop.wait(STOP_POLL_S):
-            pass
-    finally:
-        daemon.shutdown()
-        loop.join(STOP_POLL_S * 5)
-        daemon.close()
-    return cc.EXIT_OK
 
 
 COMMANDS = {
