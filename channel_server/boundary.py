@@ -22,6 +22,7 @@ __all__ = [
     "check_acks",
     "check_callback",
     "check_callback_host",
+    "check_flag",
     "check_id_list",
     "check_last_uid",
     "check_name",
@@ -120,6 +121,13 @@ def check_secret(secret: Any) -> str:
     if not is_utf8(secret):
         raise InvalidArgument("callback_secret", NOT_UTF8)
     return secret
+
+
+def check_flag(argument: str, value: Any) -> bool:
+    """A yes/no argument: a real boolean, not something that happens to be truthy."""
+    if type(value) is not bool:
+        raise InvalidArgument(argument, "must be true or false")
+    return value
 
 
 def check_seq(argument: str, value: Any) -> int:

@@ -84,9 +84,15 @@ class Broker:
             self._credential,
             self.config.insecure_name_server,
         )
+        # Pyro5's NAT address is what its URIs name; natport 0: the port it binds to
+        nat = {"nathost": self.config.advertise, "natport": 0} if self.config.advertise else {}
         try:
             self._daemon = _BrokerDaemon(
-                self.access.admit, self._client_gone, host=self.config.host, port=self.config.port
+                self.access.admit,
+                self._client_gone,
+                host=self.config.host,
+                port=self.config.port,
+                **nat,
             )
         except OSError as exc:
             raise bind_failure(exc, "broker", self.config.host, self.config.port) from exc

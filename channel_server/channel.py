@@ -27,7 +27,7 @@ from Pyro5.callcontext import current_context
 from channel_server import boundary, pull
 from channel_server.access import Access
 from channel_server.backup import ChannelBackup
-from channel_server.channel_stats import channel_stats, dead_letter_rows
+from channel_server.channel_stats import RateWindow, channel_stats, dead_letter_rows
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore, ChannelKind
 from channel_server.core.group import AckOutcome, ConsumerGroup
@@ -80,6 +80,7 @@ class EventChannel:
         self._backup = ChannelBackup(name, store, self.core)
         self._push = PushDelivery(self, pool)
         self._liveness = Liveness(self.core, config, self._push)
+        self._rates = RateWindow(config.rate_window_s)
         self._closed = False
 
     def restore(self) -> int:
@@ -281,7 +282,8 @@ class EventChannel:
         (unless ``keep_group``: someone is joining it)."""
         self._push.member_left((group, member_id))
         self._store.remove_member(self._name, group, member_id)
-        if group != DEFAULT_GROUP and not self.core.groups[group].members and not keep_group:
+        grp = self.core.groups.get(group)  # gone with an earlier member of the same round
+        if group != DEFAULT_GROUP and grp is not None and not grp.members and not keep_group:
             self._drop_group(group)
 
     def _add_group(self, group: str) -> ConsumerGroup:
@@ -350,6 +352,43 @@ class EventChannel:
             self.after_change()
         log.info("%s: %s left group %s", self._name, subscriber_id, group)
         return True
+
+    @Pyro5.api.expose
+    def forget(
+        self, subscriber_id: str, group: str | None = None, force: bool = False
+    ) -> dict[str, Any]:
+        """Remove a member now (admin). An inactive one holds and owns nothing; an active
+        one is refused with MemberActive unless ``force``, and then leaves as if it
+        unsubscribed: what it held goes back to the head of its partitions, and its
+        partitions to the others (a subscriber still running subscribes again, as a new
+        member, at its next heartbeat). The last member of a group other than
+        ``default`` takes the group and its backlog with it, like an unsubscribe.
+        Answers what was removed (:class:`~channel_server.core.channel_core.Forgotten`)
+        and ``group_dropped``; raises NotSubscribed when there is no such member."""
+        boundary.check_name("subscriber_id", subscriber_id)
+        group = self._group_of(subscriber_id, group)
+        force = boundary.check_flag("force", force)
+        self._access.require(Action.ADMIN, self._name)
+        with self.lock:
+            gone = self.core.forget_member(group, subscriber_id, force)
+            self._member_gone(group, subscriber_id)
+            self.after_change()
+            dropped = group not in self.core.groups
+        state = "active" if gone.was_active else f"inactive: {gone.inactive_reason}"
+        log.warning("%s: %s forgotten from group %s (%s)", self._name, subscriber_id, group, state)
+        return dict(gone.to_dict(), channel=self._name, group_dropped=dropped)
+
+    def _expire_members(self, now: float) -> None:
+        """Under the lock: forget the members inactive past ``member_expiry_s``."""
+        for group, member_id in self.core.expire_members(now):
+            log.warning(
+                "%s: %s forgotten from group %s: inactive with no sign of life for %g s",
+                self._name,
+                member_id,
+                group,
+                self.config.member_expiry_s,
+            )
+            self._member_gone(group, member_id)
 
     def _drop_group(self, group: str) -> None:
         gone = self.core.drop_group(group)
@@ -553,14 +592,18 @@ class EventChannel:
 
     def housekeep(self) -> None:
         """The broker's periodic round: ping silent members holding events, time out
-        stuck handlers and quiet pull members, drop idle partitions, expire the dedupe
-        window, and check the queues' invariant."""
+        stuck handlers and quiet pull members, forget members inactive too long, drop
+        idle partitions, expire the dedupe window, check the queues' invariant, and
+        sample the counts for the rates ``stats`` reports."""
         with self.lock:
             if self._closed:
                 return
+            now = self.now()
             self._backup.repair()
-            self._liveness.round(self.now())
+            self._liveness.round(now)
+            self._expire_members(now)
             self._backup.trim()
+            self._rates.sample(now, self.core.accepted_total, self.core.acked_total)
             self.after_change()
 
     def kill_queues(self) -> int:
@@ -580,7 +623,8 @@ class EventChannel:
         is counted after the rest, outside the channel lock."""
         self._access.require_any(self._name)
         with self.lock:
-            stats = channel_stats(self.core, self.config, self._store.durable, self.now())
+            durable = self._store.durable
+            stats = channel_stats(self.core, self.config, durable, self.now(), self._rates)
         stats["stored"] = self._store.count(self._name)
         return stats
 

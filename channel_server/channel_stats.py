@@ -6,6 +6,7 @@ the tests read the same dicts.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from channel_server.config import ChannelConfig
@@ -13,10 +14,56 @@ from channel_server.core.channel_core import ChannelCore
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import Member
 
+MAX_RATE_SAMPLES = 1000
+"""Samples a RateWindow keeps at most, whatever its span (older ones make room)."""
+
+
+class RateWindow:
+    """Recent samples of a channel's cumulative counts (accepted, acknowledged), so that
+    ``status`` can say how fast events flow now and not only how many flowed since the
+    start: totals alone cannot tell a stalled channel from a busy one.
+
+    Pure: the caller passes the time in (the channel's housekeeping round samples, about
+    once a second) and holds the channel's lock around every call.
+    """
+
+    def __init__(self, span_s: float) -> None:
+        self.span_s = span_s
+        self._samples: deque[tuple[float, int, int]] = deque(maxlen=MAX_RATE_SAMPLES)
+        """(time, accepted, acknowledged), oldest first."""
+
+    def sample(self, now: float, accepted: int, acked: int) -> None:
+        """Record the counts at ``now``; forget samples no rate will start from again
+        (all but the newest one at least ``span_s`` old)."""
+        self._samples.append((now, accepted, acked))
+        while len(self._samples) > 1 and self._samples[1][0] <= now - self.span_s:
+            self._samples.popleft()
+
+    def rates(self, now: float, accepted: int, acked: int) -> dict[str, float] | None:
+        """Events/s accepted and acknowledged from the newest sample at least ``span_s``
+        old (or the oldest there is) to the counts at ``now``, and that interval; None
+        before the first sample. A replayed dead letter counts as acknowledged no more,
+        so the acknowledged rate is never shown below 0."""
+        base = None
+        for sample in self._samples:
+            if base is not None and sample[0] > now - self.span_s:
+                break
+            base = sample
+        if base is None or now <= base[0]:
+            return None
+        interval = now - base[0]
+        return {
+            "interval_s": round(interval, 3),
+            "accepted_per_s": round(max(0, accepted - base[1]) / interval, 3),
+            "acked_per_s": round(max(0, acked - base[2]) / interval, 3),
+        }
+
 
 def channel_stats(
-    core: ChannelCore, config: ChannelConfig, durable: bool, now: float
+    core: ChannelCore, config: ChannelConfig, durable: bool, now: float, rates: RateWindow
 ) -> dict[str, Any]:
+    """Everything ``stats`` answers but the events stored (counted outside the lock);
+    ``rates`` is None until the housekeeping round has sampled the counts once."""
     return {
         "name": core.name,
         "kind": core.kind.value,
@@ -28,6 +75,7 @@ def channel_stats(
         "max_members": config.max_members,
         "accepted": core.accepted_total,
         "acked": core.acked_total,
+        "rates": rates.rates(now, core.accepted_total, core.acked_total),
         "dead_letters": len(core.dead_letters),
         "durable": durable,
         "groups": {name: group_stats(grp, now) for name, grp in core.groups.items()},

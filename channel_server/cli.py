@@ -14,12 +14,14 @@ from typing import Any
 import Pyro5.errors
 
 from channel_server import cli_common as cc
-from channel_server import credentials
+from channel_server import config_file, credentials
 from channel_server.config import BrokerConfig, ChannelConfig
 from channel_server.errors import (
     ChannelError,
     InvalidArgument,
+    MemberActive,
     NotAuthorized,
+    NotSubscribed,
     UnknownChannel,
 )
 from channel_server.events import IdScope, event_uid
@@ -60,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print a JSON list instead")
     status = sub.add_parser(
         "status",
-        help="members, partition owners, backlog and dead letters of channels",
-        description="Show, per channel, its members (active or not, partitions owned, "
-        "queued, in flight, small/long delays, failures), partition owners, backlog and "
-        "dead letters.",
+        help="counts, rates, members, partition owners, backlog and dead letters of channels",
+        description="Show, per channel, its counts and rates (events/s accepted and "
+        "acknowledged over the broker's --rate-window), its members (active or not, "
+        "partitions owned, queued, in flight, small/long delays, failures), partition "
+        "owners, backlog and dead letters.",
     )
     cc.add_ns_flags(status)
     status.add_argument("channel", nargs="?", help="one channel (default: all)")
@@ -98,7 +101,37 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_bind_flags(nameserver, "ns_host")
     nameserver.add_argument("--users", type=Path, default=None, metavar="FILE", help="users file")
     add_users_command(sub)
+    _add_forget(sub)
     return parser
+
+
+def _add_forget(sub: Any) -> None:
+    forget = sub.add_parser(
+        "forget",
+        help="remove a member of a channel now (admin)",
+        description="Remove a member from its group now, with its subscription in the store. "
+        "An inactive member (declared dead or timed out: 'NO' in status) holds nothing and "
+        "goes at once; an active one is refused (exit 4) unless --force. The broker forgets "
+        "inactive members by itself after --member-expiry. Forgetting the last member of a "
+        "group other than default drops the group and its backlog, like an unsubscribe. "
+        "Exit 5 when there is no such member.",
+    )
+    cc.add_ns_flags(forget)
+    forget.add_argument("channel", type=cc.plain_name, help="channel name")
+    forget.add_argument("member", type=cc.plain_name, help="the member's subscriber id")
+    forget.add_argument(
+        "--group",
+        type=cc.plain_name,
+        default=None,
+        help="its group (default: default on a queue, the member's own on a topic)",
+    )
+    forget.add_argument(
+        "--force",
+        action="store_true",
+        help="remove an active member too, as if it unsubscribed: its partitions and the "
+        "events it holds go to the others (a subscriber still running subscribes again, as "
+        "a new member)",
+    )
 
 
 CHANNEL_FLAGS = (
@@ -190,6 +223,20 @@ CHANNEL_FLAGS = (
         "a joining member takes idle partitions from members owning more than this many above it",
     ),
     (
+        "--member-expiry",
+        cc.non_negative_float,
+        "member_expiry_s",
+        "seconds an inactive member (declared dead, timed out) may give no sign of life "
+        "before it is forgotten, as if it unsubscribed; the last member of a group other "
+        "than default is kept (0: never)",
+    ),
+    (
+        "--rate-window",
+        cc.positive_float,
+        "rate_window_s",
+        "seconds over which status reports events/s accepted and acknowledged",
+    ),
+    (
         "--dedupe-max-ids",
         cc.positive_int,
         "dedupe_max_ids",
@@ -219,6 +266,20 @@ def _add_serve(sub: Any) -> None:
     )
     cc.add_ns_flags(serve)
     serve.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help="read settings from a TOML file: its keys are the long flags below (with - or "
+        "_), its values what they take; flags given here override it (docs/"
+        "broker.example.toml lists every key with its default)",
+    )
+    serve.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the settings in effect (file and flags) as TOML, and exit",
+    )
+    serve.add_argument(
         "--channel",
         action="append",
         default=[],
@@ -233,6 +294,15 @@ def _add_serve(sub: Any) -> None:
     )
     serve.add_argument("--broker-id", default="b1", help="broker id (default %(default)s)")
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (default %(default)s)")
+    serve.add_argument(
+        "--advertise",
+        type=cc.host_name,
+        default=None,
+        metavar="HOST",
+        help="the host clients reach this broker at, put in the URIs the name server hands "
+        "out (default: --host); needed when --host is 0.0.0.0 or ::, which no client can "
+        "connect to",
+    )
     serve.add_argument(
         "--port", type=cc.port_number, default=0, help="broker port (default 0: any free port)"
     )
@@ -359,9 +429,16 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         channel = replace(ChannelConfig(), **tuning, **limits_from_args(args))
     except ValueError as exc:  # the one check of ChannelConfig: room for a largest event
         raise InvalidArgument("--max-queued-bytes", str(exc)) from None
+    if args.advertise is None and cc.is_unspecified(args.host):
+        raise InvalidArgument(
+            "--advertise",
+            f"--host {args.host} listens on every interface, but is no address a client can "
+            "connect to: give the host clients should use (--advertise HOST)",
+        )
     return BrokerConfig(
         broker_id=check_name("broker-id", args.broker_id),
         host=args.host,
+        advertise=args.advertise,
         port=args.port,
         ns_host=args.ns_host,
         ns_port=args.ns_port,
@@ -383,6 +460,9 @@ def serve(args: argparse.Namespace) -> int:
     from channel_server.users import UsersFile
 
     config = config_from_args(args)
+    if args.print_config:
+        print(serve_settings(args), end="")
+        return cc.EXIT_OK
     stop = cc.stop_on_signals()
     data_dir = None
     if args.memory:
@@ -413,6 +493,21 @@ def serve(args: argparse.Namespace) -> int:
         log.info("stopping broker %s", config.broker_id)
         broker.stop()
     return cc.EXIT_OK
+
+
+SETTINGS_TITLE = """\
+Settings of a broker: python -m channel_server serve --config FILE.toml
+Each key is a long flag of `serve --help` (spelled with - or _), its value what the flag
+takes; a flag given on the command line overrides the file (--channel adds to it). Relative
+paths are relative to the working directory. A key commented out has no default.
+Written by `serve --print-config`, which prints the settings in effect."""
+
+
+def serve_settings(args: argparse.Namespace | None) -> str:
+    """``serve``'s settings as TOML: those in effect, or with None the defaults (what
+    docs/broker.example.toml holds)."""
+    serve = config_file.subcommand(build_parser(), "serve")
+    return config_file.to_toml(serve, args, SETTINGS_TITLE)
 
 
 def _registered_channels(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
@@ -533,18 +628,57 @@ def run_nameserver(args: argparse.Namespace) -> int:
     return cc.EXIT_OK
 
 
+def forget_member(args: argparse.Namespace) -> int:
+    """The ``forget`` subcommand: exit 5 when there is no such member, 4 when it is active
+    and not forced."""
+    uri = resolve_channel(args.ns_host, args.ns_port, args.channel)
+    try:
+        with make_proxy(uri, LIST_TIMEOUT_S) as channel:
+            gone = channel.forget(args.member, args.group, args.force)
+    except NotSubscribed as exc:
+        return cc.fail(str(exc), cc.EXIT_NOT_SUBSCRIBED)
+    except MemberActive as exc:
+        return cc.fail(f"{exc} (--force)", cc.EXIT_REFUSED)
+    except Pyro5.errors.CommunicationError as exc:
+        return cc.fail(f"broker unavailable: {exc}", cc.EXIT_UNAVAILABLE)
+    print(forget_summary(gone))
+    return cc.EXIT_OK
+
+
+def forget_summary(gone: dict[str, Any]) -> str:
+    """One line saying what ``forget`` removed and where its work went."""
+    who = f"{gone['channel']}: {gone['member_id']} forgotten from group {gone['group']}"
+    if gone["was_active"]:
+        line = (
+            f"{who} (it was active: its {gone['partitions']} partitions and "
+            f"{gone['in_flight']} events in flight go to the others)"
+        )
+    else:
+        line = f"{who} (it was inactive: {gone['inactive_reason'] or 'no reason given'})"
+    if gone["group_dropped"]:
+        line += f"; group {gone['group']} had no member left and was dropped with its backlog"
+    return line
+
+
 COMMANDS = {
     "serve": serve,
     "list": list_channels,
     "status": show_status,
     "dead-letters": dead_letters,
+    "forget": forget_member,
     "nameserver": run_nameserver,
     "users": run_users,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None) is not None:
+        try:
+            args = config_file.reparse(parser, argv, args, args.config)
+        except InvalidArgument as exc:
+            return cc.fail(str(exc), cc.EXIT_USAGE)
     cc.setup(args)
     return cc.run_client_command(COMMANDS[args.command], args)
 

@@ -9,6 +9,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -269,6 +270,34 @@ def port_number(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
     return value
+
+
+HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?")
+"""A DNS host name (labels of letters, digits and hyphens)."""
+
+
+def host_name(text: str) -> str:
+    """argparse type of a host clients connect to: a DNS name or an IP address that is not
+    the unspecified one (0.0.0.0, ::); an IPv6 address comes back in brackets, as a URI
+    names it."""
+    host = text.strip().strip("[]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        if len(host) > 253 or not HOST_NAME.fullmatch(host):
+            raise argparse.ArgumentTypeError(f"not a host name or IP address: {text!r}") from None
+        return host
+    if address.is_unspecified:
+        raise argparse.ArgumentTypeError(f"{text} is no address a client can connect to")
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def is_unspecified(host: str) -> bool:
+    """Whether a bind address means every interface (0.0.0.0, ::, or empty)."""
+    try:
+        return not host or ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
 
 
 def plain_name(text: str) -> str:

@@ -25,6 +25,13 @@ class ChannelConfig:
     max_members: int = 1000
     """Most subscribers (push and pull, of every group) a channel keeps; at the cap a
     new one takes the place of the one inactive longest, or gets LimitReached."""
+    member_expiry_s: float = 600.0
+    """A member inactive (declared dead, timed out) with no sign of life for this long is
+    forgotten: removed from its group and the store, so crashed subscribers do not stay
+    listed; one that comes back subscribes again as a new member. Ten minutes rides out
+    a frozen process, a paused VM or a slow restart, which resume their subscription. The
+    last member of a group other than ``default`` is kept (its group holds events for
+    it). 0: never."""
     callback_hosts: tuple[str, ...] = ()
     """Hosts a push subscriber's callback may name besides the address its subscribe
     call came from ("*": any). In-process calls (no connection) are not checked."""
@@ -74,6 +81,9 @@ class ChannelConfig:
     """How long a dispatcher waits for more events before sending a batch smaller than
     the member's free prefetch (like Kafka's linger.ms): fewer, fuller pushes under load,
     for at most this much latency. 0 sends at once."""
+    rate_window_s: float = 10.0
+    """``stats`` reports the events/s accepted and acknowledged over about this long
+    (sampled by the housekeeping round)."""
     liveness_timeout_s: float = 1.0
     """Timeout of a ping: a silent member, or one whose id is claimed again."""
 
@@ -106,6 +116,12 @@ class BrokerConfig:
 
     broker_id: str = "b1"
     host: str = DEFAULT_HOST
+    """The address the broker's daemon binds to."""
+    advertise: str | None = None
+    """The host put in the URIs the broker registers in the name server (what clients
+    connect to), when it differs from ``host``: behind NAT, or binding to ``0.0.0.0``,
+    which no client can connect to (the CLI refuses that bind without it). An IPv6
+    address in brackets. None: ``host``."""
     port: int = 0
     """0 picks a free port; the URI is published through the name server."""
     ns_host: str = DEFAULT_HOST

@@ -76,6 +76,21 @@ class NotSubscribed(ClientError):
         )
 
 
+class MemberActive(ClientError):
+    """``forget`` named a member that is active (in rotation) without ``force``: a running
+    subscriber would only subscribe again, so it is refused unless forced."""
+
+    def __init__(self, subscriber_id: str, group: str, channel: str) -> None:
+        super().__init__(
+            f"{subscriber_id!r} is active in group {group!r} of {channel!r}: stop it first, "
+            "or force it out (it is then unsubscribed; a subscriber still running "
+            "subscribes again)",
+            subscriber_id=subscriber_id,
+            group=group,
+            channel=channel,
+        )
+
+
 class NotAuthorized(ClientError):
     """The caller gave no valid credential, or its user may not do this on this channel.
 
@@ -199,6 +214,7 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     UnknownChannel,
     SubscriberIdInUse,
     NotSubscribed,
+    MemberActive,
     NotAuthorized,
     ChannelConflict,
     FaultInjectionDisabled,

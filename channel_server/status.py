@@ -47,11 +47,25 @@ def render_channel(console: Console, broker: str, stats: dict[str, Any]) -> None
         f"{stats['acked']} acknowledged, {stats['dead_letters']} dead letters"
     )
     console.print(_line(_bold(stats["name"]), summary))
+    if "rates" in stats:  # a broker from before rates says nothing about them
+        console.print(Text(f"  {rates_line(stats['rates'])}"))
     for name, group in stats["groups"].items():
         console.print(_line("  group ", _bold(name), f": backlog {group['backlog']}"))
         console.print(_members_table(group["members"]))
         if group["partitions"]:
             console.print(_partitions_table(group["partitions"]))
+
+
+def rates_line(rates: dict[str, float] | None) -> str:
+    """ "12.3 ev/s in, 11.9 ev/s acked over the last 10 s", or why there is no rate yet."""
+    if not rates:
+        return "rates: not measured yet (the broker samples its counts every second)"
+    interval = rates["interval_s"]
+    span = f"{interval:.0f}" if interval >= 10 else f"{interval:.1f}"
+    return (
+        f"{rates['accepted_per_s']:.1f} ev/s in, {rates['acked_per_s']:.1f} ev/s acked "
+        f"over the last {span} s"
+    )
 
 
 def _members_table(members: list[dict[str, Any]]) -> Table:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from itertools import accumulate
 from operator import attrgetter
@@ -21,7 +21,7 @@ from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.queues import GlobalQueue
-from channel_server.errors import LimitReached
+from channel_server.errors import LimitReached, MemberActive, NotSubscribed
 from channel_server.events import Event, IdScope, event_uid, validate_batch
 from channel_server.store.base import ChannelSnapshot
 from channel_server.wire import DEFAULT_GROUP
@@ -58,6 +58,23 @@ class PublishOutcome:
             "refused": len(self.refused),
             "unrouted": self.unrouted,
         }
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """A member an operator removed (see :meth:`ChannelCore.forget_member`)."""
+
+    group: str
+    member_id: str
+    was_active: bool
+    inactive_reason: str
+    partitions: int
+    """Partitions it owned (they went to the others)."""
+    in_flight: int
+    """Events it held (they went back to be delivered again)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -126,18 +143,71 @@ class ChannelCore:
         active."""
         forgotten: list[tuple[str, str]] = []
         while self.members() >= self.config.max_members:
-            inactive = [
-                (member.last_seen, group.name, member.member_id)
-                for group in self.groups.values()
-                for member in group.members.values()
-                if not member.active
-            ]
+            inactive = self._inactive()
             if not inactive:
                 raise LimitReached("members", self.config.max_members, f"channel {self.name}")
-            _, group_name, member_id = min(inactive)
+            _, group_name, member_id = inactive[0]
             self.groups[group_name].forget(member_id)
             forgotten.append((group_name, member_id))
         return forgotten
+
+    def expire_members(self, now: float) -> list[tuple[str, str]]:
+        """Forget the members that stayed inactive with no sign of life for
+        ``member_expiry_s`` (0: never), so that crashed subscribers do not stay listed for
+        ever. They hold and own nothing; one that comes back subscribes again as a new
+        member. The last member of a group other than ``default`` is kept: that group is
+        a subscription holding events for it, which only an explicit unsubscribe or
+        :meth:`forget_member` drops. Returns the (group, member) forgotten, for the facade
+        to drop from the store."""
+        expiry = self.config.member_expiry_s
+        if expiry <= 0:
+            return []
+        forgotten = []
+        for last_seen, group_name, member_id in self._inactive():
+            group = self.groups[group_name]
+            if now - last_seen < expiry:
+                break  # the rest were seen later
+            if group_name != DEFAULT_GROUP and len(group.members) == 1:
+                continue
+            group.forget(member_id)
+            forgotten.append((group_name, member_id))
+        return forgotten
+
+    def forget_member(self, group_name: str, member_id: str, force: bool = False) -> Forgotten:
+        """Remove a member now (an operator's ``forget``). An inactive one holds and owns
+        nothing; an active one is refused with MemberActive unless ``force``, and then
+        leaves as if it unsubscribed: what it held goes back to the head of its
+        partitions and its partitions to the others. Raises NotSubscribed when the group
+        has no such member. The facade drops the member from the store, and the group
+        when it was the last member of one other than ``default`` (like unsubscribe)."""
+        group = self.groups.get(group_name)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            raise NotSubscribed(member_id, self.name)
+        if member.active and not force:
+            raise MemberActive(member_id, group_name, self.name)
+        gone = Forgotten(
+            group_name,
+            member_id,
+            member.active,
+            member.inactive_reason,
+            len(member.partitions),
+            member.in_flight,
+        )
+        if member.active:
+            group.leave(member_id)
+        else:
+            group.forget(member_id)
+        return gone
+
+    def _inactive(self) -> list[tuple[float, str, str]]:
+        """(last seen, group, member) of every inactive member, longest silent first."""
+        return sorted(
+            (member.last_seen, group.name, member.member_id)
+            for group in self.groups.values()
+            for member in group.members.values()
+            if not member.active
+        )
 
     def new_session(self) -> int:
         session = self._next_session

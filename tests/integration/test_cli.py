@@ -23,6 +23,7 @@ HELP_COMMANDS = [
     ["-m", "subscriber", "run", "--help"],
     ["-m", "channel_server", "status", "--help"],
     ["-m", "channel_server", "dead-letters", "--help"],
+    ["-m", "channel_server", "forget", "--help"],
     ["-m", "publisher", "put", "--help"],
     ["-m", "publisher", "script", "--help"],
     ["-m", "subscriber", "subscribe", "--help"],

@@ -155,7 +155,8 @@ def test_a_public_bind_without_tls_is_refused(cluster: Cluster, argv: list[str],
 
 
 def test_insecure_lets_a_broker_bind_everywhere(cluster: Cluster) -> None:
-    broker = cluster.broker("c1", extra=("--memory", "--host", "0.0.0.0", "--insecure"))
+    everywhere = ("--host", "0.0.0.0", "--advertise", "127.0.0.1", "--insecure")
+    broker = cluster.broker("c1", extra=("--memory", *everywhere))
     assert broker.count(r"WARNING .*--host 0\.0\.0\.0 without TLS \(--insecure\)") == 1
     assert broker.terminate() == EXIT_OK
 

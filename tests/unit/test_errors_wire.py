@@ -28,6 +28,7 @@ SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
     errors.UnknownChannel: lambda: errors.UnknownChannel("orders"),
     errors.SubscriberIdInUse: lambda: errors.SubscriberIdInUse("sub-1", "default"),
     errors.NotSubscribed: lambda: errors.NotSubscribed("sub-2", "news"),
+    errors.MemberActive: lambda: errors.MemberActive("sub-3", "default", "orders"),
     errors.NotAuthorized: lambda: errors.NotAuthorized("no credential", "publish", "orders"),
     errors.ChannelConflict: lambda: errors.ChannelConflict("orders", "ids", "channel", "publisher"),
     errors.FaultInjectionDisabled: lambda: errors.FaultInjectionDisabled("kill_queues"),
@@ -47,6 +48,7 @@ EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
     errors.UnknownChannel: {"channel": "orders"},
     errors.SubscriberIdInUse: {"subscriber_id": "sub-1", "group": "default"},
     errors.NotSubscribed: {"subscriber_id": "sub-2", "channel": "news"},
+    errors.MemberActive: {"subscriber_id": "sub-3", "group": "default", "channel": "orders"},
     errors.NotAuthorized: {"reason": "no credential", "action": "publish", "channel": "orders"},
     errors.ChannelConflict: {
         "channel": "orders",

@@ -1,0 +1,154 @@
+"""Issue 14: `serve --config FILE.toml`. The file's keys are serve's long flags, its values
+are checked like the flags, flags on the command line override it, and anything else is
+refused with one line naming the key (exit 2); the example file in docs/ is what the code
+says."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from channel_server import cli, config_file
+from channel_server import cli_common as cc
+from channel_server.config import BrokerConfig
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "broker.example.toml"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = cli.build_parser()
+    args = parser.parse_args(argv)
+    if args.config is not None:
+        args = config_file.reparse(parser, argv, args, args.config)
+    return args
+
+
+def broker_config(tmp_path: Path, text: str, *flags: str) -> BrokerConfig:
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    return cli.config_from_args(parse(["serve", "--config", str(path), *flags]))
+
+
+def refusal(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line `serve --config` prints for a bad file (after checking exit 2)."""
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    assert cli.main(["serve", "--config", str(path)]) == cc.EXIT_USAGE
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+FILE = """
+broker-id = "b7"
+capacity = 500
+ack_timeout = 2.5          # either spelling of a flag
+member-expiry = 0
+max-queued-bytes = "64M"
+callback-hosts = "10.0.0.5,*"
+channel = ["orders", "audit"]
+memory = true
+advertise = "::1"
+"""
+
+
+def test_a_file_sets_every_kind_of_value(tmp_path: Path) -> None:
+    config = broker_config(tmp_path, FILE)
+    assert (config.broker_id, config.channels, config.advertise) == (
+        "b7",
+        ("orders", "audit"),
+        "[::1]",
+    )
+    channel = config.channel
+    assert (channel.capacity, channel.ack_timeout_s, channel.member_expiry_s) == (500, 2.5, 0.0)
+    assert channel.max_queued_bytes == 64 << 20
+    assert channel.callback_hosts == ("10.0.0.5", "*")
+    assert parse(["serve", "--config", str(tmp_path / "broker.toml")]).memory is True
+
+
+def test_flags_on_the_command_line_override_the_file(tmp_path: Path) -> None:
+    config = broker_config(
+        tmp_path, FILE, "--capacity", "7", "--broker-id", "b8", "--channel", "more"
+    )
+    assert (config.channel.capacity, config.broker_id) == (7, "b8")
+    assert config.channel.ack_timeout_s == 2.5  # the file's, not the default
+    assert config.channels == ("orders", "audit", "more")  # a repeatable flag adds
+
+
+def test_one_of_two_exclusive_flags_on_the_command_line_replaces_the_other(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text("memory = true\n")
+    args = parse(["serve", "--config", str(path), "--data-dir", "elsewhere"])
+    assert (args.memory, args.data_dir) == (False, Path("elsewhere"))
+    path.write_text('data-dir = "there"\n')
+    args = parse(["serve", "--config", str(path), "--memory"])
+    assert (args.memory, args.data_dir) == (True, None)
+
+
+@pytest.mark.parametrize(
+    "text,line",
+    [
+        ("capacityy = 5\n", "capacityy: unknown key (the keys are the long flags of --help)"),
+        ("capacity = 0\n", "capacity: must be at least 1, got '0'"),
+        ("capacity = 1.5\n", "capacity: not an integer: '1.5'"),
+        ("capacity = true\n", "capacity: must be a number or a string, not a boolean"),
+        ("ack-timeout = [1]\n", "ack-timeout: must be a number or a string, not an array"),
+        ('memory = "yes"\n', "memory: must be true or false, not a string"),
+        ('channel = "orders"\n', "channel: must be an array of what --channel takes"),
+        ('sync = "sometimes"\n', "sync: must be one of off, normal, full, not 'sometimes'"),
+        ("[serve]\ncapacity = 5\n", "serve: unknown key"),
+        ("capacity = 5\ncapacity_ = 6\n", "capacity_: unknown key"),
+        (
+            "max_members = 5\nmax-members = 6\n",
+            "max-members: given twice (max_members and max-members)",
+        ),
+        ('memory = true\ndata-dir = "d"\n', "memory: data-dir and memory exclude each other"),
+        ('advertise = "0.0.0.0"\n', "advertise: 0.0.0.0 is no address a client can connect to"),
+        ("config = 'other.toml'\n", "config: unknown key"),
+        ("capacity = \n", "not valid TOML"),
+    ],
+)
+def test_a_bad_file_is_refused_in_one_line_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, line: str
+) -> None:
+    said = refusal(tmp_path, text, capsys)
+    assert said.startswith(f"error: {tmp_path / 'broker.toml'}: "), said
+    assert line in said, said
+
+
+def test_a_missing_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", "--config", str(tmp_path / "nope.toml")]) == cc.EXIT_USAGE
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'nope.toml'}: cannot read it: No such file or directory\n"
+    )
+
+
+def test_the_example_file_is_every_setting_with_its_default() -> None:
+    assert EXAMPLE.read_text() == cli.serve_settings(None), (
+        "docs/broker.example.toml is stale: write cli.serve_settings(None) to it"
+    )
+    serve = config_file.subcommand(cli.build_parser(), "serve")
+    settable = {action.dest for action in config_file.settable(serve)}
+    values = config_file.read(EXAMPLE, serve)
+    commented = {"credentials", "tls_cert", "tls_key", "tls_ca", "advertise", "data_dir"}
+    assert set(values) == settable - commented - {"users", "callback_hosts"}
+    assert values == {dest: serve.get_default(dest) for dest in values}
+    assert "# member-expiry" not in EXAMPLE.read_text()  # set, with its comment above
+    assert tomllib.loads(EXAMPLE.read_text())["member-expiry"] == 600.0
+
+
+def test_print_config_writes_a_file_that_reads_back_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", "--memory", "--capacity", "9", "--channel", "a", "--callback-hosts", "h,*"]
+    assert cli.main([*argv, "--print-config"]) == cc.EXIT_OK
+    path = tmp_path / "printed.toml"
+    path.write_text(capsys.readouterr().out)
+    assert cli.config_from_args(parse(["serve", "--config", str(path)])) == cli.config_from_args(
+        parse(argv)
+    )
