@@ -22,6 +22,7 @@ from channel_server.errors import (
     MemberActive,
     NotAuthorized,
     NotSubscribed,
+    StoreError,
     UnknownChannel,
 )
 from channel_server.events import IdScope, event_uid
@@ -469,7 +470,10 @@ def serve(args: argparse.Namespace) -> int:
         store: Store = MemoryStore()
     else:
         data_dir = args.data_dir or Path(DEFAULT_DATA_DIR) / config.broker_id
-        store = SQLiteStore(data_dir, args.sync)  # StoreError: a one-line reason
+        try:
+            store = SQLiteStore(data_dir, args.sync)
+        except StoreError as exc:  # damaged, or in use by another broker
+            return cc.fail(str(exc), cc.EXIT_UNAVAILABLE)
     token = credentials.ensure_token(credentials.state_root(), data_dir)
     users = UsersFile.load(args.users) if args.users else None
     broker = Broker(config, store, token, Access(token, users))

@@ -26,7 +26,6 @@ from channel_server.errors import (
     ClientError,
     InvalidArgument,
     NotAuthorized,
-    StoreError,
     TransportError,
 )
 from channel_server.events import IdScope
@@ -425,8 +424,6 @@ def run_client_command(
         return fail(str(exc) if typed else f"broker unavailable: {exc}", EXIT_UNAVAILABLE)
     except CapacityError as exc:
         return fail(str(exc), EXIT_REFUSED)
-    except StoreError as exc:  # the broker's data cannot be used: it cannot serve
-        return fail(str(exc), EXIT_UNAVAILABLE)
     except ChannelError as exc:
         return fail(str(exc))
     except Exception as exc:

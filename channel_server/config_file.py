@@ -23,7 +23,7 @@ from typing import Any
 
 from channel_server.errors import InvalidArgument
 
-NOT_IN_FILE = frozenset({"help", "config", "print_config"})
+NOT_IN_FILE = frozenset({"help", "config", "print_config", "traceback"})
 """Destinations of flags that make no sense in the file itself."""
 COMMENT_WIDTH = 90
 _DEFAULT_NOTE = re.compile(r" ?\(default %\(default\)s\)")
