@@ -629,6 +629,19 @@ class EventChannel:
         return stats
 
     @Pyro5.api.expose
+    def outstanding(self, publisher_id: str) -> dict[str, int]:
+        """How much of ``publisher_id``'s accepted work is not done yet: ``outstanding``
+        deliveries (``queued`` + ``in_flight``; 0: every event was acknowledged or
+        dead-lettered) and its ``dead_letters``. What ``Publisher.wait`` polls. Queues
+        that lost events (kill_queues) are rebuilt first, so none is missed."""
+        boundary.check_name("publisher_id", publisher_id)
+        self._access.require(Action.PUBLISH, self._name)
+        with self.lock:
+            if self._backup.repair():
+                self.after_change()  # wake the members the rebuilt queues have work for
+            return self.core.outstanding(publisher_id).to_dict()
+
+    @Pyro5.api.expose
     def dead_letters(self) -> list[dict[str, Any]]:
         """The dead-letter queue: events whose handler failed ``max_attempts`` times."""
         self._access.require(Action.ADMIN, self._name)

@@ -198,6 +198,40 @@ class BrokerUnavailable(TransportError):
         super().__init__(f"{what}: {reason}", what=what, reason=reason)
 
 
+# -- waiting for work ------------------------------------------------------------------
+class ProcessingTimeout(ChannelError, TimeoutError):
+    """A publisher's events were still not all processed when its wait ran out of time
+    (``Publisher.wait``). Also a builtin ``TimeoutError``, so ``except TimeoutError`` works.
+
+    Attributes: ``channel``, ``publisher_id``, ``timeout_s``, ``outstanding`` (deliveries
+    still owed: ``queued`` + ``in_flight``) and ``dead_letters`` (its events given up on).
+    """
+
+    def __init__(
+        self,
+        channel: str,
+        publisher_id: str,
+        timeout_s: float,
+        queued: int,
+        in_flight: int,
+        dead_letters: int = 0,
+    ) -> None:
+        outstanding = queued + in_flight
+        hint = "" if in_flight else "; none in flight: is a subscriber running?"
+        dead = f"; {dead_letters} dead-lettered" if dead_letters else ""
+        super().__init__(
+            f"{outstanding} events of publisher {publisher_id!r} on {channel!r} not processed "
+            f"after {timeout_s:g} s ({queued} queued, {in_flight} in flight){dead}{hint}",
+            channel=channel,
+            publisher_id=publisher_id,
+            timeout_s=timeout_s,
+            outstanding=outstanding,
+            queued=queued,
+            in_flight=in_flight,
+            dead_letters=dead_letters,
+        )
+
+
 # -- storage -----------------------------------------------------------------------------
 class StoreError(ChannelError):
     """The backup store cannot be opened, read or written (damaged, locked, full)."""
@@ -223,5 +257,6 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     LimitReached,
     TransportError,
     BrokerUnavailable,
+    ProcessingTimeout,
     StoreError,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ATTEMPTS = 5
 DEFAULT_PAUSE_S = 0.5
 DEFAULT_TIMEOUT_S = 10.0
+POLL_FIRST_S = 0.02
+POLL_MAX_S = 0.5
 DROPPABLE = frozenset({"publish", "get"})
 """Calls whose replies the drop-reply fault may drop (the ones whose retry it shows)."""
 
@@ -43,6 +46,23 @@ class ClientOptions:
     def from_args(cls, args: Any) -> ClientOptions:
         """From the flags of cli_common.add_ns_flags and add_client_flags."""
         return cls(args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies)
+
+
+def polling(timeout_s: float) -> Iterator[float]:
+    """Drive a client-side wait for something only the channel can tell (work done, a
+    channel created): yields at once, then after pauses that double from POLL_FIRST_S to
+    POLL_MAX_S (quick answers for short waits, few calls for long ones), and stops once
+    ``timeout_s`` has passed, after a last look at the deadline. Yields the seconds left."""
+    deadline = time.monotonic() + timeout_s
+    pause = POLL_FIRST_S
+    while True:
+        left = deadline - time.monotonic()
+        yield max(0.0, left)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(pause, left))  # client-side pause between two looks
+        pause = min(pause * 2, POLL_MAX_S)
 
 
 class LostReply(Exception):

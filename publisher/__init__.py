@@ -1,5 +1,5 @@
-"""Publisher client library and CLI."""
+"""Publisher client library and CLI (``from publisher import Publisher``; docs/api.md)."""
 
-from publisher.client import Publisher, PublishTotals
+from publisher.client import DEFAULT_PARTITIONS, Publisher, PublishTotals, StateDir
 
-__all__ = ["PublishTotals", "Publisher"]
+__all__ = ["DEFAULT_PARTITIONS", "PublishTotals", "Publisher", "StateDir"]

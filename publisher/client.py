@@ -1,24 +1,52 @@
-"""Publisher: find a channel by name and publish batches of events to it."""
+"""Publisher: find a channel by name, publish batches of events, wait for them to be done.
+
+Ids are ``"<publisher_id>-<seq>"``. The sequence is kept in the state dir the command-line
+publisher uses (``$PUBSUB_STATE_DIR``, else ``$XDG_STATE_HOME/pubsub-channels``, else
+``~/.local/state/pubsub-channels``; one ``publisher-<id>.json`` per publisher id), so a
+script run again goes on with new ids instead of repeating ones the channel remembers and
+silently drops as duplicates.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
-from channel_server.errors import ClientError, QueueFull
-from channel_server.events import validate_batch
-from channel_server.remote import RemoteChannel
+from channel_server.errors import ClientError, InvalidArgument, ProcessingTimeout, QueueFull
+from channel_server.events import Partition, validate_batch
+from channel_server.remote import RemoteChannel, polling
+from channel_server.statefile import default_state_dir
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.state import PublisherState
 
+log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 30.0
 FIRST_SEQ = 1
 RETRY_PAUSE_S = 0.2
+DEFAULT_PARTITIONS = 16
+"""Partitions an event given no partition is spread over (partition ``seq % 16``), like
+``publisher publish --partitions P``. A partition goes whole to one subscriber at a time,
+so this bounds how many subscribers work on one publisher's events at once (16; ask for
+more with ``partitions=``) and how evenly they share them: 1, 2, 4, 8 or 16 subscribers
+get equal shares, 3, 5 or 6 differ by one partition (work stealing evens out the rest).
+Few enough that ``status`` and the broker's partition bookkeeping stay small."""
+
+
+class StateDir(Enum):
+    """Where a Publisher keeps its id sequence when it is not told."""
+
+    DEFAULT = "default"
+    """``$PUBSUB_STATE_DIR``, else ``$XDG_STATE_HOME/pubsub-channels``, else
+    ``~/.local/state/pubsub-channels``: the command-line publisher's."""
 
 
 @dataclass
@@ -49,8 +77,11 @@ class PublishTotals:
 
 
 class Publisher:
-    """Publishes to one channel. Ids are ``"<publisher_id>-<seq>"``, seq counting from 1.
+    """Publishes to one channel and waits for its events to be processed.
 
+    Ids are ``"<publisher_id>-<seq>"``; the sequence is persisted in ``state_dir`` before
+    each batch is sent, so neither a re-run nor a crash reuses one (a crash may skip
+    numbers). Events given no partition are spread round robin over ``partitions``.
     The proxy belongs to the thread that first publishes; use one Publisher per thread.
     """
 
@@ -64,23 +95,45 @@ class Publisher:
         create: bool = False,
         kind: str = "queue",
         id_scope: str | None = None,
+        partitions: int = DEFAULT_PARTITIONS,
+        state_dir: str | os.PathLike[str] | StateDir | None = StateDir.DEFAULT,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         next_seq: int | None = None,
         state: PublisherState | None = None,
         retry_for_s: float = 0.0,
         drop_replies: int = 0,
     ) -> None:
-        """``state`` persists the id sequence (``next_seq`` overrides what it holds);
-        ``id_scope`` (``publisher`` or ``channel``): where the channel's ids must be unique,
-        for a channel ``create`` makes; an existing channel with another scope raises
-        ChannelConflict (None: whatever it has, or the broker's default);
-        ``retry_for_s`` > 0 retries a batch through the name server for that long when
-        the broker is unreachable (safe: a batch that did arrive comes back duplicate)."""
+        """``create``: host the channel (a ``kind`` ``queue`` or ``topic``) if nobody
+        does yet; ``id_scope`` (``publisher`` or ``channel``): where the channel's ids must
+        be unique, for a channel ``create`` makes; an existing channel with another scope
+        raises ChannelConflict (None: whatever it has, or the broker's default);
+        ``partitions``: events given no partition go to partition ``seq % partitions``;
+        ``state_dir``: where the id sequence is kept (see StateDir.DEFAULT; None: in memory
+        only, so ids start at 1 on every run and a re-run's are duplicates); ``next_seq``
+        overrides the stored sequence; ``state``: an open PublisherState instead of
+        ``state_dir`` (the CLI shares one with its put journal); ``retry_for_s`` > 0
+        retries a batch through the name server for that long when the broker is
+        unreachable (safe: a batch that did arrive comes back duplicate).
+
+        Raises UnknownChannel (no such channel and not ``create``), BrokerUnavailable,
+        InvalidArgument (a bad name or ``partitions``), StoreError (an unusable state
+        file)."""
         self.channel = check_name("channel", channel)
         self.publisher_id = check_name("publisher_id", publisher_id)
+        if type(partitions) is not int or partitions < 1:
+            raise InvalidArgument("partitions", "must be a whole number >= 1")
+        self.partitions = partitions
+        if state is None and state_dir is not None:
+            where = default_state_dir() if state_dir is StateDir.DEFAULT else Path(state_dir)
+            state = PublisherState(where, self.publisher_id)
         self.state = state
+        self.state_file: Path | None = state.file.path if state is not None else None
+        """Where the sequence is kept (None: in memory only)."""
         stored = state.next_seq(channel) if state is not None else None
         self.next_seq = next_seq if next_seq is not None else stored or FIRST_SEQ
+        self._reserved = stored or 0
+        """The sequence the state file holds: numbers below it are used."""
+        self._warned_duplicates = False
         self._remote = RemoteChannel(
             ns_host,
             ns_port,
@@ -109,32 +162,95 @@ class Publisher:
         self._remote.release()
 
     def event(
-        self, payload: Any = None, partition: str | int = 0, timestamp: float | None = None
+        self,
+        payload: Any = None,
+        partition: Partition | None = None,
+        timestamp: float | None = None,
     ) -> dict[str, Any]:
-        """A new event dict with the next id (persisted before the batch is published)."""
+        """A new event dict with the next id (persisted when its batch is published).
+        ``partition`` None: partition ``seq % partitions``, spreading events evenly over
+        the subscribers; give one (a str or int) when events must be processed in order:
+        each partition is delivered in ``(timestamp, offset)`` order. ``timestamp``
+        defaults to now."""
         seq = self.next_seq
         self.next_seq += 1
         return {
             "id": f"{self.publisher_id}-{seq}",
             "publisher_id": self.publisher_id,
-            "partition": partition,
+            "partition": seq % self.partitions if partition is None else partition,
             "timestamp": time.time() if timestamp is None else timestamp,
             "payload": payload,
         }
 
     def publish(self, events: list[dict[str, Any]]) -> dict[str, Any]:
-        """Publish one batch. Returns the channel's summary (accepted, duplicates, refused,
-        unrouted); raises InvalidEvent (nothing stored), QueueFull (the front stored) or
-        BrokerUnavailable (after the retries)."""
-        if self.state is not None:
+        """Publish one batch. Returns the channel's summary (``accepted``, ``duplicates``:
+        the ids it had already, ``refused``, ``unrouted``); when every event of a
+        non-empty batch was a duplicate, also a ``warning`` saying why nothing will be
+        processed (logged too, once per Publisher). Raises InvalidEvent (nothing
+        stored), QueueFull (the front stored) or BrokerUnavailable (after the retries)."""
+        if self.state is not None and self.next_seq > self._reserved:
             self.state.reserve(self.channel, self.next_seq)
+            self._reserved = self.next_seq
         try:
-            return self._remote.call("publish", events)
+            summary = self._remote.call("publish", events)
         except (ValueError, ClientError):
             # The broker may not even read the call (msgpack refuses an integer map key
             # there): say which event and field, as the broker would have.
             validate_batch(events, max_payload_bytes=sys.maxsize)
             raise
+        if events and len(summary["duplicates"]) == len(events):
+            summary["warning"] = self._all_duplicates(summary["duplicates"])
+        return summary
+
+    def _all_duplicates(self, ids: list[str]) -> str:
+        """Why a batch of nothing but known ids delivers nothing, and what to do."""
+        shown = ids[0] if len(ids) == 1 else f"{ids[0]} ... {ids[-1]}"
+        kept = f"kept in {self.state_file}" if self.state_file else "kept in memory only"
+        text = (
+            f"all {len(ids)} events were published to {self.channel} before ({shown}): "
+            "none is delivered again. A publisher id whose ids start over (state_dir=None, "
+            "another state dir, next_seq=) repeats ids the channel remembers; keep the "
+            f"state dir of its earlier runs (its sequence is {kept}) or use another "
+            "publisher id"
+        )
+        if not self._warned_duplicates:
+            self._warned_duplicates = True
+            log.warning("%s", text)
+        return text
+
+    def wait(self, *, timeout_s: float) -> dict[str, int]:
+        """Block until the channel has no work of this publisher id left: every event it
+        accepted was acknowledged by each consumer group that must process it, or
+        dead-lettered (a handler failed it ``max_attempts`` times). Asks the channel
+        (``outstanding``) at growing intervals, 20 ms to 0.5 s.
+
+        Returns the channel's last count: ``outstanding`` (0), ``queued``, ``in_flight``
+        and ``dead_letters``, this publisher's events in the dead-letter queue (from any
+        run; logged as a warning when there are some). Raises ProcessingTimeout (a
+        TimeoutError, with those counts) when work is left after ``timeout_s``, and
+        BrokerUnavailable when the channel cannot be asked."""
+        counts: dict[str, int] = {}
+        for _ in polling(timeout_s):
+            counts = self._remote.call("outstanding", self.publisher_id)
+            if counts["outstanding"] == 0:
+                if counts["dead_letters"]:
+                    log.warning(
+                        "%d events of publisher %s are in %s's dead-letter queue (their "
+                        "handlers failed); see: python -m channel_server dead-letters %s",
+                        counts["dead_letters"],
+                        self.publisher_id,
+                        self.channel,
+                        self.channel,
+                    )
+                return counts
+        raise ProcessingTimeout(
+            self.channel,
+            self.publisher_id,
+            timeout_s,
+            counts["queued"],
+            counts["in_flight"],
+            counts["dead_letters"],
+        )
 
     def publish_all(
         self,

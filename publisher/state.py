@@ -24,9 +24,11 @@ class PublisherState:
         return self._load()[1].get(channel)
 
     def reserve(self, channel: str, next_seq: int) -> None:
-        """Record that numbers below ``next_seq`` are (about to be) used on ``channel``."""
+        """Record that numbers below ``next_seq`` are (about to be) used on ``channel``.
+        Never lowers what is recorded: a publisher started at an earlier number
+        (``--start-seq``, ``next_seq=``) does not make the numbers above it free again."""
         data, seq = self._load()
-        seq[channel] = next_seq
+        seq[channel] = max(next_seq, seq.get(channel, 0))
         data["seq"] = seq
         self.file.save(data)
 

@@ -37,6 +37,7 @@ class Putter:
                 ns_port=o.ns_port,
                 create=True,
                 kind=TOPIC_KIND,
+                partitions=1,  # one partition: gets return a topic's messages in put order
                 timeout_s=o.timeout_s,
                 state=self.state,
                 retry_for_s=(o.attempts - 1) * 0.2,

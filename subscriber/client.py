@@ -22,11 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 import Pyro5.api
+import Pyro5.errors
 import Pyro5.server
 
-from channel_server.errors import InvalidArgument
+from channel_server.errors import BrokerUnavailable, ChannelError, InvalidArgument, UnknownChannel
 from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
+from channel_server.lookup import resolve_channel
+from channel_server.remote import polling
 from channel_server.strict_calls import checked_arity
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
 from subscriber.control import ChannelSession, Identity
@@ -37,8 +40,11 @@ from subscriber.record import Recorder
 
 log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any]], None]
-"""Called once per event dict (id, publisher_id, partition, timestamp, payload, offset,
-attempt), in order per partition. Raising nacks that event only."""
+"""Called once per event dict, in order per partition, on the subscriber's worker thread:
+``id``, ``publisher_id``, ``partition``, ``timestamp`` and ``payload`` as published,
+``offset`` (the channel's sequence number of the event) and ``attempt`` (1, then 2, 3 ...
+when it is delivered again). Returning acknowledges the event; raising nacks that event
+only (it is retried, and dead-lettered after the channel's max attempts)."""
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -85,9 +91,18 @@ class Subscriber:
         processed: ProcessedIds | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        create: bool = False,
+        wait_for_channel_s: float = 0.0,
     ) -> None:
-        """``connect_timeout_s``: how long ``start`` waits for a broker that does not
-        answer yet (a channel unknown to the name server fails at once)."""
+        """``group``: the consumer group to compete in (None: ``default`` on a queue);
+        ``prefetch``: the most events held unacknowledged (None: the channel's default);
+        ``host``/``port``: where its own callback daemon listens; ``connect_timeout_s``:
+        how long ``start`` waits for a broker that does not answer yet; ``create``: host
+        the channel (a queue) if nobody does yet, as ``Publisher(create=True)`` does;
+        ``wait_for_channel_s``: how long ``start`` waits for a channel that does not exist
+        yet (someone else creates it) before it raises UnknownChannel (0: at once).
+        ``recorder``, ``faults`` and ``processed`` are the CLI's (record file, fault
+        toggles, a processed-ID window on disk)."""
         self.channel = check_name("channel", channel)
         self.subscriber_id = check_name("subscriber_id", subscriber_id)
         self.group = None if group is None else check_name("group", group)
@@ -100,6 +115,8 @@ class Subscriber:
         self._faults = faults or Faults([])
         self._processed = processed if processed is not None else ProcessedIds()
         self._timeouts = (timeout_s, connect_timeout_s)
+        self._create = create
+        self._wait_for_channel_s = wait_for_channel_s
         self._stopping = threading.Event()
         self._inbox = Inbox()
         self._outbox = Outbox()
@@ -115,9 +132,12 @@ class Subscriber:
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
-        """Serve the callback, then subscribe. Returns the channel's answer; raises what
-        the first subscribe raised (UnknownChannel, BrokerUnavailable ...)."""
+        """Find (or create) the channel, serve the callback, then subscribe. Returns the
+        channel's answer; raises what the first subscribe raised (UnknownChannel,
+        BrokerUnavailable, SubscriberIdInUse ...), with no thread left running."""
         register_errors()
+        if self._create or self._wait_for_channel_s > 0:
+            self._find_channel()
         secret = secrets.token_urlsafe(CALLBACK_SECRET_BYTES)
         gate = secret_gate(secret, f"subscriber {self.subscriber_id}")
         self._daemon = GuardedDaemon(gate, host=self._bind[0], port=self._bind[1])
@@ -146,6 +166,39 @@ class Subscriber:
             raise self._session.error
         self.group = self._session.group
         return self._session.info
+
+    def __enter__(self) -> Subscriber:
+        """``with Subscriber(...) as sub:`` starts it, and stops it (gracefully) at the end."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _find_channel(self) -> None:
+        """Make sure the channel exists before serving anything: create it (``create``),
+        or wait up to ``wait_for_channel_s`` for someone else to; a broker or name server
+        that does not answer yet is waited for as long as ``connect_timeout_s`` (or the
+        channel wait, if longer). Raises UnknownChannel or BrokerUnavailable then."""
+        started = time.monotonic()
+        said: set[type[Exception]] = set()
+        last: Exception | None = None
+        for _ in polling(max(self._wait_for_channel_s, self._timeouts[1])):
+            try:
+                resolve_channel(*self._ns, self.channel, create=self._create)
+                return
+            except UnknownChannel:
+                if time.monotonic() - started >= self._wait_for_channel_s:
+                    raise UnknownChannel(self.channel) from None
+                last = UnknownChannel(self.channel)
+            except (BrokerUnavailable, Pyro5.errors.CommunicationError) as exc:
+                last = exc
+            if type(last) not in said:  # once per reason, not once per look
+                said.add(type(last))
+                log.warning("waiting for channel %s: %s", self.channel, last)
+        if isinstance(last, ChannelError):
+            raise last
+        raise BrokerUnavailable(f"channel {self.channel}", f"not reachable ({last})") from None
 
     def _spawn(self, role: str, target: Callable[[], Any]) -> None:
         thread = threading.Thread(

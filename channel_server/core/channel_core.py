@@ -78,6 +78,28 @@ class Forgotten:
 
 
 @dataclass(frozen=True)
+class Outstanding:
+    """One publisher's work a channel still owes (see :meth:`ChannelCore.outstanding`)."""
+
+    queued: int = 0
+    in_flight: int = 0
+    dead_letters: int = 0
+    """Its events in the dead-letter queue: given up on, so not outstanding."""
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.in_flight
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "outstanding": self.total,
+            "queued": self.queued,
+            "in_flight": self.in_flight,
+            "dead_letters": self.dead_letters,
+        }
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     event: Event
     group: str
@@ -226,6 +248,21 @@ class ChannelCore:
         backlog = [ev for pq in group.partitions.values() for ev in (*pq.pending, *pq.in_flight)]
         self.dead_letters = [d for d in self.dead_letters if d.group != name]
         return self._retire(backlog, count_acked=False)
+
+    def outstanding(self, publisher_id: str) -> Outstanding:
+        """What ``publisher_id``'s accepted events still need: deliveries queued and in
+        flight, summed over groups (an event two groups must process counts twice; a queue
+        has one group), and how many of its events are dead letters. Zero outstanding
+        means each was acknowledged or dead-lettered. Sub-queues are per (publisher,
+        partition), so this walks partitions and the dead letters, never the events."""
+        queued = in_flight = 0
+        for group in self.groups.values():
+            for (publisher, _), pq in group.partitions.items():
+                if publisher == publisher_id:
+                    queued += len(pq.pending)
+                    in_flight += len(pq.in_flight)
+        dead = sum(1 for d in self.dead_letters if d.event.publisher_id == publisher_id)
+        return Outstanding(queued, in_flight, dead)
 
     # -- publish -------------------------------------------------------------------------
     def prepare(self, raw_batch: Any) -> PublishOutcome:

@@ -23,6 +23,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def publisher_for(cluster: Cluster, channel: str, pub_id: str = "PUB", **kw) -> Publisher:
+    """A Publisher of this cluster. One partition unless asked (``partitions=``): these
+    scenarios check the order of all of a publisher's events, which one partition keeps."""
+    kw.setdefault("partitions", 1)
     return Publisher(channel, pub_id, ns_port=cluster.ns_port, **kw)
 
 

@@ -39,6 +39,7 @@ SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
     errors.LimitReached: lambda: errors.LimitReached("channels", 1000, "broker b1"),
     errors.TransportError: lambda: errors.TransportError("peer gone", peer="PYRO:x@h:1"),
     errors.BrokerUnavailable: lambda: errors.BrokerUnavailable("name server", "not reachable"),
+    errors.ProcessingTimeout: lambda: errors.ProcessingTimeout("orders", "PUB", 30.0, 9, 3, 2),
     errors.StoreError: lambda: errors.StoreError("/data/c.db", "database is locked"),
 }
 
@@ -69,6 +70,15 @@ EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
     },
     errors.LimitReached: {"resource": "channels", "limit": 1000, "where": "broker b1"},
     errors.BrokerUnavailable: {"what": "name server", "reason": "not reachable"},
+    errors.ProcessingTimeout: {
+        "channel": "orders",
+        "publisher_id": "PUB",
+        "timeout_s": 30.0,
+        "outstanding": 12,
+        "queued": 9,
+        "in_flight": 3,
+        "dead_letters": 2,
+    },
     errors.StoreError: {"path": "/data/c.db", "reason": "database is locked"},
 }
 
@@ -84,6 +94,17 @@ def test_tree_branches() -> None:
     assert issubclass(errors.QueueFull, errors.CapacityError)
     assert issubclass(errors.BrokerUnavailable, errors.TransportError)
     assert not issubclass(errors.TransportError, ConnectionError)  # no shadowed builtin
+    assert issubclass(errors.ProcessingTimeout, TimeoutError)  # a builtin's meaning, kept
+
+
+def test_processing_timeout_says_what_is_left_and_why() -> None:
+    err = errors.ProcessingTimeout("orders", "PUB", 30.0, 9, 3, 2)
+    assert str(err) == (
+        "12 events of publisher 'PUB' on 'orders' not processed after 30 s "
+        "(9 queued, 3 in flight); 2 dead-lettered"
+    )
+    idle = errors.ProcessingTimeout("orders", "PUB", 1.5, 4, 0)
+    assert str(idle).endswith("(4 queued, 0 in flight); none in flight: is a subscriber running?")
 
 
 def test_queue_full_message_and_attributes() -> None:

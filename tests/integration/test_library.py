@@ -1,0 +1,119 @@
+"""The client library as a new user drives it, against a real broker process: a subscriber
+that creates or waits for its channel, an even spread by default, waiting for the work
+to be done, and the typed errors when something is missing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from channel_server.errors import ProcessingTimeout, UnknownChannel
+from publisher import DEFAULT_PARTITIONS, Publisher
+from subscriber import Subscriber
+from tests.integration.procs import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+class Worker:
+    """A subscriber's handler that remembers what it got."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.events.append(event)
+
+
+def subscriber_threads(sub_id: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(f"subscriber-{sub_id}-")]
+
+
+def test_a_subscriber_creates_the_channel_and_wait_returns_when_all_is_done(
+    cluster: Cluster,
+) -> None:
+    cluster.broker()  # no channels yet
+    worker = Worker()
+    with Subscriber("jobs", "w1", handler=worker, ns_port=cluster.ns_port, create=True):
+        with Publisher("jobs", "P", ns_port=cluster.ns_port) as pub:  # it exists now
+            summary = pub.publish([pub.event({"n": n}) for n in range(2 * DEFAULT_PARTITIONS)])
+            assert summary["accepted"] == 2 * DEFAULT_PARTITIONS
+            done = pub.wait(timeout_s=20)
+        # wait returned: every event was processed, none is left to arrive
+        assert len(worker.events) == 2 * DEFAULT_PARTITIONS
+    assert done == {"outstanding": 0, "queued": 0, "in_flight": 0, "dead_letters": 0}
+    assert Counter(ev["partition"] for ev in worker.events) == {
+        p: 2 for p in range(DEFAULT_PARTITIONS)
+    }
+    first = min(worker.events, key=lambda ev: ev["offset"])
+    assert set(first) == {
+        "id",
+        "publisher_id",
+        "partition",
+        "timestamp",
+        "payload",
+        "offset",
+        "attempt",
+    }  # the fields docs/api.md lists
+    assert (first["id"], first["payload"], first["attempt"]) == ("P-1", {"n": 0}, 1)
+
+
+def test_a_subscriber_waits_for_a_channel_someone_else_creates(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster.broker()
+    worker = Worker()
+    sub = Subscriber("later", "w1", handler=worker, ns_port=cluster.ns_port, wait_for_channel_s=20)
+    outcome: dict[str, Any] = {}
+
+    def start() -> None:
+        try:
+            outcome["info"] = sub.start()
+        except Exception as exc:
+            outcome["error"] = exc
+
+    starter = threading.Thread(target=start, name="test-start")
+    with caplog.at_level(logging.WARNING, logger="subscriber"):
+        starter.start()
+        wait_until(lambda: "waiting for channel later" in caplog.text, what="the wait")
+        with Publisher("later", "P", ns_port=cluster.ns_port, create=True) as pub:
+            starter.join(20)
+            assert outcome.get("info", {}).get("channel") == "later", outcome
+            pub.publish([pub.event("hello")])
+            pub.wait(timeout_s=20)
+    sub.stop()
+    assert [ev["payload"] for ev in worker.events] == ["hello"]
+    assert caplog.text.count("waiting for channel later") == 1  # said once, not per look
+
+
+def test_a_channel_that_never_comes_is_unknown_after_the_wait(cluster: Cluster) -> None:
+    cluster.broker()
+    sub = Subscriber(
+        "nope", "w9", handler=Worker(), ns_port=cluster.ns_port, wait_for_channel_s=0.3
+    )
+    started = time.monotonic()
+    with pytest.raises(UnknownChannel) as info:
+        sub.start()
+    assert time.monotonic() - started >= 0.3
+    assert str(info.value) == "unknown channel 'nope'"
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert subscriber_threads("w9") == []  # nothing was started
+
+
+def test_wait_raises_a_typed_timeout_when_nobody_processes(cluster: Cluster) -> None:
+    cluster.broker()
+    with Publisher("idle", "P", ns_port=cluster.ns_port, create=True) as pub:
+        pub.publish([pub.event(n) for n in range(3)])
+        with pytest.raises(ProcessingTimeout) as info:
+            pub.wait(timeout_s=0.3)
+    err = info.value
+    assert isinstance(err, TimeoutError)
+    assert (err.outstanding, err.queued, err.in_flight) == (3, 3, 0)
+    assert "is a subscriber running?" in str(err)

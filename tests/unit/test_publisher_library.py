@@ -1,0 +1,198 @@
+"""The Publisher library without a broker: default spread, persisted ids, the warning for
+a batch of nothing but duplicates, and wait's polling (a fake remote and a fake clock)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from channel_server import remote
+from channel_server.errors import InvalidArgument, ProcessingTimeout
+from channel_server.statefile import STATE_DIR_ENV
+from publisher import client
+from publisher.client import DEFAULT_PARTITIONS, Publisher
+
+
+class FakeRemote:
+    """What Publisher asks the channel; answers are set per test."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.outstanding: list[dict[str, int]] = []
+        self.known: set[str] = set()
+        self.retries = 0
+
+    def call(self, method: str, *args: Any) -> Any:
+        self.calls.append((method, args))
+        if method == "publish":
+            (events,) = args
+            dupes = [ev["id"] for ev in events if ev["id"] in self.known]
+            self.known.update(ev["id"] for ev in events)
+            accepted = len(events) - len(dupes)
+            return {"accepted": accepted, "duplicates": dupes, "refused": 0, "unrouted": 0}
+        if method == "outstanding":
+            return self.outstanding.pop(0)
+        return None
+
+    def release(self) -> None:
+        pass
+
+
+class FakeClock:
+    """time.monotonic and time.sleep of channel_server.remote: sleeping advances it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.pauses: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRemote:
+    """Publishers made in the test talk to one shared FakeRemote (one channel)."""
+    channel = FakeRemote()
+    monkeypatch.setattr(client, "RemoteChannel", lambda *a, **kw: channel)
+    return channel
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake_clock = FakeClock()
+    monkeypatch.setattr(remote, "time", fake_clock)
+    return fake_clock
+
+
+def counts(outstanding: int = 0, in_flight: int = 0, dead: int = 0) -> dict[str, int]:
+    return {
+        "outstanding": outstanding,
+        "queued": outstanding - in_flight,
+        "in_flight": in_flight,
+        "dead_letters": dead,
+    }
+
+
+# -- the default spread -------------------------------------------------------------------
+def test_events_without_a_partition_go_round_robin(fake: FakeRemote, tmp_path: Path) -> None:
+    pub = Publisher("c", "P", state_dir=tmp_path)
+    events = [pub.event(n) for n in range(4 * DEFAULT_PARTITIONS)]
+    assert [ev["partition"] for ev in events[:3]] == [1, 2, 3]  # seq % 16, seq from 1
+    assert set(Counter(ev["partition"] for ev in events).values()) == {4}
+    assert pub.event("ordered", partition="eu")["partition"] == "eu"
+    assert pub.event("ordered", partition=0)["partition"] == 0
+
+
+def test_partitions_is_settable_and_checked(fake: FakeRemote, tmp_path: Path) -> None:
+    three = Publisher("c", "P", partitions=3, state_dir=None)
+    assert [three.event()["partition"] for _ in range(4)] == [1, 2, 0, 1]
+    for bad in (0, -1, 2.0, "4", True):
+        with pytest.raises(InvalidArgument, match="partitions"):
+            Publisher("c", "P", partitions=bad, state_dir=None)
+
+
+# -- ids across runs -----------------------------------------------------------------------
+def test_a_second_run_goes_on_with_new_ids(fake: FakeRemote, tmp_path: Path) -> None:
+    first = Publisher("c", "P", state_dir=tmp_path)
+    assert first.publish([first.event(n) for n in range(3)])["accepted"] == 3
+    again = Publisher("c", "P", state_dir=tmp_path)
+    summary = again.publish([again.event(n) for n in range(3)])
+    assert summary == {"accepted": 3, "duplicates": [], "refused": 0, "unrouted": 0}
+    assert sorted(fake.known) == [f"P-{n}" for n in range(1, 7)]
+    assert again.state_file == tmp_path / "publisher-P.json"
+
+
+def test_the_default_state_dir_is_the_clis(
+    fake: FakeRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "env"))
+    pub = Publisher("c", "P")
+    pub.publish([pub.event()])
+    assert pub.state_file == tmp_path / "env" / "publisher-P.json"
+    assert Publisher("c", "P").event()["id"] == "P-2"
+
+
+def test_no_state_dir_keeps_nothing_and_starts_at_one(
+    fake: FakeRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path))
+    pub = Publisher("c", "P", state_dir=None)
+    pub.publish([pub.event()])
+    assert pub.state_file is None
+    assert list(tmp_path.iterdir()) == []
+    assert Publisher("c", "P", state_dir=None).event()["id"] == "P-1"
+
+
+def test_an_earlier_start_never_lowers_the_stored_sequence(
+    fake: FakeRemote, tmp_path: Path
+) -> None:
+    ahead = Publisher("c", "P", state_dir=tmp_path, next_seq=50)
+    ahead.publish([ahead.event()])
+    behind = Publisher("c", "P", state_dir=tmp_path, next_seq=1)
+    behind.publish([behind.event()])
+    assert Publisher("c", "P", state_dir=tmp_path).event()["id"] == "P-51"
+
+
+def test_a_batch_of_only_duplicates_says_why_once(
+    fake: FakeRemote, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = Publisher("c", "P", state_dir=None)
+    first.publish([first.event(n) for n in range(3)])
+    rerun = Publisher("c", "P", state_dir=None)  # a re-run that kept no state
+    with caplog.at_level(logging.WARNING, logger="publisher"):
+        summary = rerun.publish([rerun.event(n) for n in range(3)])
+        rerun.publish([rerun.event(n) for n in range(1)])  # P-4: new, no warning
+        rerun.publish([dict(rerun.event(), id="P-1")])
+    assert summary["accepted"] == 0
+    assert summary["duplicates"] == ["P-1", "P-2", "P-3"]
+    assert summary["warning"].startswith("all 3 events were published to c before (P-1 ... P-3)")
+    assert "state_dir=None" in summary["warning"]
+    assert "kept in memory only" in summary["warning"]
+    assert [r.getMessage() for r in caplog.records] == [summary["warning"]]  # once
+
+
+def test_an_empty_batch_is_not_a_batch_of_duplicates(fake: FakeRemote) -> None:
+    assert "warning" not in Publisher("c", "P", state_dir=None).publish([])
+
+
+# -- wait --------------------------------------------------------------------------------
+def test_wait_returns_once_nothing_is_outstanding(fake: FakeRemote, clock: FakeClock) -> None:
+    fake.outstanding = [counts(5, 2), counts(5, 2), counts(1, 1), counts(0)]
+    pub = Publisher("c", "P", state_dir=None)
+    assert pub.wait(timeout_s=10) == counts(0)
+    assert [args for method, args in fake.calls if method == "outstanding"] == [("P",)] * 4
+    assert clock.pauses == [0.02, 0.04, 0.08]  # doubling from 20 ms: no busy loop
+
+
+def test_wait_pauses_grow_to_half_a_second(fake: FakeRemote, clock: FakeClock) -> None:
+    fake.outstanding = [counts(1, 1)] * 12 + [counts(0)]
+    Publisher("c", "P", state_dir=None).wait(timeout_s=60)
+    assert clock.pauses[-3:] == [0.5, 0.5, 0.5]
+
+
+def test_wait_reports_dead_letters(
+    fake: FakeRemote, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.outstanding = [counts(0, dead=2)]
+    with caplog.at_level(logging.WARNING, logger="publisher"):
+        assert Publisher("c", "P", state_dir=None).wait(timeout_s=1)["dead_letters"] == 2
+    assert "2 events of publisher P are in c's dead-letter queue" in caplog.text
+
+
+def test_wait_times_out_with_what_is_left(fake: FakeRemote, clock: FakeClock) -> None:
+    fake.outstanding = [counts(7, 2, dead=1)] * 20
+    with pytest.raises(ProcessingTimeout) as info:
+        Publisher("c", "P", state_dir=None).wait(timeout_s=1.0)
+    err = info.value
+    assert isinstance(err, TimeoutError)
+    assert (err.outstanding, err.queued, err.in_flight, err.dead_letters) == (7, 5, 2, 1)
+    assert sum(clock.pauses) == pytest.approx(1.0)  # up to the deadline, not past it
+    assert "7 events of publisher 'P' on 'c' not processed after 1 s" in str(err)
