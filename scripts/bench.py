@@ -123,7 +123,7 @@ def pipeline_run(
         broker, ns_port = start_broker(procs, s, capacity=max(1_000_000, 2 * count))
         subs = start_subscribers(procs, s, ns_port)
         channel = channel_proxy(ns_port)
-        with channel, Publisher(CHANNEL, "bench", ns_port=ns_port) as publisher:
+        with channel, Publisher(CHANNEL, "bench", ns_port=ns_port, state_dir=None) as publisher:
             baseline = warm_up(
                 publisher, channel, s.partitions, s.payload_size, max(batch_size, 4 * s.partitions)
             )
@@ -226,7 +226,7 @@ def measure_memory(s: Settings, run: int) -> dict[str, Any]:
     with ProcGroup(s.workdir / f"memory-{run}") as procs:
         broker, ns_port = start_broker(procs, s, capacity=s.memory_events + 10 * warm_count)
         channel = channel_proxy(ns_port)
-        with channel, Publisher(CHANNEL, "bench", ns_port=ns_port) as publisher:
+        with channel, Publisher(CHANNEL, "bench", ns_port=ns_port, state_dir=None) as publisher:
             warm = EventMaker(WARMUP_PUBLISHER, s.partitions, s.payload_size)
             publish_checked(publisher, warm.batch(warm_count))
             before = read_rss_kib(broker.pid)

@@ -139,7 +139,9 @@ class Streamer:
         from publisher.client import Publisher
 
         try:
-            with Publisher(CHANNEL, self._maker.publisher_id, ns_port=self._ns_port) as pub:
+            with Publisher(
+                CHANNEL, self._maker.publisher_id, ns_port=self._ns_port, state_dir=None
+            ) as pub:
                 self.published = publish_count(
                     pub, self._maker, 10**12, self._per_tick, self._tick_s, self._stop
                 )
@@ -338,7 +340,7 @@ def throughput_run(fs: FaultSettings, run: int, crash: bool) -> dict[str, Any]:
             if looper is not None:
                 looper.start()
             channel = channel_proxy(ns_port)
-            with channel, Publisher(CHANNEL, "bench", ns_port=ns_port) as publisher:
+            with channel, Publisher(CHANNEL, "bench", ns_port=ns_port, state_dir=None) as publisher:
                 size = max(fs.batch_size, 4 * fs.degraded_partitions)
                 baseline = warm_up(
                     publisher, channel, fs.degraded_partitions, fs.payload_size, size

@@ -79,7 +79,9 @@ def prepared_topic(procs: ProcGroup, ps: PullSettings, messages: int) -> int:
         info = channel.subscribe(SUBSCRIBER)
     if info["mode"] != "pull":
         raise BenchError(f"subscribed in {info['mode']} mode, not pull")
-    with Publisher(TOPIC, PUBLISHER, ns_port=ns_port, create=True, kind="topic") as publisher:
+    with Publisher(
+        TOPIC, PUBLISHER, ns_port=ns_port, state_dir=None, create=True, kind="topic"
+    ) as publisher:
         publish_count(publisher, EventMaker(PUBLISHER, 1, ps.payload_size), messages, 1_000)
     return ns_port
 

@@ -151,7 +151,7 @@ def make_backlog(ss: StoreSettings, run: int) -> Backlog:
             capacity=count + 1000,
             log_level=ss.log_level,
         )
-        with Publisher(CHANNEL, "bench", ns_port=ns_port) as publisher:
+        with Publisher(CHANNEL, "bench", ns_port=ns_port, state_dir=None) as publisher:
             maker = EventMaker(f"backlog{run}", ss.partitions, ss.payload_size)
             t0 = time.perf_counter()
             publish_count(publisher, maker, count, ss.restart_batch_size)
