@@ -83,7 +83,7 @@ def _partitions_table(partitions: list[dict[str, Any]]) -> Table:
     table = Table(show_edge=False, pad_edge=False)
     for title in ("publisher", "partition", "owner", "pending", "in flight"):
         table.add_column(title, justify="right" if title in ("pending", "in flight") else "left")
-    for p in sorted(partitions, key=lambda p: (p["publisher_id"], str(p["partition"]))):
+    for p in sorted(partitions, key=_partition_order):
         row = (p["publisher_id"], p["partition"], p["owner"] or "-", p["pending"], p["in_flight"])
         table.add_row(*map(_cell, row))
     return table
@@ -138,3 +138,10 @@ def _visible(value: Any) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def _partition_order(row: dict[str, Any]) -> tuple[str, bool, int, str]:
+    """By publisher, then integer partitions in numeric order (2 before 10), then named ones."""
+    partition = row["partition"]
+    numeric = type(partition) is int
+    return (row["publisher_id"], not numeric, partition if numeric else 0, str(partition))

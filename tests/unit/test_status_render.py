@@ -36,8 +36,29 @@ def test_dead_letters_show_hostile_text_literally() -> None:
     assert "\x1b" not in out and "\x07" not in out
 
 
+def channel_stats_with(partitions: list[int | str]) -> dict:
+    stats = hostile_channel_stats()
+    rows = stats["groups"]["default"]["partitions"]
+    stats["groups"]["default"]["partitions"] = [dict(rows[0], partition=p) for p in partitions]
+    return stats
+
+
+def test_partitions_are_listed_in_numeric_order_then_by_name() -> None:
+    stats = channel_stats_with([10, "eu", 2, "asia", 1])
+    out = printed(lambda console: render_channel(console, "b", stats))
+    rows = [line.split()[2] for line in out.splitlines() if line.startswith("PUB ")]
+    assert rows == ["1", "2", "10", "asia", "eu"]
+
+
 def test_channel_status_shows_hostile_text_literally() -> None:
-    stats = {
+    stats = hostile_channel_stats()
+    out = printed(lambda console: render_channel(console, "b[/x]", stats))
+    assert "c (queue, ids unique per publisher) on broker b[/x]: 1/10 unacknowledged" in out
+    assert SHOWN in out and "\x1b" not in out
+
+
+def hostile_channel_stats() -> dict:
+    return {
         "name": "c",
         "kind": "queue",
         "ids": "publisher",
@@ -62,9 +83,6 @@ def test_channel_status_shows_hostile_text_literally() -> None:
             }
         },
     }
-    out = printed(lambda console: render_channel(console, "b[/x]", stats))
-    assert "c (queue, ids unique per publisher) on broker b[/x]: 1/10 unacknowledged" in out
-    assert SHOWN in out and "\x1b" not in out
 
 
 def test_an_unreachable_broker_is_reported_literally() -> None:
