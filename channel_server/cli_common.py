@@ -236,6 +236,11 @@ def add_script_command(sub: Any, actions: str, id_dest: str) -> None:
         id_dest,
     )
     cmd.add_argument("file", type=Path, help="the scenario (YAML)")
+    cmd.add_argument(
+        "--restart",
+        action="store_true",
+        help="run every step again, ignoring the progress an earlier run of this file saved",
+    )
 
 
 def positive_int(text: str) -> int:

@@ -187,7 +187,7 @@ def run_script(args: argparse.Namespace) -> int:
         return cc.fail(str(exc), cc.EXIT_USAGE)
     putter = _putter(args)
     stop = cc.stop_on_signals()
-    runner = ScenarioRunner(args.file, steps, putter.state.file, stop)
+    runner = ScenarioRunner(args.file, steps, putter.state.file, stop, args.restart)
 
     def execute(step: Step, n: int) -> None:
         key = f"{runner.key}#{step.number}.{n}"
@@ -197,7 +197,7 @@ def run_script(args: argparse.Namespace) -> int:
         ran = runner.run(execute)
     finally:
         putter.close()
-    print(f"script {args.file}: {ran} steps run{' (stopped)' if stop.is_set() else ''}")
+    print(runner.summary(ran))
     return cc.EXIT_OK
 
 
