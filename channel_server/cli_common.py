@@ -37,6 +37,9 @@ EXIT_UNAVAILABLE = 3
 EXIT_REFUSED = 4
 EXIT_NOT_SUBSCRIBED = 5
 EXIT_NOT_AUTHORIZED = 6
+EXIT_PARTIAL = 7
+"""Done in part: some of the input was invalid or unknown and was skipped (the output
+names it: lines of invalid rows, unknown dead-letter ids); the rest was done."""
 EXIT_INTERRUPTED = 130
 """Stopped by Ctrl-C or SIGTERM (what was done is printed first)."""
 
