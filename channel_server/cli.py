@@ -76,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         "dead-letters",
         help="list (or replay) a channel's dead-letter queue",
         description="List the events whose handler failed max-attempts times; --replay "
-        "queues them (all, or the --id ones) for delivery again.",
+        "queues them (all, or the --id ones) for delivery again. An --id that names no dead "
+        "letter is named on stderr and makes the exit code 7 (the others are still listed "
+        "or replayed).",
     )
     cc.add_ns_flags(dead)
     dead.add_argument("channel", help="channel name")
@@ -589,21 +591,33 @@ def show_status(args: argparse.Namespace) -> int:
 
 
 def dead_letters(args: argparse.Namespace) -> int:
+    """List or replay dead letters. Ids (``--id``) that name none are not silently passed
+    over: they are named, and the exit code is EXIT_PARTIAL."""
     uri = resolve_channel(args.ns_host, args.ns_port, args.channel)
+    unknown: list[str] = []
     with make_proxy(uri, LIST_TIMEOUT_S) as channel:
+        letters = channel.dead_letters() if args.ids or not args.replay else []
+        if args.ids:
+            letters = [d for d in letters if set(args.ids) & _letter_names(d)]
+            named = set().union(*map(_letter_names, letters))
+            unknown = list(dict.fromkeys(i for i in args.ids if i not in named))
         if args.replay:
-            count = channel.replay_dead_letters(args.ids)
+            chosen = None if not args.ids else [i for i in args.ids if i not in unknown]
+            count = 0 if chosen == [] else channel.replay_dead_letters(chosen)
             print(f"{args.channel}: {count} dead letters queued again")
-            return cc.EXIT_OK
-        letters = channel.dead_letters()
-    if args.ids:
-        wanted = set(args.ids)
-        letters = [d for d in letters if wanted & {d["id"], event_uid(d["publisher_id"], d["id"])}]
-    if args.json:
+    if not args.replay and args.json:
         print(json.dumps(letters))
-    else:
+    elif not args.replay:
         render_dead_letters(make_console(), args.channel, letters)
+    if unknown:
+        missing = f"not in the dead-letter queue of {args.channel}: {', '.join(unknown)}"
+        return cc.fail(missing, cc.EXIT_PARTIAL)
     return cc.EXIT_OK
+
+
+def _letter_names(letter: dict[str, Any]) -> set[str]:
+    """What ``--id`` may call a dead letter: its id, or its uid ``publisher_id/id``."""
+    return {letter["id"], event_uid(letter["publisher_id"], letter["id"])}
 
 
 def run_nameserver(args: argparse.Namespace) -> int:

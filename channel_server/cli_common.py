@@ -39,6 +39,9 @@ EXIT_UNAVAILABLE = 3
 EXIT_REFUSED = 4
 EXIT_NOT_SUBSCRIBED = 5
 EXIT_NOT_AUTHORIZED = 6
+EXIT_PARTIAL = 7
+"""Done in part: some of the input was invalid or unknown and was skipped (the output
+names it: lines of invalid rows, unknown dead-letter ids); the rest was done."""
 EXIT_INTERRUPTED = 130
 """Stopped by Ctrl-C or SIGTERM (what was done is printed first)."""
 
@@ -243,6 +246,11 @@ def add_script_command(sub: Any, actions: str, id_dest: str) -> None:
         id_dest,
     )
     cmd.add_argument("file", type=Path, help="the scenario (YAML)")
+    cmd.add_argument(
+        "--restart",
+        action="store_true",
+        help="run every step again, ignoring the progress an earlier run of this file saved",
+    )
 
 
 def positive_int(text: str) -> int:

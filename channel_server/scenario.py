@@ -10,7 +10,8 @@ steps:
 Each repetition of a step is one unit of work. After each unit the number done is saved
 in the client's state file (private, see :mod:`channel_server.statefile`), so a client
 restarted with the same file resumes after its last completed unit (a changed file starts
-over).
+over, and so does ``--restart``). The summary line says when units were skipped because an
+earlier run completed them, so a re-run that does nothing says why.
 """
 
 from __future__ import annotations
@@ -88,13 +89,28 @@ class ScenarioRunner:
     """Runs steps unit by unit, saving progress after each one."""
 
     def __init__(
-        self, path: Path, steps: list[Step], state: StateFile, stop: threading.Event
+        self,
+        path: Path,
+        steps: list[Step],
+        state: StateFile,
+        stop: threading.Event,
+        restart: bool = False,
     ) -> None:
+        """``restart``: ignore the progress an earlier run saved (run every unit again)."""
         self.steps = steps
+        self._path = path
         self._state = state
         self._stop = stop
+        self._restart = restart
         self._key = str(path.resolve())
         self._digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        self.skipped = 0
+        """Units an earlier run completed, skipped by :meth:`run`."""
+
+    @property
+    def units(self) -> int:
+        """Every repetition of every step."""
+        return sum(step.repeat for step in self.steps)
 
     @property
     def key(self) -> str:
@@ -121,7 +137,8 @@ class ScenarioRunner:
     def run(self, execute: Callable[[Step, int], None]) -> int:
         """Execute every unit not done yet; returns how many ran. Stops early (and can be
         resumed) when the stop event is set."""
-        done = self._done()
+        done = 0 if self._restart else self._done()
+        self.skipped = done
         if done:
             log.info("resuming after %d completed units", done)
         unit = ran = 0
@@ -139,3 +156,18 @@ class ScenarioRunner:
                 if pause and self._stop.wait(pause):
                     return ran
         return ran
+
+    def summary(self, ran: int) -> str:
+        """The line a client prints after :meth:`run`: how many units ran and, when some
+        were skipped, that an earlier run had completed them (and how to run them again)."""
+        line = f"script {self._path}: {ran} steps run"
+        if self._stop.is_set():
+            return line + " (stopped)"
+        if self.skipped and self.skipped >= self.units:
+            return (
+                f"{line}: all {self.units} were completed by an earlier run of this file "
+                f"(progress in {self._state.path}); --restart runs them again"
+            )
+        if self.skipped:
+            return f"{line} (resumed after {self.skipped} completed by an earlier run)"
+        return line

@@ -29,6 +29,10 @@ DEFAULT_BATCH = 100
 DEFAULT_PAYLOAD = 100
 DEFAULT_PARTITIONS = 1
 DEFAULT_RETRY_FOR_S = 30.0
+FILE_ONLY = ("spark", "spark_threshold", "subscribers")
+"""Flags (dests) of ``publish --file`` alone: refused with ``--count``, not ignored."""
+COUNT_ONLY = ("partitions", "payload_size", "start_seq", "rate", "kill_queues_at")
+"""Flags (dests) of synthetic events alone: refused with ``--file``, not ignored."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
         "publish",
         help="publish N synthetic events",
         description="Publish N synthetic events with ids PUB-<seq> (seq from 1) and "
-        "partition seq % P. Prints accepted / duplicate / refused counts and the rate.",
+        "partition seq % P, or the rows of a batch file. Prints accepted / duplicate / "
+        "refused counts and the rate. Exit codes: 0 all published; 4 some refused "
+        "(QueueFull); 7 some rows of --file invalid and not published (their lines are "
+        "named); 3 broker unavailable; 2 bad input; 130 interrupted.",
     )
     cc.add_ns_flags(pub)
     pub.add_argument("--channel", required=True, type=cc.plain_name, help="channel name")
@@ -57,22 +64,24 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument(
         "--spark",
         choices=[m.value for m in SparkMode],
-        default=SparkMode.AUTO.value,
-        help="with --file: plan the batch with the spark_partitions job first (always), "
+        default=None,
+        help="with --file only: plan the batch with the spark_partitions job first (always), "
         "publish it as it is (never), or plan from --spark-threshold rows on (auto, default)",
     )
     pub.add_argument(
         "--spark-threshold",
         type=cc.positive_int,
-        default=DEFAULT_SPARK_THRESHOLD_ROWS,
+        default=None,
         metavar="ROWS",
-        help="rows from which --spark auto plans with Spark (default %(default)s)",
+        help="with --file only: rows from which --spark auto plans with Spark "
+        f"(default {DEFAULT_SPARK_THRESHOLD_ROWS})",
     )
     pub.add_argument(
         "--subscribers",
         type=cc.positive_int,
         default=None,
-        help="slots the plan balances blocks over (default: the channel's active members)",
+        help="with --file only: slots the plan balances blocks over (default: the "
+        "channel's active members)",
     )
     pub.add_argument(
         "--no-progress", action="store_true", help="no progress bar while publishing a file"
@@ -80,14 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument(
         "--partitions",
         type=cc.positive_int,
-        default=DEFAULT_PARTITIONS,
-        help="partition of event seq is seq %% P (default %(default)s)",
+        default=None,
+        help="with --count only: partition of event seq is seq %% P "
+        f"(default {DEFAULT_PARTITIONS})",
     )
     pub.add_argument(
         "--payload-size",
         type=cc.non_negative_int,
-        default=DEFAULT_PAYLOAD,
-        help="payload bytes per event (default %(default)s)",
+        default=None,
+        help=f"with --count only: payload bytes per event (default {DEFAULT_PAYLOAD})",
     )
     pub.add_argument(
         "--batch-size",
@@ -99,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--start-seq",
         type=cc.positive_int,
         default=None,
-        help="first sequence number (default: the one after the last this publisher used "
-        "on this channel, from its state file; 1 for a new one)",
+        help="with --count only: first sequence number (default: the one after the last "
+        "this publisher used on this channel, from its state file; 1 for a new one)",
     )
     pub.add_argument(
         "--state-dir",
@@ -123,15 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=cc.positive_float,
         default=None,
         metavar="EVENTS_PER_S",
-        help="pace synthetic events at about this rate (default: as fast as possible)",
+        help="with --count only: pace synthetic events at about this rate (default: as "
+        "fast as possible)",
     )
     pub.add_argument(
         "--kill-queues-at",
         type=cc.positive_int,
         default=None,
         metavar="N",
-        help="fault injection: after the N-th publish call, ask the broker to empty the "
-        "channel's in-memory queues (the broker needs --allow-fault-injection)",
+        help="with --count only; fault injection: after the N-th publish call, ask the "
+        "broker to empty the channel's in-memory queues (the broker needs "
+        "--allow-fault-injection)",
     )
     pub.add_argument(
         "--create", action="store_true", help="create the channel if nobody hosts it yet"
@@ -164,6 +176,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_publish_flags(args: argparse.Namespace) -> str | None:
+    """Why the flags of ``publish`` do not go together (a flag of the other source was
+    given: it would be ignored), or None; then fills in the defaults of the flags left out
+    (they default to None so that a given one can be told from a default)."""
+    if args.file:
+        other, mine, why = COUNT_ONLY, "--file", "a file's rows carry their own ids and partitions"
+    else:
+        other, mine, why = FILE_ONLY, "--count", "synthetic events are published as they are"
+    for dest in other:
+        if getattr(args, dest) is not None:
+            flag = "--" + dest.replace("_", "-")
+            return f"{flag} does not apply to {mine} ({why})"
+    defaults = {
+        "spark": SparkMode.AUTO.value,
+        "spark_threshold": DEFAULT_SPARK_THRESHOLD_ROWS,
+        "partitions": DEFAULT_PARTITIONS,
+        "payload_size": DEFAULT_PAYLOAD,
+    }
+    for dest, value in defaults.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    return None
+
+
 def _putter(args: argparse.Namespace) -> Putter:
     state = PublisherState(args.state_dir or default_state_dir(), args.publisher_id)
     return Putter(args.publisher_id, state, ClientOptions.from_args(args))
@@ -187,7 +223,7 @@ def run_script(args: argparse.Namespace) -> int:
         return cc.fail(str(exc), cc.EXIT_USAGE)
     putter = _putter(args)
     stop = cc.stop_on_signals()
-    runner = ScenarioRunner(args.file, steps, putter.state.file, stop)
+    runner = ScenarioRunner(args.file, steps, putter.state.file, stop, args.restart)
 
     def execute(step: Step, n: int) -> None:
         key = f"{runner.key}#{step.number}.{n}"
@@ -197,7 +233,7 @@ def run_script(args: argparse.Namespace) -> int:
         ran = runner.run(execute)
     finally:
         putter.close()
-    print(f"script {args.file}: {ran} steps run{' (stopped)' if stop.is_set() else ''}")
+    print(runner.summary(ran))
     return cc.EXIT_OK
 
 
@@ -236,9 +272,10 @@ def publish(args: argparse.Namespace) -> int:
     ) as publisher:
         stop = cc.stop_on_signals()  # from here on, a signal stops after the batch in hand
         started = time.perf_counter()
+        invalid = 0
         if args.file:
             report = _publish_file(args, publisher, stop)
-            totals, count = report.totals, report.rows
+            totals, count, invalid = report.totals, report.rows, report.rejected
         else:
             events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
             if args.rate:
@@ -261,6 +298,7 @@ def publish(args: argparse.Namespace) -> int:
         "events_per_s": round(count / elapsed, 1) if elapsed > 0 else None,
     }
     figures["interrupted"] = totals.stopped
+    figures["invalid"] = invalid
     print(
         f"{args.publisher_id} -> {args.channel}: {totals.accepted} accepted, "
         f"{totals.duplicates} duplicate, {totals.refused} refused (QueueFull), "
@@ -271,7 +309,9 @@ def publish(args: argparse.Namespace) -> int:
         print(json.dumps(figures))
     if totals.stopped:
         return cc.EXIT_INTERRUPTED
-    return cc.EXIT_REFUSED if totals.refused else cc.EXIT_OK
+    if totals.refused:
+        return cc.EXIT_REFUSED
+    return cc.EXIT_PARTIAL if invalid else cc.EXIT_OK
 
 
 def _publish_file(
@@ -287,11 +327,12 @@ def _publish_file(
         args.spark_threshold,
         progress=not args.no_progress,
         stop=stop,
+        wait_when_full=args.wait_when_full,
     )
     if report.planned:
         print(f"plan: {report.plan_summary}")
     if report.rejected:
-        print(f"{report.rejected} invalid rows not published, e.g.:")
+        print(report.rejects_line())
         for example in report.reject_examples:
             print(f"  {example}")
     return report
@@ -318,7 +359,10 @@ def _kill_queues_hook(args: argparse.Namespace) -> Callable[[int], None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "publish" and (conflict := check_publish_flags(args)):
+        parser.error(conflict)
     cc.setup(args)
     commands = {"publish": publish, "put": put, "script": run_script}
     return cc.run_client_command(commands[args.command], args, (PlanError,))

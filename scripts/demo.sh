@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/compile.sh ""
 py=.venv/bin/python
 out=$(mktemp -d)
+# Every run starts from nothing: the publishers' sequences (ids pub-orders-1..10) and the
+# token live in this run's own state dir, not in ~/.local/state where a previous run's stay.
+export PUBSUB_STATE_DIR="$out/state"
 ns_port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 ns=(--ns-host 127.0.0.1 --ns-port "$ns_port")
 pids=()

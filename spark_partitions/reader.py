@@ -3,7 +3,8 @@
 Each reader yields :class:`RawRow` items: the five field values typed the way the format
 types them (see :mod:`spark_partitions.rules`), or a reason the row could not even be split
 into fields, plus the source text for the rejects output. They mirror the Spark readers of
-:mod:`spark_partitions.spark_read` rule for rule.
+:mod:`spark_partitions.spark_read` rule for rule. :func:`read_located_rows` also says where
+each row is in its file (the publisher names the lines of invalid rows with it).
 """
 
 from __future__ import annotations
@@ -30,11 +31,33 @@ class RawRow(NamedTuple):
     source: Any
 
 
+class Location(NamedTuple):
+    """Where a row is: its file, and the line it starts on (JSON lines, CSV) or its row
+    number (Parquet, ``line_is_row``), counted from 1."""
+
+    file: Path
+    line: int
+    line_is_row: bool = False
+
+    def __str__(self) -> str:
+        return f"{'row' if self.line_is_row else 'line'} {self.line}"
+
+
 def read_rows(path: str, fmt: Format) -> Iterator[RawRow]:
     """Every row of every data file under ``path``, in file order."""
     reader = _READERS[fmt]
     for file in data_files(path):
-        yield from reader(file)
+        for _, row in reader(file):
+            yield row
+
+
+def read_located_rows(path: str, fmt: Format) -> Iterator[tuple[Location, RawRow]]:
+    """Like :func:`read_rows`, each row with its :class:`Location`."""
+    reader = _READERS[fmt]
+    is_row = fmt is Format.PARQUET
+    for file in data_files(path):
+        for line, row in reader(file):
+            yield Location(file, line, is_row), row
 
 
 def source_text(source: Any) -> str:
@@ -87,16 +110,17 @@ def parse_json_line(line: str) -> RawRow:
     return RawRow(tuple(obj.get(name) for name in FIELDS), None, line)
 
 
-def _read_jsonl(file: Path) -> Iterator[RawRow]:
+def _read_jsonl(file: Path) -> Iterator[tuple[int, RawRow]]:
     with file.open(encoding="utf-8", errors="replace") as handle:
-        for raw in handle:
+        for number, raw in enumerate(handle, 1):
             line = raw.rstrip("\r\n")
             if not BLANK_LINE_RE.fullmatch(line):
-                yield parse_json_line(line)
+                yield number, parse_json_line(line)
 
 
 # -- CSV ----------------------------------------------------------------------------------
-def _read_csv(file: Path) -> Iterator[RawRow]:
+def _read_csv(file: Path) -> Iterator[tuple[int, RawRow]]:
+    """Rows with the line each record starts on (a quoted field may span lines)."""
     with file.open(encoding="utf-8", errors="replace", newline="") as handle:
         rows = csv.reader(handle)
         header = next(rows, None)
@@ -104,34 +128,39 @@ def _read_csv(file: Path) -> Iterator[RawRow]:
             return
         check_columns(header, str(file))
         where = [header.index(name) if name in header else -1 for name in FIELDS]
+        ended = rows.line_num
         for row in rows:
+            start, ended = ended + 1, rows.line_num
             if not row:
                 continue
             if len(row) != len(header):
-                yield RawRow(None, Reason.FIELD_COUNT, dict(zip(header, row, strict=False)))
+                source = dict(zip(header, row, strict=False))
+                yield start, RawRow(None, Reason.FIELD_COUNT, source)
                 continue
             values = tuple(
                 None if i < 0 else csv_value(name, row[i])
                 for name, i in zip(FIELDS, where, strict=True)
             )
-            yield RawRow(values, None, dict(zip(header, row, strict=True)))
+            yield start, RawRow(values, None, dict(zip(header, row, strict=True)))
 
 
 # -- Parquet ------------------------------------------------------------------------------
-def _read_parquet(file: Path) -> Iterator[RawRow]:
+def _read_parquet(file: Path) -> Iterator[tuple[int, RawRow]]:
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(file)
     columns = parquet.schema_arrow.names
     check_columns(columns, str(file))
+    number = 0
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
         by_name = {name: batch.column(name).to_pylist() for name in columns}
         empty = [None] * batch.num_rows
         for values in zip(*(by_name.get(name, empty) for name in FIELDS), strict=True):
-            yield RawRow(values, None, values)
+            number += 1
+            yield number, RawRow(values, None, values)
 
 
-_READERS: dict[Format, Callable[[Path], Iterator[RawRow]]] = {
+_READERS: dict[Format, Callable[[Path], Iterator[tuple[int, RawRow]]]] = {
     Format.JSONL: _read_jsonl,
     Format.CSV: _read_csv,
     Format.PARQUET: _read_parquet,

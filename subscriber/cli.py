@@ -182,14 +182,14 @@ def run_script(args: argparse.Namespace) -> int:
         return cc.fail(str(exc), cc.EXIT_USAGE)
     client = _pull_client(args)
     stop = cc.stop_on_signals()
-    runner = ScenarioRunner(args.file, steps, client.state, stop)
+    runner = ScenarioRunner(args.file, steps, client.state, stop, args.restart)
     try:
         ran = runner.run(
             lambda step, n: print(pull_action(client, step.action, step.topic)[0], flush=True)
         )
     finally:
         client.close()
-    print(f"script {args.file}: {ran} steps run{' (stopped)' if stop.is_set() else ''}")
+    print(runner.summary(ran))
     return cc.EXIT_OK
 
 

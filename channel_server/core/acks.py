@@ -115,7 +115,7 @@ def unpushable(
     back = [f for f in flights if f.event.uid not in reasons]
     outcome.retried = [f.event for f in back]
     finish(group, member, dead)
-    give_back(group, member, back, hold=False)
+    give_back(group, member, back, hold=False, reached=False)  # the push was never sent
     if not member.flights:
         member.busy_since = None
     return outcome
@@ -160,6 +160,7 @@ def ack_owed(group: ConsumerGroup, member: Member, acked: Iterable[str]) -> list
         for ev in done:
             pq.pending.remove(ev)
             group.handler_failures.pop(ev.offset, None)
+            group.attempts.pop(ev.offset, None)  # given back, never launched again
         member.queued -= len(done)
         member.owed -= sum(1 for ev in done if ev.offset in pq.held_back)
         wanted.difference_update(ev.uid for ev in done)

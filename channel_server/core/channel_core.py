@@ -135,6 +135,9 @@ class ChannelCore:
         """Sizes of the unacknowledged events (``Event.size``), beside their count."""
         self.accepted_total = 0
         self.acked_total = 0
+        """Counts of this life of the channel (see :meth:`restore` and :meth:`replay`):
+        ``accepted_total - acked_total == unacked`` until a group is dropped with its
+        backlog."""
         self._groups_left: dict[int, int] = {}
         """offset -> groups still to acknowledge, only for events held by 2+ groups."""
         if kind is ChannelKind.QUEUE:
@@ -399,11 +402,11 @@ class ChannelCore:
             group = self.groups.get(letter.group) or self.add_group(letter.group)
             if letter.event.offset in self._groups_left:
                 self._groups_left[letter.event.offset] += 1
-            else:
+            else:  # accepted again (not un-acknowledged: it may have died in a past life)
                 restored.append(letter.event)
                 self.unacked += 1
                 self.queued_bytes += letter.event.size
-                self.acked_total -= 1
+                self.accepted_total += 1
             group.enqueue([letter.event])
         return chosen, restored
 
@@ -445,6 +448,7 @@ class ChannelCore:
                 sizes[ev.offset] = ev.size
         self._groups_left = {offset: n for offset, n in holders.items() if n > 1}
         self.unacked = len(holders)
+        self.accepted_total = self.unacked  # their acks count in this life: so must they
         self.queued_bytes = sum(sizes.values())
         for group in self.groups.values():
             group.pin_restored(self.next_offset)

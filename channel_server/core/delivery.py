@@ -4,6 +4,13 @@ A push only hands a batch over; what the member holds is tracked as flights (per
 delivery seq). A failed push or ping counts against the member, and ``max_attempts`` of
 them in a row make it inactive. Events that come back from a member that may have
 processed them (a lost ack, a failed push that may have arrived) are *held back* for it.
+
+An event's ``attempt`` counts its deliveries that reached, or may have reached, a member (a
+failed push may have arrived), so a handler can tell an event it may have seen before.
+It is not bounded by ``max_attempts``, which counts failures of one member in a row and
+handler failures of one event: after ``max_attempts`` failed pushes to one member the next
+delivery, elsewhere, is attempt ``max_attempts + 1``. A delivery that surely never reached
+anyone (declined, or not sent at all) is not counted.
 """
 
 from __future__ import annotations
@@ -105,7 +112,7 @@ def push_declined(group: ConsumerGroup, batch: Batch, now: float, pause_s: float
     flights = _flights_of(member, batch)
     for flight in flights:
         del member.flights[flight.event.uid]
-    give_back(group, member, flights, hold=False)
+    give_back(group, member, flights, hold=False, reached=False)
     if not member.flights:
         member.busy_since = None
     member.retry_at = now + pause_s
@@ -168,13 +175,18 @@ def unfly(group: ConsumerGroup, member: Member, flights: list[Flight]) -> None:
 
 
 def give_back(
-    group: ConsumerGroup, member: Member, flights: list[Flight], hold: bool = True
+    group: ConsumerGroup,
+    member: Member,
+    flights: list[Flight],
+    hold: bool = True,
+    reached: bool = True,
 ) -> None:
-    """Put events that were held back at their place in their partitions; their next
-    delivery counts as the next attempt. ``hold``: the member may have processed them
-    (a skipped ack, a failed push): they stay with it (PartitionQueue.held_back)."""
+    """Put events that were held back at their place in their partitions. ``hold``: the
+    member may have processed them (a skipped ack, a failed push): they stay with it
+    (PartitionQueue.held_back). ``reached``: the delivery reached (or may have reached)
+    the member, so the next one is the next attempt; else it is this attempt again."""
     for flight in flights:
-        group.attempts[flight.event.offset] = flight.attempt
+        group.attempts[flight.event.offset] = flight.attempt if reached else flight.attempt - 1
     for key, events in by_key(f.event for f in flights).items():
         pq = group.partitions[key]
         pq.resolve(events)

@@ -339,7 +339,7 @@ def test_unpushable_events_are_dead_and_the_rest_goes_back_unblamed() -> None:
     assert (member.active, member.failures, member.in_flight) == (True, 0, 0)
     again = take(group, "s")
     assert ids(again.events) == ["a", "c"]
-    assert again.attempts == [2, 2]
+    assert again.attempts == [1, 1]  # the push was never sent: not an attempt
     assert (core.unacked, core.queued_bytes) == (2, sum(ev.size for ev in again.events))
 
 

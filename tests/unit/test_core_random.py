@@ -575,7 +575,8 @@ class Driver:
         self.core.restore(snap, self.now)
         for grp in self.core.groups.values():
             self.store.save_group(NAME, grp.name, grp.created_offset)
-        self.accepted_life = self.retired_life = 0
+        # restored events count as accepted in the new life, as their acks will count
+        self.accepted_life, self.retired_life = len(self.events) - len(self.retired), 0
         sessions = []
         for name, mg in self.groups.items():
             grp = self.core.groups[name]
