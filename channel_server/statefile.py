@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
 import re
 import stat
-from collections.abc import Callable
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -93,17 +96,20 @@ def state_path(directory: Path, *name_parts: str, suffix: str = "") -> Path:
 def write_private(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` atomically: a 0600 temp file (never through a link),
     fsync, rename. The directory must exist (see :func:`private_dir`)."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = None
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # left by a crash
-        fd = _open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        # A name of its own (mkstemp: 0600, O_EXCL), so that writers of the same file in
+        # two threads or processes never write or remove each other's temp file.
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise StoreError(str(path), f"cannot write: {_reason(exc)}") from None
 
 
@@ -192,6 +198,16 @@ def complete_lines(path: Path, text: str) -> list[str]:
     return lines
 
 
+_path_locks: dict[Path, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+"""Guards ``_path_locks``: one lock per state file path, for the threads of this process."""
+
+
+def _thread_lock(path: Path) -> threading.Lock:
+    with _path_locks_guard:
+        return _path_locks.setdefault(path, threading.Lock())
+
+
 def malformed(path: Path, what: str) -> StoreError:
     """The one-line error for a state file that is not what it should be."""
     return StoreError(str(path), f"{what}; fix or remove it")
@@ -229,10 +245,24 @@ class StateFile:
         write_private(self.path, json.dumps(data))
 
     def update(self, **changes: Any) -> dict[str, Any]:
-        data = self.load()
-        data.update(changes)
-        self.save(data)
+        with self.locked():
+            data = self.load()
+            data.update(changes)
+            self.save(data)
         return data
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the file for a read-modify-write: against the other threads of this
+        process (a lock per path) and other processes (``flock`` on a ``.lock`` file
+        beside it), so two writers of one file never lose each other's changes."""
+        with _thread_lock(self.path):
+            fd = _open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the flock
 
     def malformed(self, what: str) -> StoreError:
         return malformed(self.path, what)

@@ -19,7 +19,7 @@ from channel_server.scenario import ScenarioRunner, Step, load_steps
 from channel_server.statefile import default_state_dir
 from channel_server.wire import make_proxy
 from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, FileReport, SparkMode, publish_file
-from publisher.client import Publisher
+from publisher.client import DEFAULT_PARTITIONS, Publisher
 from publisher.state import PublisherState
 from publisher.topics import Putter
 from spark_partitions.errors import PlanError
@@ -27,7 +27,6 @@ from spark_partitions.errors import PlanError
 log = logging.getLogger("publisher")
 DEFAULT_BATCH = 100
 DEFAULT_PAYLOAD = 100
-DEFAULT_PARTITIONS = 1
 DEFAULT_RETRY_FOR_S = 30.0
 FILE_ONLY = ("spark", "spark_threshold", "subscribers")
 """Flags (dests) of ``publish --file`` alone: refused with ``--count``, not ignored."""
@@ -90,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--partitions",
         type=cc.positive_int,
         default=None,
-        help="with --count only: partition of event seq is seq %% P "
-        f"(default {DEFAULT_PARTITIONS})",
+        help="with --count only: partition of event seq is seq %% P, so the events spread "
+        f"over P partitions, each in order (default {DEFAULT_PARTITIONS}, as the library)",
     )
     pub.add_argument(
         "--payload-size",

@@ -27,10 +27,11 @@ class PublisherState:
         """Record that numbers below ``next_seq`` are (about to be) used on ``channel``.
         Never lowers what is recorded: a publisher started at an earlier number
         (``--start-seq``, ``next_seq=``) does not make the numbers above it free again."""
-        data, seq = self._load()
-        seq[channel] = max(next_seq, seq.get(channel, 0))
-        data["seq"] = seq
-        self.file.save(data)
+        with self.file.locked():
+            data, seq = self._load()
+            seq[channel] = max(next_seq, seq.get(channel, 0))
+            data["seq"] = seq
+            self.file.save(data)
 
     def pending_put(self) -> dict[str, Any] | None:
         """The journaled put (``topic``, ``event``, ``key``) not known to be confirmed."""
@@ -42,11 +43,12 @@ class PublisherState:
         """Save the put about to be sent (None once it is confirmed) with the sequence.
         ``key`` names the unit of work it belongs to (a scenario step), so a rerun of that
         unit sends the same event again instead of a new one."""
-        data, seq = self._load()
-        seq[topic] = next_seq
-        data["seq"] = seq
-        data["pending_put"] = {"topic": topic, "event": event, "key": key} if event else None
-        self.file.save(data)
+        with self.file.locked():
+            data, seq = self._load()
+            seq[topic] = next_seq
+            data["seq"] = seq
+            data["pending_put"] = {"topic": topic, "event": event, "key": key} if event else None
+            self.file.save(data)
 
     def _load(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The state and its ``seq`` object, checked (StoreError naming the file if not)."""

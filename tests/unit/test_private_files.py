@@ -122,9 +122,11 @@ def test_client_state_dirs_and_files_are_private(tmp_path: Path) -> None:
 
     assert modes(state) == {
         "publisher-p1.json": 0o600,
+        "publisher-p1.json.lock": 0o600,
         "processed-c-g-s1.txt": 0o600,
         "subscriber-s1.received": 0o600,
         "subscriber-s1.json": 0o600,
+        "subscriber-s1.json.lock": 0o600,
     }
     assert (mode(state), mode(state.parent)) == (0o700, 0o700)
     assert mode(tmp_path / "record.jsonl") == 0o600
