@@ -73,18 +73,24 @@ def publish_file(
     progress: bool = True,
     stop: threading.Event | None = None,
     wait_when_full: bool = False,
+    spark_master: str | None = None,
+    driver_host: str | None = None,
 ) -> FileReport:
     """Publish every valid event of a batch file (until ``stop`` is set); raises
     spark_partitions' PlanError (InputError, EngineUnavailable) with a one-line reason.
-    ``wait_when_full``: a QueueFull is waited out (see Publisher.publish_all)."""
+    ``wait_when_full``: a QueueFull is waited out (see Publisher.publish_all).
+    ``spark_master``/``driver_host``: where a Spark plan runs (None: local, 127.0.0.1)."""
     from spark_partitions.engine import estimate_rows
     from spark_partitions.formats import detect_format
 
     fmt = detect_format(path)
     rows = estimate_rows(path, fmt)
     if mode is SparkMode.ALWAYS or (mode is SparkMode.AUTO and rows >= threshold_rows):
+        from spark_partitions.session import DEFAULT_DRIVER_HOST, SparkSettings
+
+        spark = SparkSettings(spark_master, driver_host or DEFAULT_DRIVER_HOST)
         return _publish_planned(
-            publisher, path, fmt, batch_size, subscribers, progress, stop, wait_when_full
+            publisher, path, fmt, batch_size, subscribers, progress, stop, wait_when_full, spark
         )
     report = FileReport(PublishTotals(), rows=rows)
     events = _valid_rows(path, fmt, report)
@@ -104,6 +110,7 @@ def _publish_planned(
     progress: bool,
     stop: threading.Event | None,
     wait_when_full: bool,
+    spark: Any,
 ) -> FileReport:
     from spark_partitions.blocks import iter_blocks
     from spark_partitions.config import PlanConfig
@@ -111,7 +118,8 @@ def _publish_planned(
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are noise here
     with tempfile.TemporaryDirectory(prefix="plan-") as plan_dir:
-        outcome = run(Request(path, plan_dir, fmt, PlanConfig(subscribers), Engine.SPARK))
+        request = Request(path, plan_dir, fmt, PlanConfig(subscribers), Engine.SPARK, spark=spark)
+        outcome = run(request)
         plan = outcome.plan
         report = FileReport(
             PublishTotals(),

@@ -28,7 +28,7 @@ log = logging.getLogger("publisher")
 DEFAULT_BATCH = 100
 DEFAULT_PAYLOAD = 100
 DEFAULT_RETRY_FOR_S = 30.0
-FILE_ONLY = ("spark", "spark_threshold", "subscribers")
+FILE_ONLY = ("spark", "spark_threshold", "subscribers", "master", "driver_host")
 """Flags (dests) of ``publish --file`` alone: refused with ``--count``, not ignored."""
 COUNT_ONLY = ("partitions", "payload_size", "start_seq", "rate", "kill_queues_at")
 """Flags (dests) of synthetic events alone: refused with ``--file``, not ignored."""
@@ -81,6 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --file only: slots the plan balances blocks over (default: the "
         "channel's active members)",
+    )
+    pub.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="with --file only: the Spark master a plan runs on (default local[*]); "
+        "spark://HOST:PORT for a standalone cluster, whose executors must reach the file "
+        "and this machine's temp dir (same machine or a shared file system)",
+    )
+    pub.add_argument(
+        "--driver-host",
+        default=None,
+        metavar="ADDR",
+        help="with --file only: the address the Spark driver binds to and the executors "
+        "call back (default 127.0.0.1; on a real cluster one they can reach)",
     )
     pub.add_argument(
         "--no-progress", action="store_true", help="no progress bar while publishing a file"
@@ -327,6 +342,8 @@ def _publish_file(
         progress=not args.no_progress,
         stop=stop,
         wait_when_full=args.wait_when_full,
+        spark_master=args.master,
+        driver_host=args.driver_host,
     )
     if report.planned:
         print(f"plan: {report.plan_summary}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,9 @@ def write_batch(path: Path) -> tuple[set[str], dict[tuple[str, int], list[str]]]
     return {r["id"] for r in valid}, order
 
 
-def publish_file(cluster: Cluster, path: Path, mode: str, timeout_s: float = 60):
+def publish_file(
+    cluster: Cluster, path: Path, mode: str, timeout_s: float = 60, *extra: str
+) -> subprocess.CompletedProcess:
     return cluster.run(
         [
             "-m",
@@ -57,6 +60,7 @@ def publish_file(cluster: Cluster, path: Path, mode: str, timeout_s: float = 60)
             mode,
             "--json",
             "--no-progress",
+            *extra,
         ],
         timeout_s,
     )

@@ -6,6 +6,7 @@ this machine's disk, as they would on a cluster with a shared file system."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,7 +19,8 @@ import pytest
 
 from spark_partitions.config import PlanConfig
 from spark_partitions.formats import Format
-from tests.integration.procs import PROJECT_ROOT, free_port
+from tests.integration.procs import PROJECT_ROOT, Cluster, free_port
+from tests.integration.test_batch_file import check_delivery, publish_file, write_batch
 
 pytestmark = pytest.mark.spark
 
@@ -94,6 +96,10 @@ class StandaloneCluster:
                 raise AssertionError(f"{log.name}: no {line!r} (exit {proc.poll()}):\n{tail}")
             time.sleep(0.2)  # polling a log file for a condition, with a deadline
 
+    def applications(self) -> set[str]:
+        """The applications whose executors ran on the workers (their work dirs)."""
+        return {app.name for app in self.root.glob("work-*/app-*")}
+
     def stop(self) -> None:
         for proc, _ in reversed(self._procs):
             _stop_group(proc)
@@ -145,5 +151,27 @@ def test_the_plan_on_a_standalone_cluster_is_the_local_and_reference_plan(
     assert local.plan.rejected > 0 and local.plan.duplicates_dropped > 0
     assert (out / "plan.json").read_text() == (tmp_path / "ref" / "plan.json").read_text()
     assert kit.block_listing(out) == kit.block_listing(tmp_path / "ref")
-    executors = list(standalone.root.glob("work-*/app-*/*/stderr"))
-    assert executors, "no executor ran on the workers"
+    assert standalone.applications(), "the plan did not run on the workers"
+
+
+def test_publish_a_file_planned_on_a_standalone_cluster(
+    standalone: StandaloneCluster, tmp_path: Path
+) -> None:
+    apps_before = standalone.applications()
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.broker("batch")
+        cluster.subscriber("batch", "s1")
+        cluster.subscriber("batch", "s2")
+        valid, order = write_batch(cluster.tmp / "batch.jsonl")
+        path = cluster.tmp / "batch.jsonl"
+        extra = ("--master", standalone.url)
+        result = publish_file(cluster, path, "always", JOB_TIMEOUT_S, *extra)
+        assert result.returncode == 7, result.stderr[-3000:]  # one invalid row, named
+        assert "plan: spark: 40 events in 6 blocks over 2 slots" in result.stdout
+        figures = json.loads(result.stdout.splitlines()[-1])
+        assert (figures["accepted"], figures["duplicates"]) == (40, 0)
+        check_delivery(cluster, valid, order)
+    finally:
+        cluster.close()
+    assert standalone.applications() > apps_before, "the plan did not run on the workers"

@@ -18,6 +18,7 @@ PUBLISH = ["publish", "--channel", "c", "--id", "P"]
         (["--count", "3", "--spark", "always"], "--spark does not apply to --count"),
         (["--count", "3", "--spark-threshold", "10"], "--spark-threshold does not apply"),
         (["--count", "3", "--subscribers", "2"], "--subscribers does not apply to --count"),
+        (["--count", "3", "--master", "spark://h:7077"], "--master does not apply to --count"),
         (["--file", "b.jsonl", "--partitions", "4"], "--partitions does not apply to --file"),
         (["--file", "b.jsonl", "--rate", "5"], "--rate does not apply to --file"),
         (["--file", "b.jsonl", "--start-seq", "7"], "--start-seq does not apply to --file"),
