@@ -2,7 +2,8 @@
 
 The serializer, the error classes' registration and small proxy helpers, plus the names in
 the name server (from :mod:`channel_server.names`, re-exported). Importing this module
-loads Pyro5 but never the broker, its store or its threads.
+loads Pyro5 but never the broker, its store or its threads; and Pyro5's client modules
+only, not ``Pyro5.api``, which brings the name server and sqlite3 along.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import select
 from typing import Any
 
-import Pyro5.api
+import Pyro5.client
+import Pyro5.core
 import Pyro5.errors
 from Pyro5.serializers import SerializerBase
 
@@ -94,14 +96,14 @@ REFUSED = REFUSED_MARK
 
 
 def make_proxy(
-    uri: str | Pyro5.api.URI, timeout_s: float | None, credential: Credential | None = None
-) -> Pyro5.api.Proxy:
+    uri: str | Pyro5.core.URI, timeout_s: float | None, credential: Credential | None = None
+) -> Pyro5.client.Proxy:
     """A msgpack proxy with its own timeout, which identifies itself with ``credential``
     (default: this process's, see :func:`credentials.ambient`) when it connects. It
     belongs to the calling thread."""
     register_errors()
     tls.from_environment()
-    proxy = Pyro5.api.Proxy(uri)
+    proxy = Pyro5.client.Proxy(uri)
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:
         proxy._pyroTimeout = timeout_s
@@ -112,7 +114,7 @@ def make_proxy(
 
 def locate_ns(
     host: str, port: int, timeout_s: float = 5.0, credential: Credential | None = None
-) -> Pyro5.api.Proxy:
+) -> Pyro5.client.Proxy:
     """The name server proxy at an explicit address (never by broadcast), with its
     timeout and credential set before it connects. Raises BrokerUnavailable or
     NotAuthorized."""
@@ -127,7 +129,7 @@ def locate_ns(
     return ns
 
 
-def closed_by_peer(proxy: Pyro5.api.Proxy) -> bool:
+def closed_by_peer(proxy: Pyro5.client.Proxy) -> bool:
     """Whether a connected proxy's server has closed the connection (a server closes one
     idle for its comm timeout): on an idle Pyro5 connection the server sends nothing, so
     anything to read means it is closing. One poll, no waiting."""
