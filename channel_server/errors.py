@@ -2,7 +2,9 @@
 
 Client mistakes, capacity refusals and transport trouble are separate branches so a caller
 can tell "fix your input" from "retry later" from "the peer is gone". Each error keeps its
-details as attributes (``field``, ``accepted`` ...) and a readable one-line message.
+details as attributes (``field``, ``accepted`` ...) and a readable one-line message; each
+class declares the ones it sets (annotations only, no class attributes) so a type checker
+knows them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class InvalidEvent(ClientError):
     or -1 for a single event).
     """
 
+    field: str
+    reason: str
+    index: int
+
     def __init__(self, field: str, reason: str, index: int = -1) -> None:
         where = f"event #{index}: " if index >= 0 else ""
         super().__init__(f"{where}{field}: {reason}", field=field, reason=reason, index=index)
@@ -42,6 +48,9 @@ class InvalidEvent(ClientError):
 class InvalidArgument(ClientError):
     """An RPC argument other than an event is malformed (a name, a count, a URI)."""
 
+    argument: str
+    reason: str
+
     def __init__(self, argument: str, reason: str) -> None:
         super().__init__(f"{argument}: {reason}", argument=argument, reason=reason)
 
@@ -49,12 +58,17 @@ class InvalidArgument(ClientError):
 class UnknownChannel(ClientError):
     """No channel of that name is hosted here or registered in the name server."""
 
+    channel: str
+
     def __init__(self, channel: str) -> None:
         super().__init__(f"unknown channel {channel!r}", channel=channel)
 
 
 class SubscriberIdInUse(ClientError):
     """The subscriber id is active from another callback address."""
+
+    subscriber_id: str
+    group: str
 
     def __init__(self, subscriber_id: str, group: str) -> None:
         super().__init__(
@@ -68,6 +82,9 @@ class SubscriberIdInUse(ClientError):
 class NotSubscribed(ClientError):
     """The subscriber is not a member of the group it names."""
 
+    subscriber_id: str
+    channel: str
+
     def __init__(self, subscriber_id: str, channel: str) -> None:
         super().__init__(
             f"{subscriber_id!r} is not subscribed to {channel!r}",
@@ -79,6 +96,10 @@ class NotSubscribed(ClientError):
 class MemberActive(ClientError):
     """``forget`` named a member that is active (in rotation) without ``force``: a running
     subscriber would only subscribe again, so it is refused unless forced."""
+
+    subscriber_id: str
+    group: str
+    channel: str
 
     def __init__(self, subscriber_id: str, group: str, channel: str) -> None:
         super().__init__(
@@ -97,6 +118,10 @@ class NotAuthorized(ClientError):
     Attributes: ``reason``, and ``action`` / ``channel`` when a permission was missing.
     """
 
+    reason: str
+    action: str
+    channel: str
+
     def __init__(self, reason: str, action: str = "", channel: str = "") -> None:
         super().__init__(f"not authorized: {reason}", reason=reason, action=action, channel=channel)
 
@@ -109,6 +134,11 @@ follows): see ``wire.as_refusal``."""
 class ChannelConflict(ClientError):
     """The channel exists with another setting than the one asked for (its id scope: where
     event ids must be unique, fixed when it was created)."""
+
+    channel: str
+    setting: str
+    existing: str
+    requested: str
 
     def __init__(self, channel: str, setting: str, existing: str, requested: str) -> None:
         super().__init__(
@@ -123,6 +153,8 @@ class ChannelConflict(ClientError):
 
 class FaultInjectionDisabled(ClientError):
     """A fault-injection call reached a broker started without --allow-fault-injection."""
+
+    call: str
 
     def __init__(self, call: str) -> None:
         super().__init__(
@@ -148,6 +180,15 @@ class QueueFull(CapacityError):
     known, and the events whose ids are in ``refused_ids`` were not stored: publish those
     again after ``retry_after_s``.
     """
+
+    channel: str
+    capacity: int
+    limit: str
+    accepted: int
+    refused: int
+    refused_ids: list[str]
+    duplicates: list[str]
+    retry_after_s: float
 
     def __init__(
         self,
@@ -177,6 +218,10 @@ class LimitReached(CapacityError):
     """A configured cap is reached: ``limit`` ``resource`` ("channels" of a broker,
     "members" of a channel) in ``where``. Retry once some are gone, or raise the cap."""
 
+    resource: str
+    limit: int
+    where: str
+
     def __init__(self, resource: str, limit: int, where: str) -> None:
         super().__init__(
             f"{where} has reached its limit of {limit} {resource}",
@@ -194,6 +239,9 @@ class TransportError(ChannelError):
 class BrokerUnavailable(TransportError):
     """No broker answers for the channel (or no name server at the address)."""
 
+    what: str
+    reason: str
+
     def __init__(self, what: str, reason: str) -> None:
         super().__init__(f"{what}: {reason}", what=what, reason=reason)
 
@@ -206,6 +254,14 @@ class ProcessingTimeout(ChannelError, TimeoutError):
     Attributes: ``channel``, ``publisher_id``, ``timeout_s``, ``outstanding`` (deliveries
     still owed: ``queued`` + ``in_flight``) and ``dead_letters`` (its events given up on).
     """
+
+    channel: str
+    publisher_id: str
+    timeout_s: float
+    outstanding: int
+    queued: int
+    in_flight: int
+    dead_letters: int
 
     def __init__(
         self,
@@ -235,6 +291,9 @@ class ProcessingTimeout(ChannelError, TimeoutError):
 # -- storage -----------------------------------------------------------------------------
 class StoreError(ChannelError):
     """The backup store cannot be opened, read or written (damaged, locked, full)."""
+
+    path: str
+    reason: str
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"store {path}: {reason}", path=path, reason=reason)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import Pyro5.api
+import Pyro5.client
 import Pyro5.errors
 
 from channel_server.errors import BrokerUnavailable, UnknownChannel
@@ -93,7 +93,7 @@ class RemoteChannel:
         self._attempts = max(1, attempts)
         self._pause_s = pause_s
         self._drop_replies = drop_replies
-        self._proxy: Pyro5.api.Proxy | None = None
+        self._proxy: Pyro5.client.Proxy | None = None
         self.retries = 0
 
     def call(self, method: str, *args: Any) -> Any:
@@ -150,7 +150,7 @@ class RemoteChannel:
                 exc,
             )
 
-    def _connect(self) -> Pyro5.api.Proxy:
+    def _connect(self) -> Pyro5.client.Proxy:
         if self._proxy is not None and closed_by_peer(self._proxy):
             self.release()  # the broker closed it as idle: open a new one
         if self._proxy is None:

@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from channel_server.errors import InvalidArgument, StoreError
+from channel_server.names import NAME_PATTERN
 
 log = logging.getLogger(__name__)
 STATE_DIR_ENV = "PUBSUB_STATE_DIR"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-NAME_PART_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
-"""channel_server.wire.NAME_PATTERN (a test keeps them equal), not imported: this module
-stays below wire, which imports Pyro5 and the credentials."""
+NAME_PART_RE = re.compile(NAME_PATTERN)
+"""A channel, group or subscriber name, as it may appear in a state file's name."""
 NAME_MAX = 255
 """The longest file name most file systems take."""
 

@@ -1,16 +1,18 @@
 """The wire vocabulary shared by broker, publishers and subscribers.
 
-Names in the name server, the serializer, the error classes' registration and small proxy
-helpers. Importing this module loads Pyro5 but never the broker, its store or its threads.
+The serializer, the error classes' registration and small proxy helpers, plus the names in
+the name server (from :mod:`channel_server.names`, re-exported). Importing this module
+loads Pyro5 but never the broker, its store or its threads; and Pyro5's client modules
+only, not ``Pyro5.api``, which brings the name server and sqlite3 along.
 """
 
 from __future__ import annotations
 
-import re
 import select
 from typing import Any
 
-import Pyro5.api
+import Pyro5.client
+import Pyro5.core
 import Pyro5.errors
 from Pyro5.serializers import SerializerBase
 
@@ -21,53 +23,54 @@ from channel_server.errors import (
     REFUSED_MARK,
     BrokerUnavailable,
     ChannelError,
-    InvalidArgument,
     NotAuthorized,
 )
+from channel_server.names import (
+    BROKER_TAG_PREFIX,
+    DEFAULT_GROUP,
+    DEFAULT_HOST,
+    DEFAULT_NS_PORT,
+    IDS_TAG_PREFIX,
+    NAME_PATTERN,
+    NS_BROKER_PREFIX,
+    NS_CHANNEL_PREFIX,
+    NS_OBJECT,
+    broker_ns_name,
+    broker_tag,
+    channel_ns_name,
+    check_name,
+    id_scope_tag,
+)
+
+# The wire's own helpers, and the names of channel_server.names (re-exported, so a client
+# imports one module for both).
+__all__ = [
+    "ANONYMOUS",
+    "BROKER_TAG_PREFIX",
+    "DEFAULT_GROUP",
+    "DEFAULT_HOST",
+    "DEFAULT_NS_PORT",
+    "IDS_TAG_PREFIX",
+    "NAME_PATTERN",
+    "NS_BROKER_PREFIX",
+    "NS_CHANNEL_PREFIX",
+    "NS_OBJECT",
+    "REFUSED",
+    "SERIALIZER",
+    "as_refusal",
+    "broker_ns_name",
+    "broker_tag",
+    "channel_ns_name",
+    "check_name",
+    "closed_by_peer",
+    "id_scope_tag",
+    "locate_ns",
+    "make_proxy",
+    "register_errors",
+]
 
 SERIALIZER = "msgpack"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_NS_PORT = 9090
-NS_OBJECT = "Pyro.NameServer"
-NS_CHANNEL_PREFIX = "pubsub.channel."
-NS_BROKER_PREFIX = "pubsub.broker."
-BROKER_TAG_PREFIX = "broker:"
-IDS_TAG_PREFIX = "ids:"
-"""A channel's name-server tag that says its id scope (``ids:publisher``, ``ids:channel``)."""
-DEFAULT_GROUP = "default"
-NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
-"""Matched against the whole string (fullmatch)."""
-_NAME_RE = re.compile(NAME_PATTERN)
 _ERRORS_BY_WIRE_NAME = {f"{cls.__module__}.{cls.__name__}": cls for cls in ALL_ERRORS}
-
-
-def channel_ns_name(channel: str) -> str:
-    return NS_CHANNEL_PREFIX + channel
-
-
-def broker_ns_name(broker_id: str) -> str:
-    return NS_BROKER_PREFIX + broker_id
-
-
-def broker_tag(tags: Any) -> str | None:
-    """The broker id in a channel's name-server tags (``broker:<id>``), if any."""
-    return _tag(tags, BROKER_TAG_PREFIX)
-
-
-def id_scope_tag(tags: Any) -> str | None:
-    """The id scope in a channel's name-server tags (``ids:<scope>``), if any."""
-    return _tag(tags, IDS_TAG_PREFIX)
-
-
-def _tag(tags: Any, prefix: str) -> str | None:
-    return next((t[len(prefix) :] for t in tags if t.startswith(prefix)), None)
-
-
-def check_name(kind: str, value: Any) -> str:
-    """Validate a channel, group, broker or subscriber name at the RPC boundary."""
-    if type(value) is not str or not _NAME_RE.fullmatch(value):
-        raise InvalidArgument(kind, "must be 1-128 characters of [A-Za-z0-9._-]")
-    return value
 
 
 def _rebuild_error(classname: str, data: dict[str, Any]) -> ChannelError:
@@ -93,14 +96,14 @@ REFUSED = REFUSED_MARK
 
 
 def make_proxy(
-    uri: str | Pyro5.api.URI, timeout_s: float | None, credential: Credential | None = None
-) -> Pyro5.api.Proxy:
+    uri: str | Pyro5.core.URI, timeout_s: float | None, credential: Credential | None = None
+) -> Pyro5.client.Proxy:
     """A msgpack proxy with its own timeout, which identifies itself with ``credential``
     (default: this process's, see :func:`credentials.ambient`) when it connects. It
     belongs to the calling thread."""
     register_errors()
     tls.from_environment()
-    proxy = Pyro5.api.Proxy(uri)
+    proxy = Pyro5.client.Proxy(uri)
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:
         proxy._pyroTimeout = timeout_s
@@ -111,7 +114,7 @@ def make_proxy(
 
 def locate_ns(
     host: str, port: int, timeout_s: float = 5.0, credential: Credential | None = None
-) -> Pyro5.api.Proxy:
+) -> Pyro5.client.Proxy:
     """The name server proxy at an explicit address (never by broadcast), with its
     timeout and credential set before it connects. Raises BrokerUnavailable or
     NotAuthorized."""
@@ -126,7 +129,7 @@ def locate_ns(
     return ns
 
 
-def closed_by_peer(proxy: Pyro5.api.Proxy) -> bool:
+def closed_by_peer(proxy: Pyro5.client.Proxy) -> bool:
     """Whether a connected proxy's server has closed the connection (a server closes one
     idle for its comm timeout): on an idle Pyro5 connection the server sends nothing, so
     anything to read means it is closing. One poll, no waiting."""

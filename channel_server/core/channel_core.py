@@ -16,15 +16,15 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import Any
 
-from channel_server.config import ChannelConfig
+from channel_server.core.config import ChannelConfig
 from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.queues import GlobalQueue
+from channel_server.core.snapshot import ChannelSnapshot
 from channel_server.errors import LimitReached, MemberActive, NotSubscribed
 from channel_server.events import Event, IdScope, event_uid, validate_batch
-from channel_server.store.base import ChannelSnapshot
-from channel_server.wire import DEFAULT_GROUP
+from channel_server.names import DEFAULT_GROUP
 
 _SIZE = attrgetter("size")
 

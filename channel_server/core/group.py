@@ -172,6 +172,8 @@ class ConsumerGroup:
 
     def take_away(self, pq: PartitionQueue) -> None:
         """Unown a partition that has nothing in flight (its queue stays as it is)."""
+        if pq.owner is None:
+            raise ValueError(f"partition {pq.key} has no owner to take it from")
         member = self.members[pq.owner]
         member.partitions.discard(pq.key)
         member.ready.pop(pq.key, None)

@@ -10,6 +10,7 @@ to how fast it finishes them (:class:`Window`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from channel_server.core.health import DelayPolicy, DelayTracker
 from channel_server.events import Event, PartitionKey
@@ -88,7 +89,7 @@ class Batch:
         """Its events' places in the member's delivery stream."""
         return range(self.first_seq, self.first_seq + len(self.events))
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {
             "session": self.session,
             "seq": self.first_seq,

@@ -3,7 +3,9 @@
 The channel calls ``append`` (one transaction per publish batch: group commit) before
 ``publish`` returns; ``ack`` when one group of several acknowledged events; ``delete`` when
 every group has; the dead-letter calls when a poison event gives up or is replayed.
-``load`` reads back everything a restart or a rebuild (kill_queues) needs.
+``load`` reads back everything a restart or a rebuild (kill_queues) needs, as a
+:class:`~channel_server.core.snapshot.ChannelSnapshot` (the core consumes it, so it and its
+records live there; they are importable from here too).
 
 Deferred writes: ``ack``, ``delete`` and ``trim_delivered`` may be written a moment later
 (the SQLite store batches them in the background). Losing them in a crash is safe: the
@@ -17,8 +19,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from channel_server.core.snapshot import ChannelSnapshot, DeadLetterRecord, MemberRecord
 from channel_server.events import Event, IdScope, PartitionKey
 
 
@@ -29,46 +32,6 @@ class ChannelRecord:
     id_scope: str = IdScope.PUBLISHER.value
     """Where its event ids must be unique; a channel saved by a store from before id
     scopes existed reads back as ``channel`` (what its delivered window holds)."""
-
-
-@dataclass(frozen=True)
-class MemberRecord:
-    channel: str
-    group: str
-    member_id: str
-    callback: str
-    prefetch: int
-    user: str = "owner"
-    """Who owns the subscriber id."""
-    secret: str = ""
-    """What the broker presents to the callback daemon (kept so a restart can push)."""
-
-
-@dataclass(frozen=True)
-class DeadLetterRecord:
-    group: str
-    event: Event
-    error: str
-
-
-@dataclass
-class ChannelSnapshot:
-    """What a store holds for one channel."""
-
-    next_offset: int = 0
-    groups: dict[str, int] = field(default_factory=dict)
-    """group -> the channel's next offset when it was created (it sees events from there)."""
-    members: list[MemberRecord] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    """Not yet acknowledged by every group, in ``(timestamp, offset)`` order."""
-    acks: dict[str, set[int]] = field(default_factory=dict)
-    """group -> offsets among ``events`` it has acknowledged."""
-    delivered: list[tuple[str, str, float]] = field(default_factory=list)
-    """The delivered-ID window, oldest first: (publisher id, id, accepted at); the
-    publisher id is "" for ids a store from before id scopes kept."""
-    dead_letters: list[DeadLetterRecord] = field(default_factory=list)
-    owners: dict[str, dict[PartitionKey, str]] = field(default_factory=dict)
-    """group -> partition -> owning member, as last saved."""
 
 
 class Store(ABC):
