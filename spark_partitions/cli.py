@@ -17,15 +17,16 @@ from dataclasses import fields
 
 from spark_partitions.config import (
     DEFAULT_AUTO_SPARK_ROWS,
+    DEFAULT_DRIVER_HOST,
     DEFAULT_REJECT_EXAMPLES,
     DEFAULT_SHUFFLE_PARTITIONS,
     PlanConfig,
+    PlanError,
+    SparkSettings,
 )
-from spark_partitions.errors import PlanError
 from spark_partitions.formats import Format, detect_format
 from spark_partitions.generate import GenerateConfig
 from spark_partitions.rules import DEFAULT_MAX_PAYLOAD_BYTES
-from spark_partitions.session import DEFAULT_DRIVER_HOST, SparkSettings
 
 PROG = "spark_partitions"
 DEFAULT_MASTER = "local[*]"

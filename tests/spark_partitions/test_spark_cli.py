@@ -9,9 +9,8 @@ import sys
 import pytest
 
 from spark_partitions.cli import main
-from spark_partitions.config import PlanConfig
+from spark_partitions.config import EngineUnavailable, PlanConfig
 from spark_partitions.engine import Engine, Request, choose_engine, estimate_rows
-from spark_partitions.errors import EngineUnavailable
 from spark_partitions.formats import Format
 from spark_partitions.generate import GenerateConfig, generate
 
