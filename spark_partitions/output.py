@@ -39,8 +39,9 @@ BLOCKS_FILE = "part-00000.parquet"
 BLOCK_ROW_GROUP_ROWS = 65_536
 
 
-def block_schema(integral_partitions: bool) -> pa.Schema:
-    """The Arrow schema of the block files (partition is int64 or string, see plan.py)."""
+def event_schema(integral_partitions: bool) -> pa.Schema:
+    """The Arrow schema of events: :data:`~spark_partitions.rules.FIELDS` with their types
+    (partition is int64 or string, see :func:`spark_partitions.plan.resolve_partitions`)."""
     import pyarrow as pa
 
     return pa.schema(
@@ -50,9 +51,17 @@ def block_schema(integral_partitions: bool) -> pa.Schema:
             ("partition", pa.int64() if integral_partitions else pa.string()),
             ("timestamp", pa.float64()),
             ("payload", pa.string()),
-            (BLOCK_COLUMN, pa.int32()),
-            (SLOT_COLUMN, pa.int32()),
         ]
+    )
+
+
+def block_schema(integral_partitions: bool) -> pa.Schema:
+    """The Arrow schema of the block files: the events plus their block and slot."""
+    import pyarrow as pa
+
+    events = event_schema(integral_partitions)
+    return events.append(pa.field(BLOCK_COLUMN, pa.int32())).append(
+        pa.field(SLOT_COLUMN, pa.int32())
     )
 
 
