@@ -86,7 +86,7 @@ def publish_file(
     fmt = detect_format(path)
     rows = estimate_rows(path, fmt)
     if mode is SparkMode.ALWAYS or (mode is SparkMode.AUTO and rows >= threshold_rows):
-        from spark_partitions.session import DEFAULT_DRIVER_HOST, SparkSettings
+        from spark_partitions.config import DEFAULT_DRIVER_HOST, SparkSettings
 
         spark = SparkSettings(spark_master, driver_host or DEFAULT_DRIVER_HOST)
         return _publish_planned(

@@ -22,7 +22,7 @@ from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, FileReport, Spark
 from publisher.client import DEFAULT_PARTITIONS, Publisher
 from publisher.state import PublisherState
 from publisher.topics import Putter
-from spark_partitions.errors import PlanError
+from spark_partitions.config import PlanError
 
 log = logging.getLogger("publisher")
 DEFAULT_BATCH = 100

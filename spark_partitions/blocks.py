@@ -1,4 +1,5 @@
-"""Read a written plan back, one block at a time, for publishing.
+"""Read a written plan back, one block at a time, for publishing (writing it is
+:mod:`spark_partitions.output`).
 
 Both engines write ``blocks/`` as Parquet files whose rows are sorted by ``(block,
 timestamp, id)``, where ``block`` is the block's index in plan order and no block is split in
@@ -15,30 +16,14 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from spark_partitions.errors import InputError
-from spark_partitions.plan import BLOCK_COLUMN, BLOCKS_DIR, PLAN_FILE, SLOT_COLUMN
+from spark_partitions.config import InputError
+from spark_partitions.formats import is_hidden, is_local, local_path
+from spark_partitions.output import BLOCK_COLUMN, BLOCKS_DIR, PLAN_FILE
 from spark_partitions.rules import FIELDS
 
 READ_BATCH_ROWS = 8_192
 
 Event = dict[str, Any]
-
-
-def block_schema(integral_partitions: bool):
-    """The Arrow schema of the block files (partition is int64 or string, see plan.py)."""
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("id", pa.string()),
-            ("publisher_id", pa.string()),
-            ("partition", pa.int64() if integral_partitions else pa.string()),
-            ("timestamp", pa.float64()),
-            ("payload", pa.string()),
-            (BLOCK_COLUMN, pa.int32()),
-            (SLOT_COLUMN, pa.int32()),
-        ]
-    )
 
 
 def load_plan(out_dir: str) -> dict[str, Any]:
@@ -96,17 +81,11 @@ def _block_files(fs, directory: str) -> list[str]:
     except FileNotFoundError:
         raise InputError(f"no {BLOCKS_DIR}/ directory at {directory}") from None
     names = (info.path for info in infos if info.type == pafs.FileType.File)
-    return sorted(p for p in names if p.endswith(".parquet") and not _hidden(p))
-
-
-def _hidden(path: str) -> bool:
-    return path.rsplit("/", 1)[-1].startswith(("_", "."))
+    return sorted(p for p in names if p.endswith(".parquet") and not is_hidden(p))
 
 
 def _filesystem(out_dir: str):
     from pyarrow import fs as pafs
-
-    from spark_partitions.formats import is_local, local_path
 
     if is_local(out_dir):
         return pafs.LocalFileSystem(), local_path(out_dir).resolve().as_posix()

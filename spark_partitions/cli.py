@@ -8,81 +8,90 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from channel_server import cli_common as cc
 from spark_partitions.config import (
     DEFAULT_AUTO_SPARK_ROWS,
+    DEFAULT_DRIVER_HOST,
     DEFAULT_REJECT_EXAMPLES,
     DEFAULT_SHUFFLE_PARTITIONS,
     PlanConfig,
+    PlanError,
+    SparkSettings,
 )
-from spark_partitions.errors import PlanError
 from spark_partitions.formats import Format, detect_format
 from spark_partitions.generate import GenerateConfig
 from spark_partitions.rules import DEFAULT_MAX_PAYLOAD_BYTES
-from spark_partitions.session import DEFAULT_DRIVER_HOST, SparkSettings
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PROG = "spark_partitions"
 DEFAULT_MASTER = "local[*]"
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
 # spark-submit starts the JVM first and tells the Python driver where it is.
 SPARK_SUBMIT_ENV = "PYSPARK_GATEWAY_PORT"
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
+# A flag with a value: (flag, argparse type, metavar, default, help).
+NumberFlag = tuple[str, Callable[[str], Any], str, Any, str]
 
 
-def _bounded_int(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
+def fraction(text: str) -> float:
+    """argparse type of a fraction: a number from 0 to 1."""
+    value = cc.non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
 
 
-def _bounded_float(low: float, high: float = math.inf) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    parse.__name__ = f"number in [{low}, {high}]"
-    return parse
-
-
-_fraction = _bounded_float(0.0, 1.0)
-_non_negative = _bounded_float(0.0)
-
-
-_GENERATE_FLAGS = [
-    ("--publishers", _bounded_int(1), "P", "distinct publisher ids"),
-    ("--partitions", _bounded_int(1), "K", "distinct partitions per publisher"),
-    ("--payload-size", _bounded_int(0), "B", "payload characters"),
-    ("--duplicates", _fraction, "FRACTION", "fraction of rows repeating an earlier id"),
-    ("--invalid", _fraction, "FRACTION", "fraction of rows breaking a rule"),
+_PLAN_NUMBERS: list[NumberFlag] = [
+    (
+        "--auto-spark-rows",
+        cc.non_negative_int,
+        "ROWS",
+        DEFAULT_AUTO_SPARK_ROWS,
+        f"row count from which auto picks Spark (default {DEFAULT_AUTO_SPARK_ROWS:,})",
+    ),
+    (
+        "--max-payload-bytes",
+        cc.positive_int,
+        "B",
+        DEFAULT_MAX_PAYLOAD_BYTES,
+        f"largest valid payload in UTF-8 bytes (default {DEFAULT_MAX_PAYLOAD_BYTES})",
+    ),
+    (
+        "--reject-examples",
+        cc.non_negative_int,
+        "K",
+        DEFAULT_REJECT_EXAMPLES,
+        f"rejected rows to echo in the summary (default {DEFAULT_REJECT_EXAMPLES}); all of "
+        "them are in DIR/rejects/",
+    ),
+]
+_SHUFFLE_PARTITIONS: NumberFlag = (
+    "--shuffle-partitions",
+    cc.positive_int,
+    "P",
+    DEFAULT_SHUFFLE_PARTITIONS,
+    f"shuffle partitions, hence block files (default {DEFAULT_SHUFFLE_PARTITIONS}; raise it "
+    "on a big cluster)",
+)
+# generate's flags, their defaults taken from GenerateConfig: (flag, type, metavar, help).
+_GENERATE_FLAGS: list[tuple[str, Callable[[str], Any], str, str]] = [
+    ("--publishers", cc.positive_int, "P", "distinct publisher ids"),
+    ("--partitions", cc.positive_int, "K", "distinct partitions per publisher"),
+    ("--payload-size", cc.non_negative_int, "B", "payload characters"),
+    ("--duplicates", fraction, "FRACTION", "fraction of rows repeating an earlier id"),
+    ("--invalid", fraction, "FRACTION", "fraction of rows breaking a rule"),
     (
         "--zipf",
-        _non_negative,
+        cc.non_negative_float,
         "S",
         "publisher popularity exponent: 0 is uniform, 1 or more makes a few publishers "
         "carry most events",
@@ -91,13 +100,18 @@ _GENERATE_FLAGS = [
 ]
 
 
+def _add_numbers(parser: argparse._ActionsContainer, flags: Sequence[NumberFlag]) -> None:
+    for flag, parse, metavar, default, text in flags:
+        parser.add_argument(flag, type=parse, metavar=metavar, default=default, help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = cc.Parser(
         prog=PROG,
         description="Plan a large publish batch: validate, dedupe, group into blocks by "
         "(publisher_id, partition) and balance the blocks over subscriber slots.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=cc.Parser)
     _add_plan(commands)
     _add_generate(commands)
     return parser
@@ -119,7 +133,7 @@ def _add_plan(commands) -> None:
     plan.add_argument(
         "--subscribers",
         required=True,
-        type=_bounded_int(1),
+        type=cc.positive_int,
         metavar="N",
         help="number of subscriber slots to balance the blocks over",
     )
@@ -136,28 +150,7 @@ def _add_plan(commands) -> None:
         help="spark: the PySpark job; reference: pure Python, in memory; "
         "auto (default): reference below --auto-spark-rows input rows",
     )
-    plan.add_argument(
-        "--auto-spark-rows",
-        type=_bounded_int(0),
-        metavar="ROWS",
-        default=DEFAULT_AUTO_SPARK_ROWS,
-        help=f"row count from which auto picks Spark (default {DEFAULT_AUTO_SPARK_ROWS:,})",
-    )
-    plan.add_argument(
-        "--max-payload-bytes",
-        type=_bounded_int(1),
-        metavar="B",
-        default=DEFAULT_MAX_PAYLOAD_BYTES,
-        help=f"largest valid payload in UTF-8 bytes (default {DEFAULT_MAX_PAYLOAD_BYTES})",
-    )
-    plan.add_argument(
-        "--reject-examples",
-        type=_bounded_int(0),
-        metavar="K",
-        default=DEFAULT_REJECT_EXAMPLES,
-        help=f"rejected rows to echo in the summary (default "
-        f"{DEFAULT_REJECT_EXAMPLES}); all of them are in DIR/rejects/",
-    )
+    _add_numbers(plan, _PLAN_NUMBERS)
     _add_spark_flags(plan)
     plan.add_argument(
         "--json",
@@ -193,14 +186,7 @@ def _add_spark_flags(plan: argparse.ArgumentParser) -> None:
         help="turn on Spark's whole-stage code generation (off by default: in a one-shot job "
         "compiling costs more than it saves on a small machine; try it on a big cluster)",
     )
-    spark.add_argument(
-        "--shuffle-partitions",
-        type=_bounded_int(1),
-        metavar="P",
-        default=DEFAULT_SHUFFLE_PARTITIONS,
-        help=f"shuffle partitions, hence block files (default "
-        f"{DEFAULT_SHUFFLE_PARTITIONS}; raise it on a big cluster)",
-    )
+    _add_numbers(spark, [_SHUFFLE_PARTITIONS])
 
 
 def _add_generate(commands) -> None:
@@ -212,19 +198,24 @@ def _add_generate(commands) -> None:
     )
     gen.add_argument("out", metavar="OUT", help="file to write")
     gen.add_argument(
-        "--count", required=True, type=_bounded_int(0), metavar="N", help="rows to write"
+        "--count", required=True, type=cc.non_negative_int, metavar="N", help="rows to write"
     )
-    defaults = {field.name: field.default for field in fields(GenerateConfig)}
-    for flag, parse, metavar, text in _GENERATE_FLAGS:
-        default = defaults[flag.removeprefix("--").replace("-", "_")]
-        gen.add_argument(
-            flag, type=parse, default=default, metavar=metavar, help=f"{text} (default {default})"
-        )
+    _add_numbers(gen, _generate_numbers())
     gen.add_argument(
         "--format",
         choices=[f.value for f in Format],
         help="file format (default: from the extension of OUT)",
     )
+
+
+def _generate_numbers() -> list[NumberFlag]:
+    """generate's flags, each with its GenerateConfig default named in the help."""
+    defaults = {field.name: field.default for field in fields(GenerateConfig)}
+    flags: list[NumberFlag] = []
+    for flag, parse, metavar, text in _GENERATE_FLAGS:
+        default = defaults[flag.removeprefix("--").replace("-", "_")]
+        flags.append((flag, parse, metavar, default, f"{text} (default {default})"))
+    return flags
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -233,29 +224,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except PlanError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return cc.EXIT_USAGE
     except Exception as exc:
         if getattr(args, "traceback", False):
             raise
         first_line = (str(exc).strip().splitlines() or [""])[0]
         print(f"{PROG}: failed: {type(exc).__name__}: {first_line}", file=sys.stderr)
-        return EXIT_FAILURE
+        return cc.EXIT_ERROR
 
 
 def _plan(args: argparse.Namespace) -> int:
     from spark_partitions.engine import Engine, Request, run
 
-    config = PlanConfig(
-        subscribers=args.subscribers,
-        max_payload_bytes=args.max_payload_bytes,
-        shuffle_partitions=args.shuffle_partitions,
-        reject_examples=args.reject_examples,
-    )
     request = Request(
         input_path=args.input,
         out_dir=args.out,
         fmt=detect_format(args.input, args.format),
-        config=config,
+        config=_from_args(PlanConfig, args),
         engine=Engine(args.engine),
         auto_spark_rows=args.auto_spark_rows,
         spark=SparkSettings(
@@ -291,6 +276,11 @@ def _figures(outcome, seconds: float, out: str) -> dict:
     }
 
 
+def _from_args(config_class: type[ConfigT], args: argparse.Namespace) -> ConfigT:
+    """A config dataclass whose every field is the flag of the same name."""
+    return config_class(**{field.name: getattr(args, field.name) for field in fields(config_class)})
+
+
 def _master(flag: str | None) -> str | None:
     if flag:
         return flag
@@ -300,16 +290,7 @@ def _master(flag: str | None) -> str | None:
 def _generate(args: argparse.Namespace) -> int:
     from spark_partitions.generate import generate
 
-    config = GenerateConfig(
-        count=args.count,
-        publishers=args.publishers,
-        partitions=args.partitions,
-        payload_size=args.payload_size,
-        duplicates=args.duplicates,
-        invalid=args.invalid,
-        zipf=args.zipf,
-        seed=args.seed,
-    )
+    config = _from_args(GenerateConfig, args)
     path = generate(args.out, config, Format(args.format) if args.format else None)
     print(f"wrote {args.count} rows to {path}")
     return 0

@@ -20,13 +20,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_partitions.blocks import block_schema
 from spark_partitions.config import PlanConfig
 from spark_partitions.formats import Format, data_files
-from spark_partitions.output import BLOCK_ROW_GROUP_ROWS
-from spark_partitions.plan import BLOCK_COLUMN, SLOT_COLUMN, GroupStats, Plan, build_plan
+from spark_partitions.output import (
+    BLOCK_COLUMN,
+    BLOCK_ROW_GROUP_ROWS,
+    SLOT_COLUMN,
+    RejectSink,
+    block_schema,
+)
+from spark_partitions.plan import GroupStats, Plan, build_plan
 from spark_partitions.reader import check_columns
-from spark_partitions.rejects import RejectSink
 from spark_partitions.rules import (
     DEFAULT_PARTITION,
     FIELDS,
@@ -251,7 +255,7 @@ def _write_blocks(kept: pa.Table, plan: Plan, path: Path) -> None:
             SLOT_COLUMN: pa.array([b.slot for b in plan.blocks], pa.int32()),
         }
     )
-    integral = all(type(block.partition) is int for block in plan.blocks)
+    integral = plan.integral_partitions
     joined = kept.join(index, keys=_KEY)
     rows = joined.sort_by(
         [(BLOCK_COLUMN, "ascending"), ("timestamp", "ascending"), ("id", "ascending")]

@@ -1,4 +1,7 @@
-"""Choosing and running an engine: ``spark``, ``reference``, or ``auto`` by input size."""
+"""Choosing and running an engine: ``spark``, ``reference``, or ``auto`` by input size.
+
+Light: the engines (and pyspark, pyarrow) are imported only once one is chosen.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,18 @@ import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from spark_partitions.config import DEFAULT_AUTO_SPARK_ROWS, PlanConfig
-from spark_partitions.errors import EngineUnavailable, InputError
+from spark_partitions.config import (
+    DEFAULT_AUTO_SPARK_ROWS,
+    EngineUnavailable,
+    InputError,
+    Outcome,
+    PlanConfig,
+    SparkSettings,
+)
 from spark_partitions.formats import Format, data_files, is_local, local_path
-from spark_partitions.outcome import Outcome
-from spark_partitions.session import SparkSettings, require_pyspark
 
 COUNT_CHUNK_BYTES = 1 << 20
+INSTALL_HINT = "pyspark is not installed: install the spark extra: pip install -e '.[spark]'"
 
 
 class Engine(StrEnum):
@@ -67,6 +75,14 @@ def choose_engine(request: Request) -> Engine:
     return Engine.SPARK
 
 
+def require_pyspark() -> None:
+    """Raise EngineUnavailable with the install hint when pyspark cannot be imported."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise EngineUnavailable(INSTALL_HINT) from None
+
+
 def estimate_rows(path: str, fmt: Format) -> int:
     """Rows of a local input: exact for Parquet (footers), lines for text formats."""
     files = data_files(path)
@@ -91,8 +107,7 @@ def _check_input(path: str) -> None:
 
 
 def _run_spark(request: Request) -> Outcome:
-    from spark_partitions.job import run_spark
-    from spark_partitions.session import spark_session
+    from spark_partitions.spark_job import run_spark, spark_session
 
     with spark_session(request.spark) as spark:
         return run_spark(spark, request.input_path, request.fmt, request.out_dir, request.config)

@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 from urllib.parse import urlparse
 
-from spark_partitions.errors import InputError
+from spark_partitions.config import InputError
 
 
 class Format(StrEnum):
@@ -42,6 +42,11 @@ def local_path(path: str) -> Path:
     return Path(parsed.path if parsed.scheme == "file" else path)
 
 
+def is_hidden(path: str) -> bool:
+    """Whether a file is bookkeeping (its name starts with ``_`` or ``.``), not data."""
+    return path.rsplit("/", 1)[-1].startswith(("_", "."))
+
+
 def data_files(path: str) -> list[Path]:
     """The data files of a local file or directory, sorted; raises InputError if none."""
     root = local_path(path)
@@ -49,7 +54,7 @@ def data_files(path: str) -> list[Path]:
         return [root]
     if not root.is_dir():
         raise InputError(f"input not found: {path}")
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(("_", ".")))
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not is_hidden(p.name))
     if not files:
         raise InputError(f"input directory has no data files: {path}")
     return files

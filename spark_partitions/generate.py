@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_partitions.formats import Format, detect_format
+from spark_partitions.output import event_schema
 from spark_partitions.rules import FIELDS
 
 BASE_TIMESTAMP = 1_700_000_000.0
@@ -125,15 +126,7 @@ def _write_parquet(path: Path, rows: Iterator[tuple[Any, ...]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [
-            ("id", pa.string()),
-            ("publisher_id", pa.string()),
-            ("partition", pa.int64()),
-            ("timestamp", pa.float64()),
-            ("payload", pa.string()),
-        ]
-    )
+    schema = event_schema(integral_partitions=True)
     with pq.ParquetWriter(path, schema) as writer:
         while chunk := [row for _, row in zip(range(PARQUET_CHUNK_ROWS), rows, strict=False)]:
             columns = list(zip(*chunk, strict=True))

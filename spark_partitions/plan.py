@@ -2,7 +2,8 @@
 
 Both engines reduce a batch to one :class:`GroupStats` per ``(publisher_id, partition)`` and
 hand them to :func:`build_plan`, so everything from here on is the same Python code and the
-two engines cannot disagree about the assignment.
+two engines cannot disagree about the assignment. Pure: writing the plan is
+:mod:`spark_partitions.output`.
 
 Plan order (the order of ``plan.json["blocks"]`` and of :func:`spark_partitions.blocks.
 iter_blocks`) is the LPT order: larger blocks first; equal counts by ``(publisher_id,
@@ -15,19 +16,10 @@ batch has skew 1.0 (every slot equally idle).
 from __future__ import annotations
 
 import heapq
-import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
-PLAN_FILE = "plan.json"
-BLOCKS_DIR = "blocks"
-REJECTS_DIR = "rejects"
-# Extra columns of the block files: the block's index in plan order, and its slot.
-BLOCK_COLUMN = "block"
-SLOT_COLUMN = "slot"
 SKEW_DIGITS = 6
 EMPTY_SKEW = 1.0
 
@@ -83,6 +75,11 @@ class Plan:
     blocks: tuple[Block, ...]
     slots: tuple[SlotTotal, ...]
     skew: float
+
+    @property
+    def integral_partitions(self) -> bool:
+        """Whether the partitions are ints (see :func:`resolve_partitions`)."""
+        return all(type(block.partition) is int for block in self.blocks)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -167,17 +164,3 @@ def build_plan(
         slots=slots,
         skew=skew([slot.events for slot in slots]),
     )
-
-
-def plan_json_text(plan: Plan) -> str:
-    """The bytes of ``plan.json`` (both engines write exactly this)."""
-    return json.dumps(plan.to_json(), indent=2, allow_nan=False) + "\n"
-
-
-def write_plan_local(plan: Plan, out_dir: str | os.PathLike[str]) -> Path:
-    """Write ``plan.json`` atomically into a local directory."""
-    path = Path(out_dir) / PLAN_FILE
-    tmp = path.with_name(PLAN_FILE + ".tmp")
-    tmp.write_text(plan_json_text(plan), encoding="utf-8")
-    os.replace(tmp, path)
-    return path

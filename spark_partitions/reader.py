@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spark_partitions.errors import InputError
+from spark_partitions.config import InputError
 from spark_partitions.formats import Format, data_files
 from spark_partitions.rules import BLANK_LINE_RE, FIELDS, Reason, csv_value
 

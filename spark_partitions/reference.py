@@ -14,28 +14,23 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from spark_partitions.config import PlanConfig
+from spark_partitions.config import Outcome, PlanConfig
 from spark_partitions.formats import Format
-from spark_partitions.outcome import Outcome
 from spark_partitions.output import (
-    BLOCK_ROW_GROUP_ROWS,
-    BLOCKS_FILE,
-    REJECTS_FILE,
-    prepare_local,
-)
-from spark_partitions.plan import (
     BLOCK_COLUMN,
+    BLOCK_ROW_GROUP_ROWS,
     BLOCKS_DIR,
+    BLOCKS_FILE,
     REJECTS_DIR,
+    REJECTS_FILE,
     SLOT_COLUMN,
-    Block,
-    GroupStats,
-    Plan,
-    build_plan,
+    RejectSink,
+    block_schema,
+    prepare_local,
     write_plan_local,
 )
+from spark_partitions.plan import Block, GroupStats, Plan, build_plan
 from spark_partitions.reader import RawRow, read_rows, source_text
-from spark_partitions.rejects import RejectSink
 from spark_partitions.rules import Clean, check
 
 ENGINE = "reference"
@@ -139,13 +134,11 @@ def _write_blocks(plan: Plan, groups: dict[Key, list[Clean]], path: Path) -> Non
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from spark_partitions.blocks import block_schema
-
-    integral = all(type(block.partition) is int for block in plan.blocks)
-    columns: dict[str, list] = {name: [] for name in block_schema(integral).names}
+    schema = block_schema(plan.integral_partitions)
+    columns: dict[str, list] = {name: [] for name in schema.names}
     for index, block in enumerate(plan.blocks):
         _extend(columns, index, block, groups[block.key])
-    table = pa.Table.from_pydict(columns, schema=block_schema(integral))
+    table = pa.Table.from_pydict(columns, schema=schema)
     pq.write_table(table, path, row_group_size=BLOCK_ROW_GROUP_ROWS)
 
 

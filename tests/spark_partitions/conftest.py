@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from spark_partitions.blocks import iter_blocks, load_plan
-from spark_partitions.config import PlanConfig
+from spark_partitions.config import Outcome, PlanConfig
 from spark_partitions.formats import Format
-from spark_partitions.outcome import Outcome
 from spark_partitions.reference import run_reference
 from spark_partitions.rules import FIELDS
 
@@ -134,7 +133,7 @@ def block_listing(out_dir: Path) -> list[tuple[dict, list[dict]]]:
 
 def engines_agree(spark, tmp: Path, source: Path, fmt: Format, config: PlanConfig) -> Outcome:
     """Plan ``source`` with both engines and check they agree on everything observable."""
-    from spark_partitions.job import run_spark
+    from spark_partitions.spark_job import run_spark
 
     reference = run_reference(str(source), fmt, str(tmp / "ref"), config)
     spark_outcome = run_spark(spark, str(source), fmt, str(tmp / "spark"), config)
@@ -158,7 +157,7 @@ def plan_spark(
     spark, tmp: Path, rows: Sequence[Row], fmt: Format, config: PlanConfig
 ) -> tuple[Outcome, dict]:
     """Write ``rows`` and plan them with the Spark job; the outcome and plan.json."""
-    from spark_partitions.job import run_spark
+    from spark_partitions.spark_job import run_spark
 
     source = write_batch(tmp / f"input{SUFFIX[fmt]}", rows, fmt)
     outcome = run_spark(spark, str(source), fmt, str(tmp / "spark"), config)

@@ -8,9 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_partitions.blocks import block_schema, iter_blocks, load_plan
-from spark_partitions.errors import InputError
-from spark_partitions.plan import GroupStats, build_plan, write_plan_local
+from spark_partitions.blocks import iter_blocks, load_plan
+from spark_partitions.config import InputError
+from spark_partitions.output import block_schema, write_plan_local
+from spark_partitions.plan import GroupStats, build_plan
 
 
 def _plan_dir(tmp_path, sizes: dict[tuple[str, str], int]):

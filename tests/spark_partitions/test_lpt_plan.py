@@ -6,16 +6,15 @@ import json
 
 import pytest
 
+from spark_partitions.output import plan_json_text, write_plan_local
 from spark_partitions.plan import (
     Block,
     GroupStats,
     assign_slots,
     build_plan,
     lpt_order,
-    plan_json_text,
     resolve_partitions,
     skew,
-    write_plan_local,
 )
 
 

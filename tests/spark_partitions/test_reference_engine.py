@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from spark_partitions.config import PlanConfig
-from spark_partitions.errors import InputError
+from spark_partitions.config import InputError, PlanConfig
 from spark_partitions.formats import Format
 from spark_partitions.reference import run_reference
 

@@ -9,9 +9,8 @@ import sys
 import pytest
 
 from spark_partitions.cli import main
-from spark_partitions.config import PlanConfig
+from spark_partitions.config import EngineUnavailable, PlanConfig
 from spark_partitions.engine import Engine, Request, choose_engine, estimate_rows
-from spark_partitions.errors import EngineUnavailable
 from spark_partitions.formats import Format
 from spark_partitions.generate import GenerateConfig, generate
 
@@ -68,13 +67,13 @@ def test_help_explains_every_flag():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["plan", "in.jsonl", "--subscribers", "0", "--out", "o"], "must be at least 1, got 0"),
+        (["plan", "in.jsonl", "--subscribers", "0", "--out", "o"], "must be at least 1, got '0'"),
         (["plan", "in.jsonl", "--subscribers", "two", "--out", "o"], "not an integer: 'two'"),
         (["plan", "in.jsonl", "--subscribers", "2"], "--out"),
         (["plan", "in.jsonl", "--subscribers", "2", "--out", "o", "--engine", "x"], "invalid"),
         (["plan", "missing.jsonl", "--subscribers", "2", "--out", "o"], "input not found"),
         (["plan", "in.txt", "--subscribers", "2", "--out", "o"], "unknown extension '.txt'"),
-        (["generate", "g.jsonl", "--count", "5", "--invalid", "2"], "between 0.0 and 1.0, got 2.0"),
+        (["generate", "g.jsonl", "--count", "5", "--invalid", "2"], "between 0 and 1, got '2'"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(capsys, args, message):

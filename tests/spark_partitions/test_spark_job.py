@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from spark_partitions.config import PlanConfig
-from spark_partitions.errors import InputError
+from spark_partitions.config import InputError, PlanConfig
 from spark_partitions.formats import Format
 
 pytestmark = pytest.mark.spark
@@ -89,7 +88,7 @@ def test_empty_batch(spark, kit, tmp_path, fmt):
 
 
 def test_unknown_csv_column_refuses_the_input(spark, tmp_path):
-    from spark_partitions.job import run_spark
+    from spark_partitions.spark_job import run_spark
 
     source = tmp_path / "in.csv"
     source.write_text("id,publisher_id,timestamp,colour\na,p,1,red\n")

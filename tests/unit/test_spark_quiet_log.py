@@ -8,12 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from spark_partitions.session import (
-    LOG4J_CONFIG_PROPERTY,
-    SparkSettings,
-    log_config_option,
-    session_conf,
-)
+from spark_partitions.config import SparkSettings
+from spark_partitions.spark_conf import LOG4J_CONFIG_PROPERTY, log_config_option, session_conf
 
 
 def test_the_jvm_gets_a_log4j2_configuration_at_the_session_level() -> None:

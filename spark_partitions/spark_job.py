@@ -1,33 +1,35 @@
 """The Spark engine (DESIGN §10): DataFrame API only, no Python UDFs, no events on the driver.
 
-Steps: read and validate (:mod:`spark_read`, :mod:`spark_rules`), write every rejected row
-to ``rejects/`` (JSON lines with ``reason`` and ``record``), keep one row per id (window
-ordered as :func:`spark_partitions.reference.dedupe_rank`), aggregate the groups and bring
-only those aggregates to the driver, plan there in plain Python (:mod:`plan`), then write the
-events to ``blocks/`` sorted by ``(block, timestamp, id)`` and ``plan.json`` last. Paths are
-used as given, so any filesystem Spark can reach works.
+:func:`spark_session` starts the session with safe defaults (notes PART B1). Nothing here
+picks a master: the CLI passes ``--master`` (``local[*]`` when run by hand); under
+``spark-submit`` it passes none and Spark's own configuration decides. Only settings that
+are safe on any cluster are forced: no UI, few shuffle partitions, a quiet log, and the
+driver bound to ``driver_host`` (:class:`~spark_partitions.config.SparkSettings`).
+
+:func:`run_spark` plans with a session. Steps: read and validate (:mod:`spark_read`,
+:mod:`spark_rules`), write every rejected row to ``rejects/`` (JSON lines with ``reason``
+and ``record``), keep one row per id (window ordered as
+:func:`spark_partitions.reference.dedupe_rank`), aggregate the groups and bring only those
+aggregates to the driver, plan there in plain Python (:mod:`plan`), then write the events
+to ``blocks/`` sorted by ``(block, timestamp, id)`` and ``plan.json`` last. Paths are used
+as given, so any filesystem Spark can reach works.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark_partitions.config import PlanConfig
+from spark_partitions.config import Outcome, PlanConfig, SparkSettings
 from spark_partitions.formats import Format
-from spark_partitions.outcome import Outcome
-from spark_partitions.plan import (
-    BLOCK_COLUMN,
-    BLOCKS_DIR,
-    REJECTS_DIR,
-    SLOT_COLUMN,
-    GroupStats,
-    Plan,
-    build_plan,
-)
+from spark_partitions.output import BLOCK_COLUMN, BLOCKS_DIR, REJECTS_DIR, SLOT_COLUMN, PlanWriter
+from spark_partitions.plan import GroupStats, Plan, build_plan
 from spark_partitions.rules import Reason
-from spark_partitions.spark_output import PlanWriter
+from spark_partitions.spark_conf import log_config_option, session_conf
 from spark_partitions.spark_read import read_raw
 from spark_partitions.spark_rules import normalize
 
@@ -36,6 +38,34 @@ VALID = "valid"
 _KEY = ["publisher_id", "partition_text"]
 
 
+# -- the session ------------------------------------------------------------------------------
+@contextmanager
+def spark_session(settings: SparkSettings) -> Iterator[SparkSession]:
+    """A session for one run; stopped afterwards only if this call started it."""
+    existing = SparkSession.getActiveSession()
+    spark = build_session(settings)
+    try:
+        yield spark
+    finally:
+        if existing is None:
+            spark.stop()
+
+
+def build_session(settings: SparkSettings) -> SparkSession:
+    """Start (or join) the SparkSession (configured by :mod:`spark_conf`: a quiet log from
+    the JVM's start); returns it with the log level already set."""
+    builder = SparkSession.builder.appName(settings.app_name)
+    if settings.master:
+        builder = builder.master(settings.master)
+    with log_config_option(settings) as log_option:
+        for key, value in session_conf(settings, log_option).items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()  # a JVM it starts has read the file when it returns
+    spark.sparkContext.setLogLevel(settings.log_level)
+    return spark
+
+
+# -- the job ----------------------------------------------------------------------------------
 def run_spark(
     spark: SparkSession, input_path: str, fmt: Format, out_dir: str, config: PlanConfig
 ) -> Outcome:
@@ -122,8 +152,8 @@ def _write_blocks(
         [(b.publisher_id, str(b.partition), i, b.slot) for i, b in enumerate(plan.blocks)],
         f"publisher_id string, partition_text string, {BLOCK_COLUMN} int, {SLOT_COLUMN} int",
     )
-    integral = all(type(block.partition) is int for block in plan.blocks)
-    partition = F.col("partition_text").cast("bigint") if integral else F.col("partition_text")
+    text = F.col("partition_text")
+    partition = text.cast("bigint") if plan.integral_partitions else text
     events = kept.join(F.broadcast(index), _KEY).select(
         "id",
         "publisher_id",
