@@ -1,35 +1,56 @@
 """How a channel writes its backup queue (DESIGN §7): what changed, in store terms.
 
-Called under the channel's lock; the store has its own lock and never calls back.
+Every store write of a channel goes through here, under the channel lock; the store has
+its own locks and never calls back. ``repair`` is where the channel notices, by its
+invariant, that its in-memory queues lost events, and rebuilds them from the store.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from channel_server.channel_state import ChannelState
 from channel_server.core.acks import AckOutcome
-from channel_server.core.channel_core import ChannelCore
+from channel_server.core.channel_core import DeadLetter
 from channel_server.events import Event, PartitionKey
-from channel_server.store.base import DeadLetterRecord, Store
+from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord, Store
 
 log = logging.getLogger("channel_server.channel")
 
 
 class ChannelBackup:
-    def __init__(self, name: str, store: Store, core: ChannelCore) -> None:
-        self._name = name
+    """The channel's side of its store: the writes, the reload and the invariant."""
+
+    def __init__(self, state: ChannelState, store: Store) -> None:
+        self._state = state
+        self._name = state.name
         self.store = store
-        self._core = core
         self._trimmed = 0
         """Delivered ids already trimmed from the store's window."""
 
-    def restored(self) -> None:
-        """After a restore: the window the store kept is trimmed already."""
-        self._trimmed = self._core.delivered.expired_total
+    # -- a restart -----------------------------------------------------------------------
+    def load(self) -> ChannelSnapshot:
+        """What the store kept, read without the lock (a restart may read millions)."""
+        with _no_gc():  # millions of new objects: no collections until they are all in place
+            return self.store.load(self._name)
 
+    def restore(self, snapshot: ChannelSnapshot) -> None:
+        """Under the lock: put what the store kept into the core, and its groups back in
+        the store (a restored group keeps the offset it was created at)."""
+        core = self._state.core
+        with _no_gc():
+            core.restore(snapshot, self._state.now())
+        self._trimmed = core.delivered.expired_total  # the window the store kept is trimmed
+        for grp in core.groups.values():
+            self.store.save_group(self._name, grp.name, grp.created_offset)
+
+    # -- writes, under the lock ----------------------------------------------------------
     def accept(self, events: list[Event], now: float) -> None:
         """Commit an accepted batch (one transaction) before ``publish`` returns."""
-        self.store.append(self._name, events, self._core.next_offset, now)
+        self.store.append(self._name, events, self._state.core.next_offset, now)
 
     def outcome(self, group: str, outcome: AckOutcome, retired: list[Event]) -> None:
         """What an ack did: dead letters, acks of one group, deletes of retired events."""
@@ -46,17 +67,42 @@ class ChannelBackup:
     def owners(self, group: str, changes: dict[PartitionKey, str | None]) -> None:
         self.store.save_owners(self._name, group, changes)
 
+    def group_added(self, group: str, created_offset: int) -> None:
+        self.store.save_group(self._name, group, created_offset)
+
+    def group_dropped(self, group: str, gone: list[Event]) -> None:
+        """A group went with its last member; ``gone``: the events no group holds now."""
+        self.store.remove_group(self._name, group)
+        if gone:
+            self.store.delete(self._name, self.store.offsets(gone))
+
+    def member_saved(self, record: MemberRecord) -> None:
+        self.store.save_member(record)
+
+    def member_removed(self, group: str, member_id: str) -> None:
+        self.store.remove_member(self._name, group, member_id)
+
+    def replayed(self, letters: list[DeadLetter], restored: list[Event], now: float) -> None:
+        """Dead letters queued again; ``restored``: those no group held, stored again."""
+        if restored:
+            self.store.reinsert(self._name, restored, now)
+        for letter in letters:
+            self.store.remove_dead_letters(self._name, letter.group, [letter.event.offset])
+
     def trim(self) -> None:
         """Forget in the store the delivered ids the window forgot."""
-        expired = self._core.delivered.expired_total - self._trimmed
+        expired = self._state.core.delivered.expired_total - self._trimmed
         if expired:
             self.store.trim_delivered(self._name, expired)
             self._trimmed += expired
 
+    # -- the invariant -------------------------------------------------------------------
     def repair(self) -> bool:
-        """The invariant of DESIGN §7: accepted - acknowledged = queued + in flight. When
-        it breaks (kill_queues), rebuild the queues from the backup. True if it did."""
-        lost = self._core.lost()
+        """The invariant of DESIGN §7: accepted - acknowledged = queued + in flight, read
+        from counters (O(groups)). When it breaks (kill_queues), rebuild the queues from
+        the backup and mark every member as maybe having work. True if it did."""
+        core = self._state.core
+        lost = core.lost()
         if not lost:
             return False
         log.warning(
@@ -65,10 +111,34 @@ class ChannelBackup:
             self._name,
             lost,
         )
-        refilled = self._core.rebuild(self.store.load(self._name))
+        refilled = core.rebuild(self.store.load(self._name))
         log.warning(
             "%s: rebuilt %d events in timestamp order; publishing resumed", self._name, refilled
         )
-        for grp in self._core.groups.values():
+        for grp in core.groups.values():
             grp.touched.update(grp.members)
         return True
+
+    def check(self) -> None:
+        """Under the lock: the invariant in full, for tests and debugging. Each group's
+        queue counter must equal a count of its queues, and what it holds must be in
+        them; raises AssertionError naming the group otherwise."""
+        for grp in self._state.core.groups.values():
+            counted = grp.counted_backlog()
+            if not grp.held == grp.backlog == counted:
+                raise AssertionError(
+                    f"{self._name}/{grp.name}: holds {grp.held} events, its counter says "
+                    f"{grp.backlog} are queued or in flight, its queues have {counted}"
+                )
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """No garbage collection inside (restoring creates millions of objects at once)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

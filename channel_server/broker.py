@@ -2,7 +2,9 @@
 
 Threads: the daemon's request loop and the dispatch pool (both owned here), and Pyro5
 workers. The pool pushes for every channel and runs the housekeeping round, which
-reschedules itself every ``housekeeping_s``. ``_lock`` guards the channel table.
+reschedules itself every ``housekeeping_s``. The table of channels
+(:mod:`hosted`) has the broker lock, held for nothing but the table: the name server is
+called outside it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,14 +27,15 @@ from channel_server.core.channel_core import ChannelKind
 from channel_server.credentials import OWNER, Credential
 from channel_server.dispatch import DispatchPool
 from channel_server.errors import (
+    BrokerUnavailable,
     ChannelConflict,
     FaultInjectionDisabled,
     InvalidArgument,
-    LimitReached,
     UnknownChannel,
 )
 from channel_server.events import IdScope
 from channel_server.guard import GuardedDaemon
+from channel_server.hosted import HostedChannels
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.strict_calls import checked_arity
@@ -49,6 +53,9 @@ from channel_server.wire import (
 log = logging.getLogger(__name__)
 KIND_TAG_PREFIX = "kind:"
 STOP_TIMEOUT_S = 5.0
+CREATE_WAIT_S = 30.0
+"""Longest a create_channel waits for another call creating the same channel (a name-server
+round trip and a store read of a channel the store does not hold yet: milliseconds)."""
 
 
 class Broker:
@@ -61,9 +68,7 @@ class Broker:
         self.store = store
         self.access = access
         self._credential = Credential(OWNER, token)
-        self._lock = threading.Lock()
-        """Guards _channels."""
-        self._channels: dict[str, EventChannel] = {}
+        self._hosted = HostedChannels(config.max_channels, config.broker_id)
         self._daemon: Pyro5.server.Daemon | None = None
         self._loop: threading.Thread | None = None
         self._pool = DispatchPool(config.push_threads)
@@ -114,16 +119,12 @@ class Broker:
         log.info("broker %s serving at %s", self.config.broker_id, self.uri)
 
     def _client_gone(self, conn: Any) -> None:
-        with self._lock:
-            channels = list(self._channels.values())
-        for channel in channels:
+        for channel in self._hosted.all():
             channel.connection_closed(id(conn))
 
     def _housekeep(self) -> None:
         """Every channel's housekeeping round, then the next one (while serving)."""
-        with self._lock:
-            channels = list(self._channels.values())
-        for channel in channels:
+        for channel in self._hosted.all():
             try:
                 channel.housekeep()
             except Exception:
@@ -134,8 +135,7 @@ class Broker:
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
         self._stopping = True
-        with self._lock:
-            channels = list(self._channels.values())
+        channels = self._hosted.close()
         if self.ns is not None:
             for channel in channels:
                 self.ns.remove(channel_ns_name(channel.name))
@@ -155,15 +155,13 @@ class Broker:
 
     # -- channels ------------------------------------------------------------------------
     def channel_names(self) -> list[str]:
-        with self._lock:
-            return sorted(self._channels)
+        return self._hosted.names()
 
     def channel(self, name: str) -> EventChannel:
-        with self._lock:
-            try:
-                return self._channels[name]
-            except KeyError:
-                raise UnknownChannel(name) from None
+        channel = self._hosted.get(name)
+        if channel is None:
+            raise UnknownChannel(name)
+        return channel
 
     def create_channel(
         self,
@@ -181,47 +179,63 @@ class Broker:
         loser drops its copy and returns the winner's URI. A new channel past
         ``max_channels`` raises LimitReached, unless ``restoring`` one the store kept
         (nothing stored is left behind when the cap was lowered).
+
+        The channel is made, claimed and restored outside the broker lock, its name
+        reserved (:class:`HostedChannels`): a second call for the same name waits for the
+        first (at most CREATE_WAIT_S, then BrokerUnavailable) and answers as it left things.
         """
         check_name("channel", name)
         channel_kind = _check_kind(kind)
         asked = None if id_scope is None else _check_id_scope(id_scope)
-        with self._lock:
-            if name in self._channels:
-                existing = self._channels[name]
-                if asked is not None and asked is not existing.id_scope:
-                    raise ChannelConflict(name, "ids", existing.id_scope.value, asked.value)
-                return str(self._daemon.uriFor(existing))
-            if not restoring and len(self._channels) >= self.config.max_channels:
-                raise LimitReached(
-                    "channels", self.config.max_channels, f"broker {self.config.broker_id}"
-                )
-            scope = asked or self.config.id_scope
-            channel = EventChannel(
-                name,
-                self.config.channel,
-                self.store,
-                self._pool,
-                self.access,
-                channel_kind,
-                id_scope=scope,
-            )
-            uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
-            winner = self._claim(name, uri, channel_kind, scope)
-            if winner != uri:
-                self._daemon.unregister(channel)
-                channel.close()
-                log.info("channel %s is already hosted at %s", name, winner)
-                return winner
-            self.store.save_channel(ChannelRecord(name, channel_kind.value, scope.value))
+        deadline = time.monotonic() + CREATE_WAIT_S
+        while (found := self._hosted.reserve(name, restoring)) is not None:
+            if isinstance(found, EventChannel):
+                if asked is not None and asked is not found.id_scope:
+                    raise ChannelConflict(name, "ids", found.id_scope.value, asked.value)
+                return str(self._daemon.uriFor(found))
+            if not found.wait(max(0.0, deadline - time.monotonic())):
+                raise BrokerUnavailable(f"channel {name}", "still being created; try again")
+        try:
+            return self._create(name, channel_kind, asked or self.config.id_scope)
+        finally:
+            self._hosted.release(name)
+
+    def _create(self, name: str, kind: ChannelKind, scope: IdScope) -> str:
+        """Make, register, claim and restore a channel whose name the caller reserved, and
+        add it to the table. A failure leaves nothing behind: not in the daemon, and the
+        name-server entry removed when it was claimed."""
+        channel = EventChannel(
+            name, self.config.channel, self.store, self._pool, self.access, kind, id_scope=scope
+        )
+        uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
+        try:
+            winner = self._claim(name, uri, kind, scope)
+        except BaseException:
+            self._discard(channel)
+            raise
+        if winner != uri:
+            self._discard(channel)
+            log.info("channel %s is already hosted at %s", name, winner)
+            return winner
+        try:
+            self.store.save_channel(ChannelRecord(name, kind.value, scope.value))
             channel.restore()
-            self._channels[name] = channel
-        log.info("channel %s (%s, ids unique per %s) ready", name, channel_kind.value, scope)
+            self._hosted.add(name, channel)
+        except BaseException:
+            self._discard(channel)
+            self.ns.remove(channel_ns_name(name))  # claimed: no channel behind it now
+            raise
+        log.info("channel %s (%s, ids unique per %s) ready", name, kind.value, scope)
         return uri
+
+    def _discard(self, channel: EventChannel) -> None:
+        """A channel made but not hosted: out of the daemon, its links closed."""
+        self._daemon.unregister(channel)
+        channel.close()
 
     def _note_kept_scope(self, name: str) -> None:
         """A start-up channel that existed keeps its id scope, whatever ``id_scope`` says."""
-        with self._lock:
-            channel = self._channels.get(name)
+        channel = self._hosted.get(name)
         if channel is not None and channel.id_scope is not self.config.id_scope:
             log.warning(
                 "channel %s keeps ids unique per %s, as it was created; ids unique per %s "

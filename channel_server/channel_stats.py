@@ -1,7 +1,8 @@
-"""What a channel reports about itself: JSON-friendly snapshots of its core (pure).
+"""What a channel reports about itself: JSON-friendly snapshots of its core.
 
-Read under the channel's lock by ``stats`` and ``dead_letters``; ``status``, ``list`` and
-the tests read the same dicts.
+:class:`ChannelStats` is the part of a channel that answers ``stats`` and owns the rate
+samples; the functions below are pure and read the core under the channel's lock.
+``status``, ``list`` and the tests read the same dicts.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from channel_server.channel_state import ChannelState
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import Member
+from channel_server.store.base import Store
 
 MAX_RATE_SAMPLES = 1000
 """Samples a RateWindow keeps at most, whatever its span (older ones make room)."""
@@ -57,6 +60,30 @@ class RateWindow:
             "accepted_per_s": round(max(0, accepted - base[1]) / interval, 3),
             "acked_per_s": round(max(0, acked - base[2]) / interval, 3),
         }
+
+
+class ChannelStats:
+    """Answers ``stats`` for one channel; owns its rate samples (under the channel lock)."""
+
+    def __init__(self, state: ChannelState, store: Store) -> None:
+        self._state = state
+        self._store = store
+        self._rates = RateWindow(state.config.rate_window_s)
+
+    def sample(self, now: float) -> None:
+        """Under the lock (the housekeeping round): note the counts for the rates."""
+        core = self._state.core
+        self._rates.sample(now, core.accepted_total, core.acked_total)
+
+    def snapshot(self) -> dict[str, Any]:
+        """See EventChannel.stats; ``stored`` is counted after the rest, outside the lock
+        (the store's count may wait for its writer)."""
+        state = self._state
+        with state.lock:
+            durable = self._store.durable
+            stats = channel_stats(state.core, state.config, durable, state.now(), self._rates)
+        stats["stored"] = self._store.count(state.name)
+        return stats
 
 
 def channel_stats(
@@ -121,6 +148,7 @@ def member_stats(m: Member, now: float) -> dict[str, Any]:
 
 
 def dead_letter_rows(core: ChannelCore, max_attempts: int) -> list[dict[str, Any]]:
+    """Each dead letter as the event, its group, the error and the failures counted."""
     rows = []
     for letter in core.dead_letters:
         row = dict(letter.event.to_dict(), group=letter.group, error=letter.error)

@@ -40,6 +40,9 @@ class DispatchPool:
     """
 
     def __init__(self, threads: int, name: str = "dispatch") -> None:
+        # The pool's condition (its own lock). Guards _due and _stopping; workers wait on
+        #   it with a timeout. A leaf: taken under a channel lock by submit, never held
+        #   while a task runs or while anything else is called.
         self._cond = threading.Condition(threading.Lock())
         self._due: list[tuple[float, int, Task]] = []
         self._order = itertools.count()
@@ -107,6 +110,9 @@ class MemberLink:
         """Presented to the callback daemon, which admits only this channel."""
         self._push_timeout_s = push_timeout_s
         self._ping_timeout_s = ping_timeout_s
+        # The link's lock. Guards _proxy and _failed; held over the push or ping RPC (one
+        #   pool thread uses the proxy at a time) and taken with a timeout. Taken by a
+        #   pool thread holding no other lock, and never held while taking the channel's.
         self._lock = threading.Lock()
         self._proxy: Pyro5.api.Proxy | None = None
         self._failed = False

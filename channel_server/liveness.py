@@ -11,17 +11,18 @@ import logging
 
 from Pyro5.callcontext import current_context
 
-from channel_server.config import ChannelConfig
-from channel_server.core.channel_core import ChannelCore
-from channel_server.push import MemberKey, PushDelivery
+from channel_server.channel_state import ChannelState, MemberKey
+from channel_server.push import PushDelivery
 
 log = logging.getLogger("channel_server.channel")
 
 
 class Liveness:
-    def __init__(self, core: ChannelCore, config: ChannelConfig, push: PushDelivery) -> None:
-        self._core = core
-        self._config = config
+    """Judges who is alive; owns the table of connections push members spoke through."""
+
+    def __init__(self, state: ChannelState, push: PushDelivery) -> None:
+        self._core = state.core
+        self._config = state.config
         self._push = push
         self._connections: dict[int, set[MemberKey]] = {}
         """id of a client connection -> the push members that spoke through it."""

@@ -1,62 +1,94 @@
-"""The classic exactly-once ``get`` of a pull member (DESIGN §4), under the channel lock.
+"""The classic exactly-once ``get`` of a pull member (DESIGN §4).
 
 A pull member has prefetch 1: it holds at most the message it was given last, until its
 next ``get`` names it (by uid, ``publisher_id/id``) as the last one received (an ack) or
-it times out.
+it times out. :class:`PullSide` keeps no state of its own: what a pull member holds is a
+flight in the core, like a push member's.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from channel_server.backup import ChannelBackup
-from channel_server.core.channel_core import ChannelCore
+from channel_server.channel_state import ChannelState
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK, Flight
+from channel_server.dispatch import wire_fault
+from channel_server.errors import NotSubscribed
+from channel_server.membership import Membership
+from channel_server.outcomes import Outcomes
+from channel_server.push import PushDelivery
 
 log = logging.getLogger("channel_server.channel")
 
 
-def next_message(
-    core: ChannelCore,
-    backup: ChannelBackup,
-    grp: ConsumerGroup,
-    member_id: str,
-    last_uid: str | None,
-    now: float,
-) -> Flight | None:
-    """Acknowledge ``last_uid`` and hand out the next message, or the same one again when
-    the client did not get it (a retried get). A member timed out for not calling ``get``
-    is readmitted by its next one."""
-    member = grp.members[member_id]
-    if not member.active:
-        log.warning("%s: %s readmitted by a get", core.name, member_id)
-        grp.join(member_id, PULL_CALLBACK, 1, core.new_session(), now, pull=True)
-    grp.members[member_id].seen(now)
-    if last_uid is not None:
-        _ack_last(core, backup, grp, member_id, last_uid, now)
-    flights = grp.flights_of(member_id)
-    if not flights and grp.take_batch(member_id, now) is not None:
+class PullSide:
+    """Serves ``get``: acknowledges the last message and hands out the next one."""
+
+    def __init__(
+        self,
+        state: ChannelState,
+        backup: ChannelBackup,
+        outcomes: Outcomes,
+        members: Membership,
+        push: PushDelivery,
+    ) -> None:
+        self._state = state
+        self._backup = backup
+        self._outcomes = outcomes
+        self._members = members
+        self._push = push
+
+    def get(self, subscriber_id: str, group: str, last_uid: str | None) -> dict[str, Any]:
+        """See EventChannel.get (arguments checked already). A message that cannot cross
+        the wire is dead-lettered and the next one tried."""
+        state = self._state
+        with state.lock:
+            grp = self._members.acting(group, subscriber_id)
+            if grp is None:
+                raise NotSubscribed(subscriber_id, state.name)
+            self._backup.repair()
+            flight = self._next(grp, subscriber_id, last_uid)
+            while flight is not None and (fault := wire_fault(_message(flight))):
+                session = grp.members[subscriber_id].session
+                seqs = range(flight.seq, flight.seq + 1)
+                self._outcomes.bury(grp, subscriber_id, session, seqs, {flight.event.uid: fault})
+                flight = self._next(grp, subscriber_id, None)
+            self._push.changed()
+        return {"status": "empty"} if flight is None else _message(flight)
+
+    def _next(self, grp: ConsumerGroup, member_id: str, last_uid: str | None) -> Flight | None:
+        """Acknowledge ``last_uid`` and hand out the next message, or the same one again
+        when the client did not get it (a retried get). A member timed out for not
+        calling ``get`` is readmitted by its next one."""
+        now = self._state.now()
+        member = grp.members[member_id]
+        if not member.active:
+            log.warning("%s: %s readmitted by a get", self._state.name, member_id)
+            grp.join(member_id, PULL_CALLBACK, 1, self._state.core.new_session(), now, pull=True)
+        grp.members[member_id].seen(now)
+        if last_uid is not None:
+            self._ack_last(grp, member_id, last_uid, now)
         flights = grp.flights_of(member_id)
-    return flights[0] if flights else None
+        if not flights and grp.take_batch(member_id, now) is not None:
+            flights = grp.flights_of(member_id)
+        return flights[0] if flights else None
+
+    def _ack_last(self, grp: ConsumerGroup, member_id: str, last_uid: str, now: float) -> None:
+        """Acknowledge the message a pull client names as the last one it got, whether it
+        is held (the usual case) or back at the head of its partition (after a restart)."""
+        held = [f for f in grp.flights_of(member_id) if f.event.uid == last_uid]
+        if not held and not grp.flights_of(member_id) and grp.take_event(member_id, last_uid, now):
+            held = grp.flights_of(member_id)
+        if held:
+            session = grp.members[member_id].session
+            outcome, retired = self._state.core.acknowledge(
+                grp, member_id, session, [last_uid], {}, held[0].seq, now
+            )
+            self._backup.outcome(grp.name, outcome, retired)
 
 
-def _ack_last(
-    core: ChannelCore,
-    backup: ChannelBackup,
-    grp: ConsumerGroup,
-    member_id: str,
-    last_uid: str,
-    now: float,
-) -> None:
-    """Acknowledge the message a pull client names as the last one it got, whether it
-    is held (the usual case) or back at the head of its partition (after a restart)."""
-    held = [f for f in grp.flights_of(member_id) if f.event.uid == last_uid]
-    if not held and not grp.flights_of(member_id) and grp.take_event(member_id, last_uid, now):
-        held = grp.flights_of(member_id)
-    if held:
-        session = grp.members[member_id].session
-        outcome, retired = core.acknowledge(
-            grp, member_id, session, [last_uid], {}, held[0].seq, now
-        )
-        backup.outcome(grp.name, outcome, retired)
+def _message(flight: Flight) -> dict[str, Any]:
+    return {"status": "message", "event": flight.event.to_dict(flight.attempt)}

@@ -1,47 +1,59 @@
 """The push side of one channel: a link per push member, pushes run on the dispatch pool.
 
-Owned by its :class:`channel_server.channel.EventChannel`, whose ``_lock`` guards the core
-and the scheduling state here (``_links``, ``_queued``, ``_again``, ``_lingered``,
-``_probing``). A member is queued on the pool at most once at a time; a wake-up that comes
-while it is queued or being pushed to marks it ``_again``, so nothing is missed and no two
-threads push to one member. The push itself runs outside every lock but the link's own.
+:class:`PushDelivery` owns the links and the scheduling state (``_links``, ``_queued``,
+``_again``, ``_lingered``, ``_probing``), guarded by the channel lock like the rest of the
+channel. A member is queued on the pool at most once at a time; a wake-up that comes while
+it is queued or being pushed to marks it ``_again``, so nothing is missed and no two
+threads push to one member. The push itself runs outside the channel lock, under the
+link's own lock only.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import Pyro5.errors
 
+from channel_server.channel_state import ChannelState, MemberKey
 from channel_server.core import rebalance
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.core.member import Batch
 from channel_server.dispatch import DispatchPool, MemberLink, wire_fault
-
-if TYPE_CHECKING:
-    from channel_server.channel import EventChannel
+from channel_server.outcomes import Outcomes
 
 log = logging.getLogger("channel_server.channel")
-MemberKey = tuple[str, str]
-"""(group, member id)"""
 LEAVING_PAUSE_S = 1.0
 """No push to a member that said it is leaving for this long (it unsubscribes soon)."""
 
 
 class PushDelivery:
-    def __init__(self, channel: EventChannel, pool: DispatchPool) -> None:
-        self._ch = channel
+    """Pushes a channel's events to its push members, on the broker's dispatch pool."""
+
+    def __init__(self, state: ChannelState, pool: DispatchPool, outcomes: Outcomes) -> None:
+        self._state = state
         self._pool = pool
-        self._config = channel.config
+        self._outcomes = outcomes
+        self._config = state.config
         self._links: dict[MemberKey, MemberLink] = {}
+        """The push members and their links (a pull member has none)."""
         self._queued: set[MemberKey] = set()
+        """Members with a push task on the pool, or being pushed to (at most one each)."""
         self._again: set[MemberKey] = set()
+        """Queued members woken meanwhile: look for work again when the task ends."""
         self._lingered: set[MemberKey] = set()
+        """Members whose next short batch already waited ``dispatch_linger_s``."""
         self._probing: set[MemberKey] = set()
+        """Members being pinged (a ping task on the pool)."""
 
     # -- called under the channel lock ---------------------------------------------------
+    def changed(self) -> None:
+        """After any change to the channel: log and persist what its groups noted, and
+        wake the push members that may have work now."""
+        for key in self._outcomes.notices():
+            self.wake(key)
+
     def member_joined(self, key: MemberKey, callback: str, secret: str) -> None:
         """A push member joined or resumed: (re)open its link, then look for work."""
         link = self._links.get(key)
@@ -91,14 +103,14 @@ class PushDelivery:
         try:
             delay = self._push_once(key)
         except Exception:
-            log.exception("%s: pushing to %s failed unexpectedly", self._ch.name, key[1])
+            log.exception("%s: pushing to %s failed unexpectedly", self._state.name, key[1])
             delay = self._config.retry_backoff_s
         finally:
-            with self._ch.lock:
+            with self._state.lock:
                 self._finish(key, delay)
 
     def _finish(self, key: MemberKey, delay: float | None) -> None:
-        grp = self._ch.core.groups.get(key[0])
+        grp = self._state.core.groups.get(key[0])
         if key not in self._links or grp is None:
             self._queued.discard(key)
         elif delay is not None:
@@ -113,13 +125,13 @@ class PushDelivery:
         """Take a batch and push it. Returns seconds to wait before trying again (a
         back-off or a linger), or None."""
         group, member_id = key
-        with self._ch.lock:
-            grp = self._ch.core.groups.get(group)
+        with self._state.lock:
+            grp = self._state.core.groups.get(group)
             member = grp.members.get(member_id) if grp else None
             link = self._links.get(key)
             if member is None or link is None or not member.active:
                 return None
-            now = self._ch.now()
+            now = self._state.now()
             if now < member.retry_at:
                 return member.retry_at - now
             linger = self._config.dispatch_linger_s
@@ -146,42 +158,43 @@ class PushDelivery:
     def _unpushable(self, batch: Batch, faults: dict[str, str]) -> None:
         """The push failed for the fault of some of its events: they are dead-lettered and
         the rest goes out again at once; the member is not blamed."""
-        with self._ch.lock:
-            grp = self._ch.core.groups.get(batch.group)
+        with self._state.lock:
+            grp = self._state.core.groups.get(batch.group)
             if grp is not None:
-                self._ch.bury(grp, batch.member_id, batch.session, batch.seqs, faults)
+                self._outcomes.bury(grp, batch.member_id, batch.session, batch.seqs, faults)
+                self.changed()
 
     def _declined(self, batch: Batch) -> float:
         """The subscriber is stopping: it will acknowledge what it did and unsubscribe."""
-        with self._ch.lock:
-            grp = self._ch.core.groups.get(batch.group)
+        with self._state.lock:
+            grp = self._state.core.groups.get(batch.group)
             if grp is not None:
-                grp.push_declined(batch, self._ch.now(), LEAVING_PAUSE_S)
-                self._ch.after_change()
+                grp.push_declined(batch, self._state.now(), LEAVING_PAUSE_S)
+                self.changed()
         return LEAVING_PAUSE_S
 
     def _delivered(self, batch: Batch, elapsed_s: float) -> None:
-        with self._ch.lock:
-            grp = self._ch.core.groups.get(batch.group)
-            if grp is None or not grp.delivered(batch, self._ch.now()):
+        with self._state.lock:
+            grp = self._state.core.groups.get(batch.group)
+            if grp is None or not grp.delivered(batch, self._state.now()):
                 return
             self._observe_delay(grp, batch.member_id, elapsed_s)
-            self._ch.after_change()
+            self.changed()
 
     def _failed(self, batch: Batch, error: Exception) -> float | None:
-        with self._ch.lock:
-            grp = self._ch.core.groups.get(batch.group)
-            now = self._ch.now()
+        with self._state.lock:
+            grp = self._state.core.groups.get(batch.group)
+            now = self._state.now()
             if grp is None:
                 return None
             gave_up = grp.push_failed(batch, now)
             member = grp.members.get(batch.member_id)
-            self._ch.after_change()
+            self.changed()
             retry_in = member.retry_at - now if member and member.active else None
         if not gave_up:
             log.warning(
                 "%s: push of %d events to %s failed: %s",
-                self._ch.name,
+                self._state.name,
                 len(batch.events),
                 batch.member_id,
                 error,
@@ -192,37 +205,37 @@ class PushDelivery:
         """Ping a member; one that does not answer is pinged again after the back-off of
         a failed push, until it answers or ``max_attempts`` failures make it inactive."""
         alive = link.answers()
-        with self._ch.lock:
-            grp = self._ch.core.groups.get(key[0])
+        with self._state.lock:
+            grp = self._state.core.groups.get(key[0])
             member = grp.members.get(key[1]) if grp else None
             if member is None or not member.active or self._links.get(key) is not link:
                 self._probing.discard(key)
                 return
-            now = self._ch.now()
+            now = self._state.now()
             if alive:
                 self._probing.discard(key)
                 grp.probe_answered(key[1], now)
             else:
-                log.warning("%s: %s does not answer a ping", self._ch.name, key[1])
+                log.warning("%s: %s does not answer a ping", self._state.name, key[1])
                 if grp.probe_failed(key[1], now):
                     self._probing.discard(key)
                 else:
                     self._pool.submit(lambda: self._ping(key, link), member.retry_at - now)
-            self._ch.after_change()
+            self.changed()
 
     def _observe_delay(self, grp: ConsumerGroup, member_id: str, elapsed_s: float) -> None:
         member = grp.members.get(member_id)
         if member is None:
             return
-        delay, offload = member.delays.observe(elapsed_s, self._ch.now())
+        delay, offload = member.delays.observe(elapsed_s, self._state.now())
         if delay is Delay.NONE:
             member.offloaded = False  # fast again: rebalancing may give it work
             return
-        log.info("%s: %s delay from %s: %.3f s", self._ch.name, delay, member_id, elapsed_s)
+        log.info("%s: %s delay from %s: %.3f s", self._state.name, delay, member_id, elapsed_s)
         if offload and member.active:
             log.warning(
                 "%s: %d long delays of %s within %g s: its queued partitions move to others",
-                self._ch.name,
+                self._state.name,
                 self._config.long_delay_count,
                 member_id,
                 self._config.long_delay_window_s,

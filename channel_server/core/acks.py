@@ -157,8 +157,8 @@ def ack_owed(group: ConsumerGroup, member: Member, acked: Iterable[str]) -> list
         if not wanted or not (pq.pinned or pq.held_back):
             continue
         done = [ev for ev in pq.pending if ev.uid in wanted]
+        pq.remove_pending(done)
         for ev in done:
-            pq.pending.remove(ev)
             group.handler_failures.pop(ev.offset, None)
             group.attempts.pop(ev.offset, None)  # given back, never launched again
         member.queued -= len(done)

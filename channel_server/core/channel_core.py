@@ -269,18 +269,21 @@ class ChannelCore:
 
     # -- publish -------------------------------------------------------------------------
     def prepare(self, raw_batch: Any) -> PublishOutcome:
-        """Validate the whole batch, drop known ids, and pick what fits; changes nothing but
-        the offset counter, so a store failure before :meth:`enqueue` leaves no trace.
-
-        Raises InvalidEvent (nothing kept). Refusals for capacity are counted in the outcome;
-        the facade turns them into QueueFull after storing what was accepted.
-        """
-        events = validate_batch(
-            raw_batch,
-            self.config.max_payload_bytes,
-            self.config.max_publish_batch,
-            first_offset=self.next_offset,
+        """Validate the whole batch (raises InvalidEvent: nothing kept), then
+        :meth:`prepare_valid` it. The channel validates before it takes its lock instead."""
+        return self.prepare_valid(
+            validate_batch(raw_batch, self.config.max_payload_bytes, self.config.max_publish_batch)
         )
+
+    def prepare_valid(self, events: list[Event]) -> PublishOutcome:
+        """Number a validated batch, drop known ids, and pick what fits; changes nothing
+        but the offset counter, so a store failure before :meth:`enqueue` leaves no trace.
+
+        ``events``: fresh from :func:`~channel_server.events.validate_batch` (offset -1)
+        and not shared yet. Refusals for capacity are counted in the outcome; the facade
+        turns them into QueueFull after storing what was accepted.
+        """
+        _number(events, self.next_offset)
         self.next_offset += len(events)  # offsets of refused events are never reused
         outcome = PublishOutcome()
         fresh: list[Event] = []
@@ -498,3 +501,14 @@ class ChannelCore:
                 and (group.name, ev.offset) not in dead
             ]
         return owed
+
+
+def _number(events: list[Event], first_offset: int) -> None:
+    """Give validated events their offsets in place: event i gets ``first_offset + i``.
+
+    Events are frozen for everyone who shares them; a batch fresh from validation is not
+    shared yet, and numbering it happens under the channel lock, where building new
+    Events would cost about as much as the validation that was moved out of it."""
+    set_field = object.__setattr__
+    for index, ev in enumerate(events):
+        set_field(ev, "offset", first_offset + index)

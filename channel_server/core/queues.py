@@ -44,6 +44,18 @@ class GlobalQueue:
         self._events.clear()
 
 
+class QueueCount:
+    """How many events a group's partition sub-queues hold, pending and in flight, kept
+    up to date by each :class:`PartitionQueue` of the group as it changes. It is the
+    right side of the channel's invariant (held == queued + in flight), checked on every
+    publish and get: reading it costs O(1), counting the queues O(partitions)."""
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events = 0
+
+
 class PartitionQueue:
     """One partition of one consumer group: its pending events and those in flight.
 
@@ -57,12 +69,25 @@ class PartitionQueue:
     (``held_back``, by offset: the push may have arrived). Until they are resolved the
     partition stays with its owner, whose processed-ID window acknowledges them without
     running its handler again, so that no rebalance hands them to another member.
+
+    ``pending`` and ``in_flight`` are read freely but changed only by the methods here,
+    which keep the group's :class:`QueueCount` (``count``; one of its own if not given).
     """
 
-    __slots__ = ("held_back", "idle_since", "in_flight", "key", "owner", "pending", "pinned")
+    __slots__ = (
+        "_count",
+        "held_back",
+        "idle_since",
+        "in_flight",
+        "key",
+        "owner",
+        "pending",
+        "pinned",
+    )
 
-    def __init__(self, key: PartitionKey) -> None:
+    def __init__(self, key: PartitionKey, count: QueueCount | None = None) -> None:
         self.key = key
+        self._count = QueueCount() if count is None else count
         self.pending: SortedList = SortedList()
         self.in_flight: list[Event] = []
         self.owner: str | None = None
@@ -93,10 +118,12 @@ class PartitionQueue:
         """Move pending events, oldest first, into flight: every event held back for the
         owner (it owes them already), the others before them (order comes first), and up
         to ``limit`` others in all. Returns them and how many were not held back."""
+        before = self._size()
         if not self.held_back:
             batch = list(islice(self.pending, max(0, limit)))
             del self.pending[: len(batch)]
             self.in_flight = batch
+            self._recount(before)
             return batch, len(batch)
         batch, fresh, owed = [], 0, self.held_pending()
         for ev in self.pending:
@@ -109,6 +136,7 @@ class PartitionQueue:
             batch.append(ev)
         del self.pending[: len(batch)]
         self.in_flight = batch
+        self._recount(before)
         return batch, fresh
 
     def held_pending(self) -> int:
@@ -119,14 +147,37 @@ class PartitionQueue:
 
     def resolve(self, events: list[Event]) -> None:
         """Events in flight are done with here (acknowledged, put back or dead)."""
+        before = self._size()
         if len(events) == len(self.in_flight):
             self.in_flight = []
         else:
             gone = set(events)  # events hash by identity
             self.in_flight = [ev for ev in self.in_flight if ev not in gone]
+        self._recount(before)
 
     def put_back(self, events: Iterable[Event]) -> int:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""
         before = len(self.pending)
         self.pending.update(events)
-        return len(self.pending) - before
+        added = len(self.pending) - before
+        self._count.events += added
+        return added
+
+    def remove_pending(self, events: list[Event]) -> None:
+        """Take pending events out for good (done while they waited here)."""
+        for ev in events:
+            self.pending.remove(ev)
+        self._count.events -= len(events)
+
+    def drop_pending(self) -> int:
+        """Empty the pending queue (the fault kill_queues); returns how many it held."""
+        dropped = len(self.pending)
+        self.pending.clear()
+        self._count.events -= dropped
+        return dropped
+
+    def _size(self) -> int:
+        return len(self.pending) + len(self.in_flight)
+
+    def _recount(self, before: int) -> None:
+        self._count.events += self._size() - before

@@ -41,8 +41,9 @@ class DeferredWrites:
     """The writes waiting for the next batch; safe to use from any thread."""
 
     def __init__(self) -> None:
+        # Guards _pending. A leaf: taken from any thread (under a channel lock by acks and
+        #   deletes, under the SQLite store's locks by count), never held over a call out.
         self._lock = threading.Lock()
-        """Guards _pending."""
         self._pending = PendingWrites()
 
     def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:

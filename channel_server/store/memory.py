@@ -35,8 +35,9 @@ class MemoryStore(Store):
     durable = False
 
     def __init__(self) -> None:
+        # Guards _channels and every _ChannelData in it (channels share one store). A
+        #   leaf, taken under a channel lock; it plays the SQLite store's _lock.
         self._lock = threading.Lock()
-        """Guards _channels and every _ChannelData in it (channels share one store)."""
         self._channels: dict[str, ChannelRecord] = {}
         self._data: dict[str, _ChannelData] = {}
 

@@ -172,15 +172,21 @@ class SQLiteStore(Store):
         if synchronous.upper() not in SYNC_LEVELS:
             raise StoreError(str(data_dir), f"synchronous must be one of {SYNC_LEVELS}")
         self.path = Path(data_dir) / DB_FILE
+        # The store lock. Guards _db (one connection for every channel and thread) and the
+        #   row counts (_stored, _stored_changes). Taken under a channel lock (a publish
+        #   commits under it) and after _writing_deferred; under it only the deferred
+        #   writes' own lock is taken (count). Lock order: channel lock ->
+        #   _writing_deferred -> _lock -> DeferredWrites._lock (docs/architecture.md).
         self._lock = threading.Lock()
-        """Guards _db (one connection for every channel and thread)."""
         self._lock_file = _take_dir_lock(Path(data_dir))
         self._stop = threading.Event()
         self._maintainer: threading.Thread | None = None
         self._deferred = DeferredWrites()
+        # The deferred-writes lock. Held while deferred writes are taken and written (by
+        #   the maintenance thread, and by load, under a channel lock when a rebuild
+        #   reloads), and by count: a reader never sees a batch taken but not committed.
+        #   Taken before _lock, never under it.
         self._writing_deferred = threading.Lock()
-        """Held while deferred writes are taken and written: a reader that writes them
-        first waits for a batch already taken by the maintenance thread."""
         self._bases: dict[str, int] = {}
         """channel name -> key base; a channel's id never changes."""
         self._acked: set[str] = set()

@@ -23,8 +23,10 @@ def by_partition(records: list[dict[str, Any]]) -> dict[Any, list[str]]:
     return dict(parts)
 
 
-def publish_partitioned(cluster: Cluster, channel: str, count: int, partitions: int) -> dict:
-    with publisher_for(cluster, channel) as pub:
+def publish_partitioned(
+    cluster: Cluster, channel: str, count: int, partitions: int, pub_id: str = "PUB"
+) -> dict:
+    with publisher_for(cluster, channel, pub_id) as pub:
         events = [pub.event(f"e{i}", partition=i % partitions) for i in range(count)]
         return pub.publish(events)
 
@@ -148,8 +150,10 @@ def test_a7_five_subscribers_five_partitions(cluster: Cluster) -> None:
 def test_a8_two_channels_five_subscribers_each_at_once(cluster: Cluster) -> None:
     cluster.broker("a8x", "a8y")
     subs = {ch: start_five(cluster, ch) for ch in ("a8x", "a8y")}
+    # One publisher id each: two Publishers of one id share a state file (and a sequence)
     threads = [
-        threading.Thread(target=publish_partitioned, args=(cluster, ch, 5, 5)) for ch in subs
+        threading.Thread(target=publish_partitioned, args=(cluster, ch, 5, 5, f"PUB-{ch}"))
+        for ch in subs
     ]
     for t in threads:
         t.start()

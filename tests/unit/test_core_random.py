@@ -135,7 +135,7 @@ class Driver:
         return "", key
 
     def after_change(self) -> None:
-        """As EventChannel.after_change: persist ownership, forget the notices."""
+        """As PushDelivery.changed (Outcomes.notices): persist ownership, forget the notices."""
         for grp in self.core.groups.values():
             grp.deactivations.clear()
             grp.offloads.clear()
@@ -235,7 +235,7 @@ class Driver:
         assert ids(outcome.accepted) == fresh[:room], "publish: accepted"
         assert outcome.refused == fresh[room:], "publish: capacity refusals"
         assert self.core.next_offset == first + len(batch), "publish: offsets"
-        if outcome.accepted:  # as EventChannel._accept
+        if outcome.accepted:  # as Publishing._accept
             self.store.append(NAME, outcome.accepted, self.core.next_offset, self.now)
             self.core.enqueue(outcome.accepted, self.now, outcome.keys)
             self.after_change()
@@ -251,7 +251,7 @@ class Driver:
     def join(self, group: str, member_id: str, prefetch: int) -> None:
         """subscribe: join or resume, in a new session."""
         grp = self.core.groups.get(group)
-        if grp is None:  # as EventChannel._add_group
+        if grp is None:  # as Membership._add_group
             grp = self.core.add_group(group)
             assert grp.created_offset == self.core.next_offset, "join: created_offset"
             self.store.save_group(NAME, group, grp.created_offset)
@@ -477,7 +477,7 @@ class Driver:
         assert {ev.offset for ev in retired} == newly, "ack: retired"
         self.retired |= newly
         self.retired_life += len(newly)
-        if outcome.dead:  # as EventChannel._persist_outcome
+        if outcome.dead:  # as ChannelBackup.outcome
             dead_letters = [DeadLetterRecord(group, ev, error) for ev, error in outcome.dead]
             self.store.add_dead_letters(NAME, dead_letters)
         if kept := [ev.offset for ev in outcome.done if ev.offset not in newly]:

@@ -1,0 +1,66 @@
+"""The publish side of one channel: validate, store and queue a batch (DESIGN §3, §7).
+
+A batch is validated whole before the channel lock is taken (validation is pure and the
+longest part of publishing a big batch: up to ``max_publish_batch`` events); under the lock
+it is numbered, deduplicated, bounded, committed to the store and queued. :class:`Publishing`
+keeps no state of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channel_server.backup import ChannelBackup
+from channel_server.channel_state import ChannelState
+from channel_server.errors import QueueFull
+from channel_server.events import Event, validate_batch
+from channel_server.push import PushDelivery
+
+
+class Publishing:
+    """Accepts published batches and says how much of a publisher's work is left."""
+
+    def __init__(self, state: ChannelState, backup: ChannelBackup, push: PushDelivery) -> None:
+        self._state = state
+        self._backup = backup
+        self._push = push
+
+    def publish(self, batch: Any) -> dict[str, Any]:
+        """See EventChannel.publish (the caller checked the permission)."""
+        state, config = self._state, self._state.config
+        events = validate_batch(batch, config.max_payload_bytes, config.max_publish_batch)
+        with state.lock:
+            self._backup.repair()  # publishing halts here while lost events are rebuilt
+            outcome = state.core.prepare_valid(events)
+            if outcome.accepted:
+                self._accept(outcome.accepted, outcome.keys)
+        if outcome.refused:
+            by_bytes = outcome.full_by == "bytes"
+            raise QueueFull(
+                state.name,
+                config.max_queued_bytes if by_bytes else config.capacity,
+                accepted=len(outcome.accepted),
+                refused_ids=outcome.refused,
+                duplicates=outcome.duplicates,
+                retry_after_s=config.queue_full_retry_s,
+                limit=outcome.full_by,
+            )
+        return outcome.summary()
+
+    def _accept(self, events: list[Event], keys: list[str]) -> None:
+        """Commit prepared events to the store, then queue them (under the lock). The
+        commit stays under the lock on purpose: SQLite lets go of the GIL for it, and
+        threads blocked on the lock do not compete for the GIL when the publish wants it
+        back (measured: slightly faster than committing outside the lock)."""
+        now = self._state.now()
+        self._backup.accept(events, now)
+        self._state.core.enqueue(events, now, keys)
+        self._backup.trim()
+        self._push.changed()
+
+    def outstanding(self, publisher_id: str) -> dict[str, int]:
+        """See EventChannel.outstanding (the caller checked the permission)."""
+        with self._state.lock:
+            if self._backup.repair():
+                self._push.changed()  # wake the members the rebuilt queues have work for
+            return self._state.core.outstanding(publisher_id).to_dict()
