@@ -32,6 +32,7 @@ from channel_server.errors import (
 )
 from channel_server.events import IdScope
 from channel_server.guard import GuardedDaemon
+from channel_server.monitor.server import BrokerHandle, MonitorServer
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.strict_calls import checked_arity
@@ -70,6 +71,8 @@ class Broker:
         self._stopping = False
         self.ns: NameService | None = None
         self.uri: str = ""
+        self.monitor: MonitorServer | None = None
+        """The HTTP monitor (``config.http``), started last and stopped first."""
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -111,6 +114,10 @@ class Broker:
         )
         self._loop.start()
         self._pool.submit(self._housekeep, self.config.housekeeping_s)
+        if self.config.http is not None:
+            handle = BrokerHandle(self.config.broker_id, self.access, self.channel_table)
+            self.monitor = MonitorServer(self.config.http, handle)
+            self.monitor.start()
         log.info("broker %s serving at %s", self.config.broker_id, self.uri)
 
     def _client_gone(self, conn: Any) -> None:
@@ -134,6 +141,8 @@ class Broker:
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
         self._stopping = True
+        if self.monitor is not None:
+            self.monitor.stop()
         with self._lock:
             channels = list(self._channels.values())
         if self.ns is not None:
@@ -157,6 +166,11 @@ class Broker:
     def channel_names(self) -> list[str]:
         with self._lock:
             return sorted(self._channels)
+
+    def channel_table(self) -> dict[str, EventChannel]:
+        """Every channel hosted here, by name (a copy)."""
+        with self._lock:
+            return dict(self._channels)
 
     def channel(self, name: str) -> EventChannel:
         with self._lock:

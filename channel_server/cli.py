@@ -27,6 +27,8 @@ from channel_server.errors import (
 )
 from channel_server.events import IdScope, event_uid
 from channel_server.lookup import resolve_channel
+from channel_server.monitor.flags import add_http_flags, http_from_args
+from channel_server.monitor.views import channel_row, channel_status
 from channel_server.status import (
     make_console,
     render_channel,
@@ -355,6 +357,7 @@ def _add_serve(sub: Any) -> None:
     )
     cc.add_bind_flags(serve, "host", "ns_host")  # it may embed a name server on --ns-host
     add_limit_flags(serve)
+    add_http_flags(serve)
 
 
 BYTE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -452,6 +455,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         transport=cc.transport_from_args(args),
         max_channels=args.max_channels,
         channel=channel,
+        http=http_from_args(args),
     )
 
 
@@ -489,7 +493,8 @@ def serve(args: argparse.Namespace) -> int:
     print(
         f"broker {config.broker_id} ready at {broker.uri}; name server "
         f"{config.ns_host}:{broker.ns.port} ({ns_kind}); channels: "
-        f"{', '.join(broker.channel_names()) or '-'}",
+        f"{', '.join(broker.channel_names()) or '-'}"
+        + (f"; http {broker.monitor.url}" if broker.monitor else ""),
         flush=True,
     )
     try:
@@ -544,25 +549,12 @@ def list_channels(args: argparse.Namespace) -> int:
 
 
 def _channel_row(channel: str, uri: str, broker: str) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "channel": channel,
-        "broker": broker,
-        "reachable": True,
-        "groups": "?",
-        "members": "?",
-        "backlog": "?",
-    }
     try:
         with make_proxy(uri, LIST_TIMEOUT_S) as proxy:
             stats = proxy.stats()
     except Pyro5.errors.PyroError:
-        row["reachable"] = False
-        return row
-    groups = stats["groups"]
-    row["groups"] = len(groups)
-    row["members"] = sum(len(g["members"]) for g in groups.values())
-    row["backlog"] = stats["unacked"]
-    return row
+        stats = None
+    return channel_row(channel, broker, stats)
 
 
 def show_status(args: argparse.Namespace) -> int:
@@ -580,7 +572,7 @@ def show_status(args: argparse.Namespace) -> int:
         except Pyro5.errors.PyroError as exc:
             render_unreachable(console, name, broker, exc)
             continue
-        everything.append(dict(stats, broker=broker))
+        everything.append(channel_status(broker, stats))
         if not args.json:
             render_channel(console, broker, stats)
     if args.json:

@@ -8,6 +8,7 @@ from channel_server.core.group import GroupPolicy
 from channel_server.core.health import DelayPolicy
 from channel_server.core.member import WindowPolicy
 from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES, MAX_ID_CHARS, IdScope
+from channel_server.monitor.settings import HttpConfig
 from channel_server.transport import TransportConfig
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
@@ -151,3 +152,5 @@ class BrokerConfig:
     """Cadence of the broker's housekeeping: liveness pings, handler and pull timeouts,
     idle partitions, the dedupe window, the queue invariant."""
     channel: ChannelConfig = field(default_factory=ChannelConfig)
+    http: HttpConfig | None = None
+    """The HTTP monitor (metrics, JSON API, live page; ``serve --http``). None: off."""
