@@ -73,3 +73,22 @@ def http_from_args(args: argparse.Namespace) -> HttpConfig | None:
         max_connections=args.http_max_connections,
         request_timeout_s=args.http_timeout,
     )
+
+
+WATCH_INTERVAL_S = 2.0
+
+
+def add_watch_flags(parser: argparse.ArgumentParser) -> None:
+    """``status --watch [--interval S]``."""
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep the tables on screen, refreshed in place, until Ctrl-C",
+    )
+    parser.add_argument(
+        "--interval",
+        type=cc.positive_float,
+        default=WATCH_INTERVAL_S,
+        metavar="S",
+        help="seconds between refreshes with --watch (default %(default)s)",
+    )
