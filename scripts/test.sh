@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set everything up, lint, and run the whole test suite (unit, integration, Spark).
+# Set everything up, lint, and run the whole test suite (unit, integration, browser, Spark).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not spark" -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/compile.sh dev,spark
+scripts/browser_deps.sh
+scripts/compile.sh dev,spark,browser
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff check .
 .venv/bin/python -m pytest -q "$@"
