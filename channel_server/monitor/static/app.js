@@ -163,6 +163,7 @@ async function renderDetail(name) {
   try {
     const letters = await getJSON(`api/channels/${encodeURIComponent(name)}/dead-letters`);
     note.textContent = letters.length ? "" : "none";
+    document.getElementById("dead-letters").hidden = !letters.length;
     fill(tbody, letters.map((d) => {
       const tr = row([[d.id], [d.publisher_id], [d.partition], [d.group], [d.failures, true], [d.error]]);
       tr.lastChild.className = "error";
@@ -171,6 +172,7 @@ async function renderDetail(name) {
   } catch (error) {
     if (error.status !== 403) throw error;
     note.textContent = "only a user with admin on this channel may see them";
+    document.getElementById("dead-letters").hidden = true;
     fill(tbody, []);
   }
 }
