@@ -36,6 +36,7 @@ from channel_server.errors import (
 from channel_server.events import IdScope
 from channel_server.guard import GuardedDaemon
 from channel_server.hosted import HostedChannels
+from channel_server.monitor.server import BrokerHandle, MonitorServer
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.strict_calls import checked_arity
@@ -75,6 +76,8 @@ class Broker:
         self._stopping = False
         self.ns: NameService | None = None
         self.uri: str = ""
+        self.monitor: MonitorServer | None = None
+        """The HTTP monitor (``config.http``), started last and stopped first."""
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -116,6 +119,10 @@ class Broker:
         )
         self._loop.start()
         self._pool.submit(self._housekeep, self.config.housekeeping_s)
+        if self.config.http is not None:
+            handle = BrokerHandle(self.config.broker_id, self.access, self.channel_table)
+            self.monitor = MonitorServer(self.config.http, handle)
+            self.monitor.start()
         log.info("broker %s serving at %s", self.config.broker_id, self.uri)
 
     def _client_gone(self, conn: Any) -> None:
@@ -135,6 +142,8 @@ class Broker:
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
         self._stopping = True
+        if self.monitor is not None:
+            self.monitor.stop()
         channels = self._hosted.close()
         if self.ns is not None:
             for channel in channels:
@@ -156,6 +165,10 @@ class Broker:
     # -- channels ------------------------------------------------------------------------
     def channel_names(self) -> list[str]:
         return self._hosted.names()
+
+    def channel_table(self) -> dict[str, EventChannel]:
+        """Every channel hosted here, by name (a copy)."""
+        return {channel.name: channel for channel in self._hosted.all()}
 
     def channel(self, name: str) -> EventChannel:
         channel = self._hosted.get(name)

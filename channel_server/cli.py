@@ -27,12 +27,9 @@ from channel_server.errors import (
 )
 from channel_server.events import IdScope, event_uid
 from channel_server.lookup import resolve_channel
-from channel_server.status import (
-    make_console,
-    render_channel,
-    render_dead_letters,
-    render_unreachable,
-)
+from channel_server.monitor.flags import add_http_flags, add_watch_flags, http_from_args
+from channel_server.monitor.views import channel_row, channel_status
+from channel_server.status import make_console, render_dead_letters, status_renderables
 from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
 from channel_server.transport import bind_failure
 from channel_server.users_cli import add_users_command, run_users
@@ -72,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_ns_flags(status)
     status.add_argument("channel", nargs="?", help="one channel (default: all)")
     status.add_argument("--json", action="store_true", help="print the raw stats as JSON")
+    add_watch_flags(status)
     dead = sub.add_parser(
         "dead-letters",
         help="list (or replay) a channel's dead-letter queue",
@@ -355,6 +353,7 @@ def _add_serve(sub: Any) -> None:
     )
     cc.add_bind_flags(serve, "host", "ns_host")  # it may embed a name server on --ns-host
     add_limit_flags(serve)
+    add_http_flags(serve)
 
 
 BYTE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -452,6 +451,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         transport=cc.transport_from_args(args),
         max_channels=args.max_channels,
         channel=channel,
+        http=http_from_args(args),
     )
 
 
@@ -489,7 +489,8 @@ def serve(args: argparse.Namespace) -> int:
     print(
         f"broker {config.broker_id} ready at {broker.uri}; name server "
         f"{config.ns_host}:{broker.ns.port} ({ns_kind}); channels: "
-        f"{', '.join(broker.channel_names()) or '-'}",
+        f"{', '.join(broker.channel_names()) or '-'}"
+        + (f"; http {broker.monitor.url}" if broker.monitor else ""),
         flush=True,
     )
     try:
@@ -544,50 +545,49 @@ def list_channels(args: argparse.Namespace) -> int:
 
 
 def _channel_row(channel: str, uri: str, broker: str) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "channel": channel,
-        "broker": broker,
-        "reachable": True,
-        "groups": "?",
-        "members": "?",
-        "backlog": "?",
-    }
     try:
         with make_proxy(uri, LIST_TIMEOUT_S) as proxy:
             stats = proxy.stats()
     except Pyro5.errors.PyroError:
-        row["reachable"] = False
-        return row
-    groups = stats["groups"]
-    row["groups"] = len(groups)
-    row["members"] = sum(len(g["members"]) for g in groups.values())
-    row["backlog"] = stats["unacked"]
-    return row
+        stats = None
+    return channel_row(channel, broker, stats)
 
 
 def show_status(args: argparse.Namespace) -> int:
+    if args.watch:
+        if args.json:
+            raise InvalidArgument("--watch", "refreshes the tables; it does not take --json")
+        from channel_server.monitor.watch import watch
+
+        return watch(make_console(), lambda: status_renderables(_fetch_status(args)), args)
+    channels = _fetch_status(args)
+    if args.json:  # unreachable ones on stderr: stdout stays one JSON document
+        for name, broker, stats in channels:
+            if isinstance(stats, Exception):
+                print(f"{name} on broker {broker}: unreachable ({stats})", file=sys.stderr)
+        print(json.dumps([channel_status(b, s) for _, b, s in channels if isinstance(s, dict)]))
+        return cc.EXIT_OK
+    console = make_console()
+    for part in status_renderables(channels):
+        console.print(part)
+    return cc.EXIT_OK
+
+
+def _fetch_status(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any] | Exception]]:
+    """(channel, broker, its stats or why its broker did not answer) of ``status``."""
     channels = _registered_channels(args)
     if args.channel is not None:
         if args.channel not in channels:
             raise UnknownChannel(args.channel)
         channels = {args.channel: channels[args.channel]}
-    console = make_console()
-    everything = []
+    fetched: list[tuple[str, str, dict[str, Any] | Exception]] = []
     for name, (uri, broker) in channels.items():
         try:
             with make_proxy(uri, LIST_TIMEOUT_S) as channel:
-                stats = channel.stats()
+                fetched.append((name, broker, channel.stats()))
         except Pyro5.errors.PyroError as exc:
-            render_unreachable(console, name, broker, exc)
-            continue
-        everything.append(dict(stats, broker=broker))
-        if not args.json:
-            render_channel(console, broker, stats)
-    if args.json:
-        print(json.dumps(everything))
-    elif not channels:
-        console.print("no channels")
-    return cc.EXIT_OK
+            fetched.append((name, broker, exc))
+    return fetched
 
 
 def dead_letters(args: argparse.Namespace) -> int:

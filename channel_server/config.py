@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from channel_server.core.config import ChannelConfig
 from channel_server.events import IdScope
+from channel_server.monitor.settings import HttpConfig
 from channel_server.names import DEFAULT_HOST, DEFAULT_NS_PORT
 from channel_server.transport import TransportConfig
 
@@ -57,3 +58,5 @@ class BrokerConfig:
     """Cadence of the broker's housekeeping: liveness pings, handler and pull timeouts,
     idle partitions, the dedupe window, the queue invariant."""
     channel: ChannelConfig = field(default_factory=ChannelConfig)
+    http: HttpConfig | None = None
+    """The HTTP monitor (metrics, JSON API, live page; ``serve --http``). None: off."""

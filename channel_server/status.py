@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -41,19 +41,40 @@ MEMBER_COLUMNS = (
 
 
 def render_channel(console: Console, broker: str, stats: dict[str, Any]) -> None:
+    for part in channel_renderables(broker, stats):
+        console.print(part)
+
+
+def channel_renderables(broker: str, stats: dict[str, Any]) -> list[RenderableType]:
+    """What ``status`` shows of one channel, as rich renderables (printed, or refreshed
+    in place by ``status --watch``)."""
     summary = (
         f" ({stats['kind']}, ids unique per {stats['ids']}) on broker {broker}: "
         f"{stats['unacked']}/{stats['capacity']} unacknowledged, {stats['accepted']} accepted, "
         f"{stats['acked']} acknowledged, {stats['dead_letters']} dead letters"
     )
-    console.print(_line(_bold(stats["name"]), summary))
+    parts: list[RenderableType] = [_line(_bold(stats["name"]), summary)]
     if "rates" in stats:  # a broker from before rates says nothing about them
-        console.print(Text(f"  {rates_line(stats['rates'])}"))
+        parts.append(Text(f"  {rates_line(stats['rates'])}"))
     for name, group in stats["groups"].items():
-        console.print(_line("  group ", _bold(name), f": backlog {group['backlog']}"))
-        console.print(_members_table(group["members"]))
+        parts.append(_line("  group ", _bold(name), f": backlog {group['backlog']}"))
+        parts.append(_members_table(group["members"]))
         if group["partitions"]:
-            console.print(_partitions_table(group["partitions"]))
+            parts.append(_partitions_table(group["partitions"]))
+    return parts
+
+
+def status_renderables(
+    channels: list[tuple[str, str, dict[str, Any] | Exception]],
+) -> list[RenderableType]:
+    """What ``status`` shows of these (channel, broker, stats or why unreachable)."""
+    parts: list[RenderableType] = []
+    for name, broker, stats in channels:
+        if isinstance(stats, Exception):
+            parts.append(unreachable_line(name, broker, stats))
+        else:
+            parts.extend(channel_renderables(broker, stats))
+    return parts or [Text("no channels")]
 
 
 def rates_line(rates: dict[str, float] | None) -> str:
@@ -113,7 +134,11 @@ def render_dead_letters(console: Console, channel: str, letters: list[dict[str, 
 
 
 def render_unreachable(console: Console, channel: str, broker: str, error: Exception) -> None:
-    console.print(_line(_bold(channel), f" on broker {broker}: unreachable ({error})"))
+    console.print(unreachable_line(channel, broker, error))
+
+
+def unreachable_line(channel: str, broker: str, error: Exception) -> Text:
+    return _line(_bold(channel), f" on broker {broker}: unreachable ({error})")
 
 
 def _cell(value: Any) -> Text:

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Set everything up, lint, type-check, and run the whole test suite (unit, integration, Spark).
+# Set everything up, lint, type-check, and run the whole test suite (unit, integration,
+# browser, Spark).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not spark" -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/compile.sh dev,spark
+scripts/browser_deps.sh
+scripts/compile.sh dev,spark,browser
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff check .
 .venv/bin/mypy  # the packages and settings of [tool.mypy] in pyproject.toml

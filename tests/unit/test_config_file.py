@@ -136,7 +136,7 @@ def test_the_example_file_is_every_setting_with_its_default() -> None:
     settable = {action.dest for action in config_file.settable(serve)}
     values = config_file.read(EXAMPLE, serve)
     commented = {"credentials", "tls_cert", "tls_key", "tls_ca", "advertise", "data_dir"}
-    assert set(values) == settable - commented - {"users", "callback_hosts"}
+    assert set(values) == settable - commented - {"users", "callback_hosts", "http"}
     assert values == {dest: serve.get_default(dest) for dest in values}
     assert "# member-expiry" not in EXAMPLE.read_text()  # set, with its comment above
     assert tomllib.loads(EXAMPLE.read_text())["member-expiry"] == 600.0

@@ -1,0 +1,44 @@
+"""The broker's credentials over HTTP.
+
+The same two kinds as over Pyro5, checked by the same ``Access``: HTTP Basic with a user of
+the users file and its password, or with the user ``owner`` and the local token as the
+password; or ``Authorization: Bearer TOKEN`` with the local token (what a Prometheus
+``bearer_token_file`` sends). Basic is what a browser asks for by itself, so the page needs
+no login form of its own. A password that passed argon2 once is cached by ``Access``, so a
+page refreshing every 2 s does not pay a KDF each time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from channel_server.access import Access
+from channel_server.credentials import OWNER
+from channel_server.errors import NotAuthorized
+from channel_server.users import User
+
+MAX_HEADER_CHARS = 4096
+"""A longer Authorization header is refused unread (no credential is that long)."""
+
+
+def authenticate(access: Access, header: str | None) -> User:
+    """The user of an ``Authorization`` header; NotAuthorized when it is missing,
+    malformed or wrong."""
+    if not header:
+        raise NotAuthorized("no credential")
+    if len(header) > MAX_HEADER_CHARS:
+        raise NotAuthorized("a malformed credential")
+    scheme, _, value = header.strip().partition(" ")
+    scheme, value = scheme.lower(), value.strip()
+    if scheme == "bearer" and value:
+        return access.authenticate({"user": OWNER, "secret": value})
+    if scheme == "basic" and value:
+        try:
+            text = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise NotAuthorized("a malformed credential") from None
+        user, sep, password = text.partition(":")
+        if sep:
+            return access.authenticate({"user": user, "secret": password})
+    raise NotAuthorized("a malformed credential")

@@ -1,0 +1,117 @@
+"""Prometheus metrics of a broker, read from its channels' ``stats()`` at scrape time.
+
+Nothing is counted in the hot paths for Prometheus: the channel already keeps its totals
+(accepted, acknowledged, per-member deliveries, failures, delays) and a scrape reads them
+through the same ``stats()`` that ``status`` uses, one channel lock at a time. Labels are
+bounded: channel, group and member ids (capped by ``max_channels`` and ``max_members``),
+never an event id. Units are in the names (``_events``, ``_bytes``, ``_seconds``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PREFIX = "pubsub_"
+CHANNEL, GROUP, MEMBER = ["channel"], ["channel", "group"], ["channel", "group", "member"]
+
+# (name without prefix, kind, help, stats key) of each per-channel figure
+CHANNEL_METRICS = (
+    ("channel_accepted_events", "counter", "Events accepted (stored, not duplicates).", "accepted"),
+    ("channel_acked_events", "counter", "Events acknowledged by every group.", "acked"),
+    ("channel_unacked_events", "gauge", "Events accepted and not yet acknowledged.", "unacked"),
+    ("channel_capacity_events", "gauge", "Most unacknowledged events held.", "capacity"),
+    ("channel_queued_bytes", "gauge", "Bytes of unacknowledged events.", "queued_bytes"),
+    ("channel_max_queued_bytes", "gauge", "Most bytes unacked held.", "max_queued_bytes"),
+    ("channel_dead_letters", "gauge", "Events in the dead-letter queue now.", "dead_letters"),
+    ("channel_stored_events", "gauge", "Events in the store (backup queue).", "stored"),
+)
+MEMBER_METRICS = (
+    ("member_active", "gauge", "1 if the member is active, 0 if declared dead.", "active"),
+    ("member_partitions", "gauge", "Partitions the member owns.", "partitions"),
+    ("member_queued_events", "gauge", "Events queued for the member.", "queued"),
+    ("member_in_flight_events", "gauge", "Events delivered, not yet acknowledged.", "in_flight"),
+    ("member_window_events", "gauge", "Events the member may hold now.", "window"),
+    ("member_delivered_events", "counter", "Events delivered to the member.", "delivered"),
+    ("member_acked_events", "counter", "Events the member acknowledged.", "acked"),
+    ("member_failures", "counter", "Failed pushes and handler failures.", "failures"),
+    ("member_small_delays", "counter", "Pushes slower than --small-delay.", "small_delays"),
+    ("member_long_delays", "counter", "Pushes slower than --long-delay.", "long_delays"),
+    ("member_last_seen_age_seconds", "gauge", "Seconds since its last sign of life.", "seen_s_ago"),
+)
+Family = CounterMetricFamily | GaugeMetricFamily
+"""A metric family that takes samples (``add_metric``)."""
+_FAMILIES: dict[str, type[Family]] = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily}
+
+
+def _family(name: str, kind: str, doc: str, labels: list[str]) -> Family:
+    return _FAMILIES[kind](PREFIX + name, doc, labels=labels)
+
+
+def channel_families(snapshot: Iterable[dict[str, Any]]) -> list[Family]:
+    """The metric families of these channels' ``stats()`` dicts (pure)."""
+    per_channel = [(key, _family(n, k, d, CHANNEL)) for n, k, d, key in CHANNEL_METRICS]
+    per_member = [(key, _family(n, k, d, MEMBER)) for n, k, d, key in MEMBER_METRICS]
+    backlog = _family("group_backlog_events", "gauge", "Events the group has yet to ack.", GROUP)
+    in_flight = _family("group_in_flight_events", "gauge", "Events delivered, unacked.", GROUP)
+    partitions = _family("group_partitions", "gauge", "Partitions the group holds.", GROUP)
+    members = _family(
+        "group_members", "gauge", "Members by state (active or inactive).", [*GROUP, "state"]
+    )
+    for stats in snapshot:
+        channel = stats["name"]
+        for key, family in per_channel:
+            if key in stats:
+                family.add_metric([channel], float(stats[key]))
+        for group_name, group in stats["groups"].items():
+            labels = [channel, group_name]
+            backlog.add_metric(labels, group["backlog"])
+            in_flight.add_metric(labels, sum(p["in_flight"] for p in group["partitions"]))
+            partitions.add_metric(labels, len(group["partitions"]))
+            active = sum(1 for m in group["members"] if m["active"])
+            members.add_metric([*labels, "active"], active)
+            members.add_metric([*labels, "inactive"], len(group["members"]) - active)
+            for member in group["members"]:
+                for key, family in per_member:
+                    family.add_metric([*labels, member["id"]], float(member[key]))
+    families = [f for _, f in per_channel] + [backlog, in_flight, partitions, members]
+    return families + [f for _, f in per_member]
+
+
+class ChannelsCollector(Collector):
+    """Reads the channels' stats when Prometheus scrapes (``snapshot`` gives them), and
+    the broker's own figures: its id, channel count and threads."""
+
+    def __init__(self, broker_id: str, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
+        self._broker_id = broker_id
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._snapshot()
+        info = GaugeMetricFamily(PREFIX + "broker_info", "The broker (1).", labels=["broker"])
+        info.add_metric([self._broker_id], 1)
+        yield info
+        yield GaugeMetricFamily(
+            PREFIX + "broker_channels", "Channels this caller may see.", value=len(stats)
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "broker_threads", "Threads of the broker process.", threading.active_count()
+        )
+        yield from channel_families(stats)
+
+    def describe(self) -> list[Metric]:
+        return []  # values come at scrape time only; nothing to check at registration
+
+
+def registry_for(broker_id: str, snapshot: Callable[[], list[dict[str, Any]]]) -> CollectorRegistry:
+    """A registry of one scrape: the channels ``snapshot`` returns (those the caller may
+    see) and the process (RSS, CPU, open files) from prometheus_client."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ChannelsCollector(broker_id, snapshot))
+    ProcessCollector(registry=registry)
+    return registry

@@ -1,0 +1,56 @@
+"""Browser tests: the live page in Debian's chromium, driven by Playwright (no browser
+download: ``executable_path`` is the system one). ``scripts/test.sh`` installs both; without
+them these tests skip with the reason, except in CI (``CI`` set), where they fail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.procs import Cluster
+
+pytestmark = pytest.mark.browser
+CHROMIUM_ENV = "PUBSUB_CHROMIUM"
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI must have it: scripts/test.sh installs it)")
+    pytest.skip(f"{reason}; scripts/test.sh installs it")
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = os.environ.get(CHROMIUM_ENV) or shutil.which("chromium")
+    if not path:
+        _missing("no chromium on PATH (apt-get install chromium)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path: str) -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed (pip install -e '.[browser]')")
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where chromium's sandbox refuses to start
+        launched = playwright.chromium.launch(
+            executable_path=chromium_path, args=["--no-sandbox"], timeout=30_000
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()

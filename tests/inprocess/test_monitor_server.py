@@ -1,0 +1,139 @@
+"""The HTTP monitor's server on a real socket (port 0), over fake channels: it
+authenticates, bounds what one client may make it hold, and stops within its budget."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from channel_server import users as um
+from channel_server.monitor.server import MonitorServer, RequestTooLarge, _LimitedReader
+from channel_server.monitor.settings import HttpConfig
+from tests.integration.procs import wait_until
+from tests.unit.monitor_fakes import TOKEN, FakeChannel, basic, handle
+
+CONFIG = HttpConfig(max_connections=2, request_timeout_s=1.0, max_request_bytes=2048)
+
+
+@pytest.fixture(autouse=True)
+def cheap_hashes() -> Iterator[None]:
+    um.set_test_parameters()
+    yield
+    um.set_test_parameters(False)
+
+
+@pytest.fixture
+def server() -> Iterator[MonitorServer]:
+    monitor = MonitorServer(CONFIG, handle(FakeChannel("orders")))
+    monitor.start()
+    yield monitor
+    monitor.stop()
+
+
+def port(server: MonitorServer) -> int:
+    return int(server.url.rstrip("/").rsplit(":", 1)[1])
+
+
+def get(server: MonitorServer, path: str, auth: str | None = None) -> http.client.HTTPResponse:
+    conn = http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
+    conn.request("GET", path, headers={"Authorization": auth} if auth else {})
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response
+
+
+def test_no_credential_gets_401_with_a_basic_challenge(server: MonitorServer) -> None:
+    response = get(server, "/metrics")
+    assert response.status == 401
+    assert response.getheader("WWW-Authenticate").startswith('Basic realm="pubsub-channels"')
+    assert get(server, "/metrics", basic("owner", "wrong")).status == 401
+    assert get(server, "/metrics", basic("owner", TOKEN)).status == 200
+    assert get(server, "/api/channels", f"Bearer {TOKEN}").status == 200
+
+
+def test_replies_carry_a_strict_content_security_policy(server: MonitorServer) -> None:
+    response = get(server, "/", basic("owner", TOKEN))
+    assert "script-src 'self'" in response.getheader("Content-Security-Policy")
+    assert response.getheader("X-Content-Type-Options") == "nosniff"
+    assert response.getheader("Server") == "pubsub-channels"
+
+
+def test_a_request_head_past_the_cap_is_refused(server: MonitorServer) -> None:
+    big = "x" * CONFIG.max_request_bytes
+    response = get(server, "/api/channels", f"Bearer {TOKEN}{big}")
+    assert response.status == 431
+
+
+def test_a_body_is_refused(server: MonitorServer) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
+    conn.request(
+        "GET", "/api/channels", body=b"x" * 10, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert conn.getresponse().status == 413
+    conn.close()
+
+
+def test_connections_past_the_cap_get_503_until_a_slot_frees(server: MonitorServer) -> None:
+    # Given as many silent connections as the cap (each holds a thread until its timeout)
+    silent = [socket.create_connection(("127.0.0.1", port(server))) for _ in range(2)]
+    try:
+        # Then one more is answered 503 at once
+        busy = wait_until(
+            lambda: (r := get(server, "/", basic("owner", TOKEN))).status == 503 and r,
+            what="a 503 while the slots are held",
+        )
+        assert busy.getheader("Retry-After") == "1"
+        # And once the silent ones time out, requests are served again
+        started = time.monotonic()
+        wait_until(
+            lambda: get(server, "/", basic("owner", TOKEN)).status == 200,
+            timeout_s=5 * CONFIG.request_timeout_s,
+            what="a slot freed by the request timeout",
+        )
+        assert time.monotonic() - started < 4 * CONFIG.request_timeout_s
+        for sock in silent:  # the server closed them
+            sock.settimeout(5)
+            assert sock.recv(1) == b""
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_a_client_that_stops_mid_request_is_dropped(server: MonitorServer) -> None:
+    sock = socket.create_connection(("127.0.0.1", port(server)))
+    sock.settimeout(5 * CONFIG.request_timeout_s)
+    started = time.monotonic()
+    sock.sendall(b"GET / HTTP/1.0\r\nX-Half: ")
+    assert sock.recv(1024) == b""  # closed by the server, without a reply
+    assert time.monotonic() - started < 3 * CONFIG.request_timeout_s
+    sock.close()
+
+
+def test_a_request_head_is_read_only_until_its_deadline() -> None:
+    # a client trickling bytes fast enough for every receive still meets the deadline
+    raw = io.BytesIO(b"GET / HTTP/1.0\r\n" * 10)
+    reader = _LimitedReader(raw, 10_000, deadline=time.monotonic() - 1)
+    with pytest.raises(TimeoutError):
+        reader.readline()
+    capped = _LimitedReader(io.BytesIO(b"a" * 100 + b"\n"), 10, time.monotonic() + 60)
+    assert capped.readline(65537) == b"a" * 10
+    with pytest.raises(RequestTooLarge):
+        capped.readline(65537)
+
+
+def test_stop_closes_the_port_within_its_budget() -> None:
+    monitor = MonitorServer(CONFIG, handle())
+    monitor.start()
+    address = ("127.0.0.1", port(monitor))
+    started = time.monotonic()
+    monitor.stop()
+    assert time.monotonic() - started < 2.0
+    with pytest.raises(OSError):
+        socket.create_connection(address, timeout=1).close()
+    monitor.stop()  # twice is harmless

@@ -1,0 +1,113 @@
+"""Fake channels for the monitor's tests: ``stats()`` and ``dead_letters()`` of known
+values, in the shape of ``channel_stats`` (so a change there shows up here)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from channel_server.access import Access
+from channel_server.monitor.server import BrokerHandle
+from channel_server.users import Grant, UsersFile, parse_grant
+
+TOKEN = "local-token"
+
+
+def member(member_id: str, active: bool = True, **values: Any) -> dict[str, Any]:
+    base = {
+        "id": member_id,
+        "mode": "push",
+        "active": active,
+        "inactive_reason": None if active else "failed pushes",
+        "partitions": 2,
+        "queued": 3,
+        "in_flight": 4,
+        "window": 10,
+        "delivered": 40,
+        "acked": 36,
+        "failures": 1,
+        "small_delays": 2,
+        "long_delays": 0,
+        "seen_s_ago": 0.5,
+    }
+    return base | values
+
+
+def stats(name: str, accepted: int = 12, acked: int = 7, **groups: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": "queue",
+        "ids": "publisher",
+        "capacity": 1000,
+        "unacked": accepted - acked,
+        "max_queued_bytes": 1 << 20,
+        "queued_bytes": 500,
+        "max_members": 10,
+        "accepted": accepted,
+        "acked": acked,
+        "rates": {"interval_s": 10.0, "accepted_per_s": 1.2, "acked_per_s": 0.7},
+        "dead_letters": 1,
+        "durable": True,
+        "stored": accepted - acked,
+        "groups": groups
+        or {
+            "default": {
+                "backlog": accepted - acked,
+                "members": [member("s1"), member("s2", active=False, partitions=0)],
+                "partitions": [
+                    {
+                        "publisher_id": "P",
+                        "partition": 1,
+                        "owner": "s1",
+                        "pending": 2,
+                        "in_flight": 3,
+                    },
+                    {
+                        "publisher_id": "P",
+                        "partition": 2,
+                        "owner": "s1",
+                        "pending": 0,
+                        "in_flight": 1,
+                    },
+                ],
+            }
+        },
+    }
+
+
+class FakeChannel:
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        self.stats_dict = stats(name, **kwargs)
+        self.letters = [
+            {
+                "id": "<b>x</b>",
+                "publisher_id": "P",
+                "partition": 1,
+                "group": "default",
+                "error": "boom",
+                "failures": 3,
+            }
+        ]
+
+    def stats(self) -> dict[str, Any]:
+        return self.stats_dict
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        return self.letters
+
+
+def users() -> UsersFile:
+    """alice publishes to orders*; carol is an admin of orders only."""
+    found = UsersFile()
+    found.add("alice", "alice-pw", [parse_grant("publish:orders*")])
+    found.add("carol", "carol-pw", [Grant("orders", frozenset(["admin"]))])
+    return found
+
+
+def handle(*channels: FakeChannel) -> BrokerHandle:
+    table = {c.stats_dict["name"]: c for c in channels}
+    return BrokerHandle("b1", Access(TOKEN, users()), lambda: dict(table))
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()

@@ -1,0 +1,161 @@
+"""The monitor's routes, its HTTP authentication and its flags, without sockets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from channel_server import users as um
+from channel_server.errors import InvalidArgument, NotAuthorized
+from channel_server.monitor.flags import http_from_args
+from channel_server.monitor.http_auth import authenticate
+from channel_server.monitor.server import MonitorApp
+from channel_server.monitor.settings import BadAddress, HttpConfig, parse_address
+from channel_server.users import owner
+from tests.unit.monitor_fakes import TOKEN, FakeChannel, basic, handle
+
+
+@pytest.fixture(autouse=True)
+def cheap_hashes() -> Iterator[None]:
+    um.set_test_parameters()
+    yield
+    um.set_test_parameters(False)
+
+
+@pytest.fixture
+def app() -> MonitorApp:
+    return MonitorApp(handle(FakeChannel("orders"), FakeChannel("orders-eu"), FakeChannel("hr")))
+
+
+def body(app: MonitorApp, path: str, user: um.User | None = None) -> tuple[int, object]:
+    response = app.respond(path, user or owner())
+    return response.status, json.loads(response.body)
+
+
+# -- authentication ----------------------------------------------------------------------
+def test_the_local_token_as_basic_password_or_bearer_is_the_owner() -> None:
+    access = handle().access
+    assert authenticate(access, basic("owner", TOKEN)).name == "owner"
+    assert authenticate(access, f"Bearer {TOKEN}").name == "owner"
+    assert authenticate(access, f"bearer   {TOKEN} ").name == "owner"
+
+
+def test_a_users_file_user_with_its_password() -> None:
+    user = authenticate(handle().access, basic("alice", "alice-pw"))
+    assert user.name == "alice" and not user.allows_any("hr")
+
+
+@pytest.mark.parametrize(
+    "header, reason",
+    [
+        (None, "no credential"),
+        ("", "no credential"),
+        (basic("owner", "nope"), "wrong credential for user 'owner'"),
+        (basic("alice", "carol-pw"), "wrong credential for user 'alice'"),
+        ("Bearer nope", "wrong credential for user 'owner'"),
+        ("Basic !!!", "a malformed credential"),
+        ("Basic " + "b3duZXI=", "a malformed credential"),  # "owner": no colon
+        ("Digest x", "a malformed credential"),
+        ("Bearer " + "x" * 5000, "a malformed credential"),
+    ],
+)
+def test_missing_wrong_or_malformed_credentials_are_refused(header, reason) -> None:
+    with pytest.raises(NotAuthorized) as refused:
+        authenticate(handle().access, header)
+    assert refused.value.reason == reason
+
+
+# -- routes --------------------------------------------------------------------------------
+def test_api_channels_lists_the_channels_the_user_may_see(app: MonitorApp) -> None:
+    status, rows = body(app, "/api/channels")
+    assert status == 200
+    assert [r["channel"] for r in rows] == ["hr", "orders", "orders-eu"]
+    alice = authenticate(handle().access, basic("alice", "alice-pw"))
+    assert [r["channel"] for r in body(app, "/api/channels?x=1", alice)[1]] == [
+        "orders",
+        "orders-eu",
+    ]
+
+
+def test_api_channel_is_its_status_entry(app: MonitorApp) -> None:
+    status, entry = body(app, "/api/channels/orders")
+    assert status == 200
+    assert entry == dict(FakeChannel("orders").stats(), broker="b1")
+    assert body(app, "/api/channels/nope")[0] == 404
+    alice = authenticate(handle().access, basic("alice", "alice-pw"))
+    assert body(app, "/api/channels/hr", alice)[0] == 404  # as if it did not exist
+
+
+def test_dead_letters_need_admin_on_the_channel(app: MonitorApp) -> None:
+    status, letters = body(app, "/api/channels/orders/dead-letters")
+    assert status == 200 and letters[0]["id"] == "<b>x</b>"
+    carol = authenticate(handle().access, basic("carol", "carol-pw"))
+    assert body(app, "/api/channels/orders/dead-letters", carol)[0] == 200
+    alice = authenticate(handle().access, basic("alice", "alice-pw"))
+    status, refusal = body(app, "/api/channels/orders/dead-letters", alice)
+    assert status == 403 and "admin on channel 'orders'" in refusal["error"]
+
+
+def test_metrics_show_only_the_channels_the_user_may_see(app: MonitorApp) -> None:
+    alice = authenticate(handle().access, basic("alice", "alice-pw"))
+    text = app.respond("/metrics", alice).body.decode()
+    assert 'pubsub_channel_accepted_events_total{channel="orders"} 12.0' in text
+    assert 'channel="hr"' not in text
+
+
+def test_the_page_and_its_files_are_served_and_nothing_else(app: MonitorApp) -> None:
+    page = app.respond("/", owner())
+    assert page.status == 200 and page.content_type.startswith("text/html")
+    assert b'src="static/app.js"' in page.body
+    assert app.respond("/static/app.js", owner()).content_type.startswith("text/javascript")
+    assert app.respond("/static/style.css", owner()).status == 200
+    for path in ("/static/../server.py", "/static/x.js", "/nope", "/api", "/api/channels/a/b/c"):
+        assert app.respond(path, owner()).status == 404, path
+
+
+def test_the_page_never_writes_data_as_html() -> None:
+    script = MonitorApp(handle()).respond("/static/app.js", owner()).body
+    assert b"innerHTML" not in script and b"outerHTML" not in script
+    assert b"insertAdjacentHTML" not in script and b"document.write" not in script
+
+
+# -- addresses and flags -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("127.0.0.1:8080", ("127.0.0.1", 8080)),
+        ("[::1]:0", ("::1", 0)),
+        ("localhost:9", ("localhost", 9)),
+    ],
+)
+def test_parse_address(text: str, parsed: tuple[str, int]) -> None:
+    assert parse_address(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["8080", ":8080", "host:", "host:x", "h:70000", "a:b:80"])
+def test_parse_address_refuses(text: str) -> None:
+    with pytest.raises(BadAddress):
+        parse_address(text)
+
+
+def flags(http: str | None, insecure: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(
+        http=http, insecure=insecure, http_max_connections=4, http_timeout=2.0
+    )
+
+
+def test_http_is_off_by_default_and_loopback_needs_nothing() -> None:
+    assert http_from_args(flags(None)) is None
+    assert http_from_args(flags("127.0.0.1:0")) == HttpConfig(
+        "127.0.0.1", 0, max_connections=4, request_timeout_s=2.0
+    )
+
+
+def test_a_non_loopback_http_address_needs_insecure() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        http_from_args(flags("0.0.0.0:9100"))
+    assert refused.value.argument == "--http" and "--insecure" in refused.value.reason
+    assert http_from_args(flags("0.0.0.0:9100", insecure=True)).host == "0.0.0.0"
