@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: an embedded name server and a broker with 2 channels, 2 subscribers on each
 # channel, and a publisher sending 10 events (2 partitions) to each channel. Every process
-# is stopped at the end. Output: who processed what, then the channel listing.
+# is stopped at the end. Output: who processed what, the channel listing, and the broker's
+# Prometheus metrics of the two channels (its HTTP monitor, serve --http).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/compile.sh ""
@@ -23,10 +24,11 @@ wait_for() {  # wait_for FILE PATTERN: until a line matches, 20 s at most
 
 echo "== broker (embedded name server on 127.0.0.1:$ns_port) with channels orders, payments"
 $py -m channel_server serve "${ns[@]}" --channel orders --channel payments --data-dir "$out/data" \
-  --log-level WARNING \
+  --http 127.0.0.1:0 --log-level WARNING \
   >"$out/broker.log" 2>&1 & pids+=($!)
 wait_for "$out/broker.log" "ready at"
 head -1 "$out/broker.log"
+http=$(grep -o 'http http://[^ ]*' "$out/broker.log" | head -1 | cut -d' ' -f2)
 
 for ch in orders payments; do
   for s in 1 2; do
@@ -58,3 +60,6 @@ for ch in orders payments; do
 done
 echo "== channel listing"
 $py -m channel_server list "${ns[@]}"
+echo "== metrics: curl -H 'Authorization: Bearer <token>' ${http}metrics (the channels' lines)"
+curl -s -H "Authorization: Bearer $(cat "$PUBSUB_STATE_DIR/token")" "${http}metrics" \
+  | grep -E '^pubsub_(channel_(accepted|acked)_events_total|group_backlog_events)'
