@@ -45,7 +45,8 @@ class BrokerConfig:
     """Python's GIL switch interval in the broker (Python's default is 5 ms). Measured with
     the SQLite store: 1 ms cost 20 % of throughput, 20 ms gained about 15 % (fewer forced
     switches between the publish and dispatcher threads) with p99 latency at 1,000 ev/s
-    still under 5 ms (docs/benchmarks.md)."""
+    still under 5 ms (the lab log in docs/benchmarks.md's history: git show
+    df84339:docs/benchmarks.md)."""
     transport: TransportConfig = field(default_factory=TransportConfig)
     """Connections served at once, idle and handshake timeouts, largest message."""
     push_threads: int = 8

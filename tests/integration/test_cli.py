@@ -1,4 +1,5 @@
-"""Every command's --help, one-line refusals of bad flags, and scenario A5 via `list`."""
+"""Every command's --help, one-line refusals of bad flags, and scenario A5 via `list`
+(scenario ids: docs/scenarios.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Scenarios A1-A4, A6-A8: competing consumers with real broker and subscriber processes."""
+"""Scenarios A1-A4, A6-A8 (docs/scenarios.md): competing consumers with real broker and
+subscriber processes."""
 
 from __future__ import annotations
 

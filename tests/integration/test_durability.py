@@ -1,4 +1,5 @@
-"""Scenarios A11, A12, A21 and the store's start-up checks: the backup queue at work."""
+"""Scenarios A11, A12, A21 (docs/scenarios.md) and the store's start-up checks: the backup
+queue at work."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Scenarios A9, A10, A13-A15, A20, A22: misbehaving subscribers, real faults.
+"""Scenarios A9, A10, A13-A15, A20, A22 (docs/scenarios.md): misbehaving subscribers, real
+faults.
 
 Partition assignment is deterministic: with events PUB-1..PUB-10 over 2 partitions, the
 first partition seen (partition 1, PUB-1) goes to the lowest id s1, partition 0 to s2.

@@ -1,4 +1,5 @@
-"""Scenarios A16-A19: per-partition timestamp order and the delivered-ID set."""
+"""Scenarios A16-A19 (docs/scenarios.md): per-partition timestamp order and the delivered-ID
+set."""
 
 from __future__ import annotations
 

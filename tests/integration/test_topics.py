@@ -1,5 +1,5 @@
-"""Scenarios B1-B12: classic topics with put / get / subscribe / unsubscribe, as a user
-runs them from the command line (each call a real client process)."""
+"""Scenarios B1-B12 (docs/scenarios.md): classic topics with put / get / subscribe /
+unsubscribe, as a user runs them from the command line (each call a real client process)."""
 
 from __future__ import annotations
 
