@@ -63,6 +63,7 @@ class Proc:
             cwd=PROJECT_ROOT,
             env=env,
         )
+        self._asked = False
         self.lines: list[str] = []
         self.stamped: list[tuple[float, str]] = []
         """Each output line with the wall-clock time (``time.time()``) it arrived."""
@@ -105,13 +106,26 @@ class Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM and wait; SIGKILL if it does not stop in time. Returns the exit code.
+    @property
+    def serves(self) -> bool:
+        """A broker or a name server (others are its clients)."""
+        return self.popen.args[2:4] in (
+            ["channel_server", "serve"],
+            ["channel_server", "nameserver"],
+        )
 
-        SIGCONT first: a stopped process (a fault test's SIGSTOP) cannot act on SIGTERM."""
-        if self.alive:
+    def ask_to_stop(self) -> None:
+        """SIGCONT (a stopped process, a fault test's SIGSTOP, cannot act on SIGTERM), then
+        SIGTERM; once."""
+        if self.alive and not self._asked:
+            self._asked = True
             self.popen.send_signal(signal.SIGCONT)
             self.popen.send_signal(signal.SIGTERM)
+
+    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait; SIGKILL if it does not stop in time. Returns the exit code."""
+        if self.alive:
+            self.ask_to_stop()
             try:
                 return self.popen.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -204,8 +218,14 @@ class Cluster:
         return wait_until(enough, timeout_s, f"{total} processed events on {channel}")
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
-            proc.terminate()
+        """Clients first, all at once (a subscriber says goodbye to its broker, which must
+        still be there to answer), then the brokers and name servers."""
+        for serving in (False, True):
+            stopping = [p for p in reversed(self.procs) if p.serves is serving]
+            for proc in stopping:
+                proc.ask_to_stop()
+            for proc in stopping:
+                proc.terminate()
         if self._state_env is None:
             os.environ.pop(STATE_DIR_ENV, None)
         else:
