@@ -403,6 +403,19 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
+def exit_on_next_signal(why: str) -> None:
+    """From now on SIGTERM or SIGINT ends the process at once (exit 130), saying ``why``
+    that is safe: for a graceful stop that may wait (a subscriber saying goodbye to a
+    broker that is away), the second Ctrl-C is the way out."""
+
+    def _now(signum: int, frame: Any) -> None:
+        print(f"stopping now: {why}", file=sys.stderr, flush=True)
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGTERM, _now)
+    signal.signal(signal.SIGINT, _now)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 

@@ -253,7 +253,13 @@ def run(args: argparse.Namespace) -> int:
         while not stop.wait(STOP_POLL_S):
             pass
     finally:
-        log.info("stopping subscriber %s after %d events", args.subscriber_id, subscriber.processed)
+        cc.exit_on_next_signal("events not acknowledged yet will be delivered again")
+        log.info(
+            "stopping subscriber %s after %d events: finishing the event in hand, then its "
+            "acks and unsubscribe (Ctrl-C again to quit at once)",
+            args.subscriber_id,
+            subscriber.processed,
+        )
         subscriber.stop()
     return cc.EXIT_OK
 

@@ -151,3 +151,18 @@ def test_a_signal_stops_publish_cleanly_with_what_was_done(cluster: Cluster, sig
     assert 0 < int(summary.group(1)) < 100000
     assert int(summary.group(1)) == channel_stats(cluster, "jobs")["accepted"]
     assert not list((cluster.tmp / "state").rglob("*.tmp"))
+
+
+def test_a_second_signal_stops_a_subscriber_at_once_while_its_broker_is_away(
+    cluster: Cluster,
+) -> None:
+    """The graceful stop waits for the broker (to send its acks and unsubscribe); with the
+    broker gone that wait is long, and a second signal is the way out."""
+    broker = cluster.broker("away")
+    sub = cluster.subscriber("away", "s1")
+    broker.kill()
+    sub.popen.send_signal(signal.SIGTERM)
+    sub.wait_for(r"Ctrl-C again to quit at once")
+    sub.popen.send_signal(signal.SIGTERM)
+    assert sub.popen.wait(10) == 130
+    sub.wait_for(r"stopping now: events not acknowledged yet will be delivered again")
