@@ -1,0 +1,339 @@
+"""``serve``'s flags (every channel setting, the limits, the store) and the BrokerConfig
+they make."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from channel_server import cli_common as cc
+from channel_server.config import BrokerConfig, ChannelConfig
+from channel_server.errors import InvalidArgument
+from channel_server.events import IdScope
+from channel_server.monitor.flags import add_http_flags, http_from_args
+from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
+from channel_server.wire import DEFAULT_HOST, check_name
+
+DEFAULT_DATA_DIR = "pubsub-data"
+
+
+CHANNEL_FLAGS = (
+    ("--capacity", cc.positive_int, "capacity", "most unacknowledged events per channel"),
+    (
+        "--ack-timeout",
+        cc.positive_float,
+        "ack_timeout_s",
+        "seconds a push (handing a batch over) may take before it counts as failed; also "
+        "how long a subscriber holding events may stay silent before it is pinged",
+    ),
+    (
+        "--handler-timeout",
+        cc.positive_float,
+        "handler_timeout_s",
+        "seconds a subscriber may hold one event while it answers pings (a hung handler)",
+    ),
+    (
+        "--heartbeat",
+        cc.positive_float,
+        "heartbeat_s",
+        "seconds between a push subscriber's heartbeats (it learns whether it was dropped)",
+    ),
+    (
+        "--pull-timeout",
+        cc.positive_float,
+        "pull_timeout_s",
+        "seconds without a get before a pull subscriber is marked inactive",
+    ),
+    (
+        "--window-hold",
+        cc.positive_float,
+        "window_hold_s",
+        "seconds of its own work a push subscriber holds at most (its prefetch caps it)",
+    ),
+    (
+        "--max-attempts",
+        cc.positive_int,
+        "max_attempts",
+        "failed pushes in a row before a subscriber is inactive; handler failures before an "
+        "event is dead-lettered",
+    ),
+    (
+        "--partition-weight",
+        cc.non_negative_int,
+        "partition_weight",
+        "load of owning one partition, in events",
+    ),
+    (
+        "--partition-idle",
+        cc.positive_float,
+        "partition_idle_s",
+        "seconds an empty partition is kept",
+    ),
+    (
+        "--dispatch-linger",
+        cc.non_negative_float,
+        "dispatch_linger_s",
+        "seconds a dispatcher waits to fill a batch smaller than the free prefetch (0: none)",
+    ),
+    (
+        "--small-delay",
+        cc.positive_float,
+        "small_delay_s",
+        "a push slower than this many seconds is a small delay",
+    ),
+    (
+        "--long-delay",
+        cc.positive_float,
+        "long_delay_s",
+        "a push slower than this many seconds is a long delay",
+    ),
+    (
+        "--long-delay-count",
+        cc.positive_int,
+        "long_delay_count",
+        "long delays within the window that move a member's queued partitions",
+    ),
+    (
+        "--long-delay-window",
+        cc.positive_float,
+        "long_delay_window_s",
+        "seconds over which long delays are counted",
+    ),
+    (
+        "--rebalance-threshold",
+        cc.non_negative_int,
+        "rebalance_threshold",
+        "a joining member takes idle partitions from members owning more than this many above it",
+    ),
+    (
+        "--member-expiry",
+        cc.non_negative_float,
+        "member_expiry_s",
+        "seconds an inactive member (declared dead, timed out) may give no sign of life "
+        "before it is forgotten, as if it unsubscribed; the last member of a group other "
+        "than default is kept (0: never)",
+    ),
+    (
+        "--rate-window",
+        cc.positive_float,
+        "rate_window_s",
+        "seconds over which status reports events/s accepted and acknowledged",
+    ),
+    (
+        "--dedupe-max-ids",
+        cc.positive_int,
+        "dedupe_max_ids",
+        "ids remembered for duplicate detection",
+    ),
+    (
+        "--dedupe-max-age",
+        cc.positive_float,
+        "dedupe_max_age_s",
+        "seconds an id is remembered for duplicate detection",
+    ),
+)
+"""(flag, parser, ChannelConfig field, help) of every channel setting ``serve`` takes."""
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def add_serve_command(sub: Any) -> None:
+    defaults = ChannelConfig()
+    serve = sub.add_parser(
+        "serve",
+        help="run a broker (starts an embedded name server when none answers)",
+        description="Run a broker. Starts an embedded name server on --ns-host/--ns-port "
+        "when none answers there. Stops cleanly on SIGTERM or Ctrl-C.",
+    )
+    cc.add_ns_flags(serve)
+    serve.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help="read settings from a TOML file: its keys are the long flags below (with - or "
+        "_), its values what they take; flags given here override it (docs/"
+        "broker.example.toml lists every key with its default)",
+    )
+    serve.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the settings in effect (file and flags) as TOML, and exit",
+    )
+    serve.add_argument(
+        "--channel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create this channel at start-up (repeatable)",
+    )
+    cc.add_ids_flag(
+        serve,
+        IdScope.PUBLISHER.value,
+        "for the channels this broker creates: its --channel ones and those clients create "
+        "without asking; an existing channel keeps its own (default %(default)s)",
+    )
+    serve.add_argument("--broker-id", default="b1", help="broker id (default %(default)s)")
+    serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (default %(default)s)")
+    serve.add_argument(
+        "--advertise",
+        type=cc.host_name,
+        default=None,
+        metavar="HOST",
+        help="the host clients reach this broker at, put in the URIs the name server hands "
+        "out (default: --host); needed when --host is 0.0.0.0 or ::, which no client can "
+        "connect to",
+    )
+    serve.add_argument(
+        "--port", type=cc.port_number, default=0, help="broker port (default 0: any free port)"
+    )
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"directory of the durable store (SQLite, WAL); default ./{DEFAULT_DATA_DIR}/"
+        "<broker-id>",
+    )
+    where.add_argument(
+        "--memory",
+        action="store_true",
+        help="keep the backup queue in memory only (survives kill_queues, not a restart)",
+    )
+    serve.add_argument(
+        "--sync",
+        choices=[level.lower() for level in SYNC_LEVELS],
+        default=DEFAULT_SYNC.lower(),
+        help="SQLite synchronous level: normal loses nothing on a process crash, full "
+        "nothing on power loss either (default %(default)s)",
+    )
+    for flag, kind, field, text in CHANNEL_FLAGS:
+        serve.add_argument(
+            flag, type=kind, default=getattr(defaults, field), help=f"{text} (default %(default)s)"
+        )
+    serve.add_argument(
+        "--allow-fault-injection",
+        action="store_true",
+        help="accept fault-injection admin calls (tests and demos only)",
+    )
+    serve.add_argument(
+        "--users",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="users file (python -m channel_server users add ...): more users than the "
+        "owner of the local token, with per-channel permissions",
+    )
+    serve.add_argument(
+        "--insecure-name-server",
+        action="store_true",
+        help="use an existing name server that does not authenticate (a stock pyro5-ns): "
+        "any local process could then rewrite its names",
+    )
+    cc.add_bind_flags(serve, "host", "ns_host")  # it may embed a name server on --ns-host
+    add_limit_flags(serve)
+    add_http_flags(serve)
+
+
+BYTE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def byte_count(text: str) -> int:
+    """A positive number of bytes, optionally with a binary unit: 512K, 256M, 1G."""
+    unit = BYTE_UNITS.get(text[-1:].upper(), 1)
+    digits = text[:-1] if unit > 1 else text
+    if not digits.isdigit() or int(digits) == 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes (or K/M/G): {text}")
+    return int(digits) * unit
+
+
+def host_list(text: str) -> tuple[str, ...]:
+    """Comma-separated hosts ("*": any host)."""
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    if not hosts:
+        raise argparse.ArgumentTypeError("must name at least one host (or *)")
+    return hosts
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """``serve``'s caps on what clients may make it hold, and where it connects out."""
+    broker, channel = BrokerConfig(), ChannelConfig()
+    limits = parser.add_argument_group("limits")
+    limits.add_argument(
+        "--max-channels",
+        type=cc.positive_int,
+        default=broker.max_channels,
+        metavar="N",
+        help="most channels this broker hosts (channels its store restores always come "
+        "back); creating one more is refused with LimitReached (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-members",
+        type=cc.positive_int,
+        default=channel.max_members,
+        metavar="N",
+        help="most subscribers (push and pull, every group) per channel; at the cap a new "
+        "one replaces the member inactive longest, or is refused with LimitReached "
+        "(default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-queued-bytes",
+        type=byte_count,
+        default=channel.max_queued_bytes,
+        metavar="BYTES",
+        help="most bytes of unacknowledged events (ids and payloads) per channel, beside "
+        "--capacity; publishing past it is refused with QueueFull (default %(default)s, "
+        "256M; units K, M, G)",
+    )
+    limits.add_argument(
+        "--callback-hosts",
+        type=host_list,
+        default=channel.callback_hosts,
+        metavar="HOST,...",
+        help="hosts a push subscriber's callback may name besides the address it connected "
+        "from (* = any); default: only that address",
+    )
+
+
+def limits_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ChannelConfig fields set by add_limit_flags."""
+    return {
+        "max_members": args.max_members,
+        "max_queued_bytes": args.max_queued_bytes,
+        "callback_hosts": args.callback_hosts,
+    }
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    tuning = {field: getattr(args, _dest(flag)) for flag, _, field, _ in CHANNEL_FLAGS}
+    try:
+        channel = replace(ChannelConfig(), **tuning, **limits_from_args(args))
+    except ValueError as exc:  # the one check of ChannelConfig: room for a largest event
+        raise InvalidArgument("--max-queued-bytes", str(exc)) from None
+    if args.advertise is None and cc.is_unspecified(args.host):
+        raise InvalidArgument(
+            "--advertise",
+            f"--host {args.host} listens on every interface, but is no address a client can "
+            "connect to: give the host clients should use (--advertise HOST)",
+        )
+    return BrokerConfig(
+        broker_id=check_name("broker-id", args.broker_id),
+        host=args.host,
+        advertise=args.advertise,
+        port=args.port,
+        ns_host=args.ns_host,
+        ns_port=args.ns_port,
+        channels=tuple(check_name("channel", c) for c in args.channel),
+        id_scope=IdScope(args.id_scope),
+        allow_fault_injection=args.allow_fault_injection,
+        insecure_name_server=args.insecure_name_server,
+        transport=cc.transport_from_args(args),
+        max_channels=args.max_channels,
+        channel=channel,
+        http=http_from_args(args),
+    )
