@@ -1,13 +1,16 @@
-"""Every test's clients keep their state (publisher sequences, tokens) under pytest's tmp
-dir, never in the user's own state dir."""
+"""Fixtures of every test: clients keep their state (publisher sequences, tokens) under
+pytest's tmp dir, never in the user's own state dir; ``cluster`` is a test's real processes
+(name server, brokers, subscribers), all stopped at its end."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from channel_server.statefile import STATE_DIR_ENV
+from tests.integration.procs import Cluster
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -15,3 +18,12 @@ def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(STATE_DIR_ENV, str(tmp_path_factory.mktemp("state")))
         yield
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()

@@ -7,12 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.integration.procs import Cluster
 
 pytestmark = pytest.mark.browser
 CHROMIUM_ENV = "PUBSUB_CHROMIUM"
@@ -45,12 +42,3 @@ def browser(chromium_path: str) -> Iterator[Any]:
         )
         yield launched
         launched.close()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()

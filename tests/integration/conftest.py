@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from channel_server.lookup import resolve_channel
@@ -11,15 +8,6 @@ from publisher.client import Publisher
 from tests.integration.procs import Cluster
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def publisher_for(cluster: Cluster, channel: str, pub_id: str = "PUB", **kw) -> Publisher:
