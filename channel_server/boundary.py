@@ -139,15 +139,16 @@ def check_seq(argument: str, value: Any) -> int:
 A_UID = f"each a UTF-8 string of 1-{MAX_UID_CHARS} characters: publisher_id/id"
 
 
-def _is_text(value: Any) -> bool:
-    return type(value) is str and 0 < len(value) <= MAX_UID_CHARS and is_utf8(value)
+def is_text(value: Any, max_chars: int = MAX_UID_CHARS) -> bool:
+    """A non-empty UTF-8 string of at most ``max_chars`` characters."""
+    return type(value) is str and 0 < len(value) <= max_chars and is_utf8(value)
 
 
 def _is_uid(value: Any) -> bool:
     """Shaped like a uid (``publisher_id/id``); one that names no event matches nothing. A
     bare id is refused, not ignored: a client that acks by id would otherwise be sent the
     same event again for ever."""
-    return _is_text(value) and value.find("/") > 0
+    return is_text(value) and value.find("/") > 0
 
 
 def check_acks(acked: Any, nacked: Any, limit: int) -> tuple[list[str], dict[str, str]]:
@@ -172,6 +173,6 @@ def check_last_uid(last_uid: Any) -> str | None:
 
 def check_id_list(argument: str, ids: Any) -> list[str] | None:
     """Event ids or uids (``publisher_id/id``), or None."""
-    if ids is not None and (not isinstance(ids, list) or not all(map(_is_text, ids))):
+    if ids is not None and (not isinstance(ids, list) or not all(map(is_text, ids))):
         raise InvalidArgument(argument, "must be a list of event ids or uids (UTF-8 strings)")
     return ids

@@ -24,9 +24,9 @@ import Pyro5.nameserver
 
 from channel_server import tls
 from channel_server.access import Access
+from channel_server.boundary import check_flag, is_text
 from channel_server.credentials import Credential
 from channel_server.errors import BrokerUnavailable, InvalidArgument, NotAuthorized
-from channel_server.events import is_utf8
 from channel_server.strict_calls import checked_arity
 from channel_server.transport import HardenedDaemon, bind_failure
 from channel_server.wire import ANONYMOUS, locate_ns
@@ -51,13 +51,15 @@ class GuardedNameServer:
         self._inner.ping()
 
     def lookup(self, name: str, return_metadata: bool = False) -> Any:
-        return self._inner.lookup(_name("name", name), _flag("return_metadata", return_metadata))
+        return self._inner.lookup(
+            _name("name", name), check_flag("return_metadata", return_metadata)
+        )
 
     def yplookup(self, meta_all: Any = None, meta_any: Any = None, return_metadata: bool = True):
         return self._inner.yplookup(
             _metadata("meta_all", meta_all),
             _metadata("meta_any", meta_any),
-            _flag("return_metadata", return_metadata),
+            check_flag("return_metadata", return_metadata),
         )
 
     def list(self, prefix: str | None = None, regex: str | None = None, return_metadata=False):
@@ -65,13 +67,16 @@ class GuardedNameServer:
             raise NotAuthorized("regex listings are refused; list by prefix")
         return self._inner.list(
             prefix=_name("prefix", prefix, optional=True),
-            return_metadata=_flag("return_metadata", return_metadata),
+            return_metadata=check_flag("return_metadata", return_metadata),
         )
 
     def register(self, name: str, uri: Any, safe: bool = False, metadata: Any = None) -> None:
         self._access.require_broker(f"register {name!r:.80} in the name server")
         self._inner.register(
-            _name("name", name), _uri(uri), _flag("safe", safe), _metadata("metadata", metadata)
+            _name("name", name),
+            _uri(uri),
+            check_flag("safe", safe),
+            _metadata("metadata", metadata),
         )
 
     def set_metadata(self, name: str, metadata: Any) -> None:
@@ -94,14 +99,8 @@ MAX_NS_NAME_CHARS = 512
 def _name(argument: str, value: Any, optional: bool = False) -> Any:
     if value is None and optional:
         return None
-    if type(value) is not str or not 0 < len(value) <= MAX_NS_NAME_CHARS or not is_utf8(value):
+    if not is_text(value, MAX_NS_NAME_CHARS):
         raise InvalidArgument(argument, f"must be a UTF-8 string of 1-{MAX_NS_NAME_CHARS} chars")
-    return value
-
-
-def _flag(argument: str, value: Any) -> bool:
-    if type(value) is not bool:
-        raise InvalidArgument(argument, "must be true or false")
     return value
 
 
@@ -109,7 +108,7 @@ def _metadata(argument: str, value: Any) -> Any:
     if value is None:
         return None
     if not isinstance(value, list | tuple | set) or not all(
-        type(v) is str and len(v) <= MAX_NS_NAME_CHARS and is_utf8(v) for v in value
+        is_text(v, MAX_NS_NAME_CHARS) for v in value
     ):
         raise InvalidArgument(argument, "must be a list of strings")
     return set(value)

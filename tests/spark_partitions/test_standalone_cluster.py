@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 
 from spark_partitions.config import PlanConfig
 from spark_partitions.formats import Format
-from tests.integration.procs import PROJECT_ROOT, Cluster, free_port
+from tests.integration.procs import PROJECT_ROOT, Cluster, free_port, wait_until
 from tests.integration.test_batch_file import check_delivery, publish_file, write_batch
 
 pytestmark = pytest.mark.spark
@@ -88,13 +87,13 @@ class StandaloneCluster:
         return log
 
     def _wait_for(self, log: Path, line: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
         proc = self._procs[-1][0]
-        while line not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-2000:]
-                raise AssertionError(f"{log.name}: no {line!r} (exit {proc.poll()}):\n{tail}")
-            time.sleep(0.2)  # polling a log file for a condition, with a deadline
+        ended = f"{log.name} to say {line!r} (or its process to end)"
+        wait_until(lambda: line in log.read_text(errors="replace") or proc.poll() is not None,
+                   START_TIMEOUT_S, ended)  # fmt: skip
+        if line not in log.read_text(errors="replace"):
+            tail = log.read_text(errors="replace")[-2000:]
+            raise AssertionError(f"{log.name}: no {line!r} (exit {proc.poll()}):\n{tail}")
 
     def applications(self) -> set[str]:
         """The applications whose executors ran on the workers (their work dirs)."""

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from publisher.batch_file import REJECT_LOCATIONS, FileReport
 from publisher.client import PublishTotals
 from spark_partitions.formats import Format
@@ -54,7 +52,7 @@ def test_a_csv_record_is_named_by_the_line_it_starts_on(tmp_path: Path) -> None:
 
 
 def test_a_parquet_row_is_named_by_its_number_in_its_file(tmp_path: Path) -> None:
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa  # the spark extra, which scripts/test.sh installs
     import pyarrow.parquet as pq
 
     path = tmp_path / "b.parquet"
