@@ -258,7 +258,8 @@ def test_unreadable_file_refused(tmp_path: Path) -> None:
 
 def test_save_is_private_atomic_and_reloads_equal(tmp_path: Path) -> None:
     users = UsersFile()
-    users.add("alice", "pw", [Grant("orders*", PUB_SUB), parse_grant("admin:reports")])
+    # '!' never occurs in an argon2 hash (base64 and '$'), so a random salt cannot hold it
+    users.add("alice", "pw!", [Grant("orders*", PUB_SUB), parse_grant("admin:reports")])
     users.add("bob", "pw2", [])
     path = tmp_path / "users.yaml"
     path.write_text("old")
@@ -266,7 +267,7 @@ def test_save_is_private_atomic_and_reloads_equal(tmp_path: Path) -> None:
     users.save(path)
     assert mode(path) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["users.yaml"]  # no temporary file left
-    assert "pw" not in yaml.safe_load(path.read_text())["users"]["alice"]["password"]
+    assert "pw!" not in yaml.safe_load(path.read_text())["users"]["alice"]["password"]
     again = UsersFile.load(path)
     assert again == users
     assert again.users()[0].grants == (Grant("orders*", PUB_SUB), parse_grant("admin:reports"))
