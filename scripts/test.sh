@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Set everything up, lint, type-check, and run the whole test suite (unit, integration,
-# browser, Spark).
+# browser, Spark, PostgreSQL).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not spark" -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/browser_deps.sh
-scripts/compile.sh dev,spark,browser
+scripts/postgres_deps.sh
+scripts/compile.sh dev,spark,browser,postgres
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff check .
 .venv/bin/mypy  # the packages and settings of [tool.mypy] in pyproject.toml

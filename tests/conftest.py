@@ -4,6 +4,9 @@ pytest's tmp dir, never in the user's own state dir; ``cluster`` is a test's rea
 
 from __future__ import annotations
 
+import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import pytest
 
 from channel_server.statefile import STATE_DIR_ENV
 from tests.integration.procs import Cluster
+from tests.pgcluster import PgCluster
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -27,3 +31,21 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One throwaway PostgreSQL server for the session (tests/pgcluster.py)."""
+    root = Path(tempfile.mkdtemp(prefix="pgcluster-"))
+    cluster = PgCluster(root)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_dsn(pg_cluster: PgCluster) -> str:
+    """A fresh empty database on the session's server, one per test."""
+    return pg_cluster.create_database(f"t_{secrets.token_hex(6)}")
