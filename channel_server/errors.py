@@ -299,6 +299,18 @@ class StoreError(ChannelError):
         super().__init__(f"store {path}: {reason}", path=path, reason=reason)
 
 
+class LeaseLost(BrokerUnavailable):
+    """This broker no longer holds the channel's lease (another broker took it over, or it
+    was moved): the database refused the write. A BrokerUnavailable, so a client retries
+    through the name server and finds the new owner."""
+
+    channel: str
+
+    def __init__(self, channel: str) -> None:
+        super().__init__(f"channel {channel}", "this broker lost its lease; another owns it now")
+        self.channel = channel
+
+
 ALL_ERRORS: tuple[type[ChannelError], ...] = (
     ChannelError,
     ClientError,
@@ -318,4 +330,5 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     BrokerUnavailable,
     ProcessingTimeout,
     StoreError,
+    LeaseLost,
 )

@@ -41,6 +41,7 @@ SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
     errors.BrokerUnavailable: lambda: errors.BrokerUnavailable("name server", "not reachable"),
     errors.ProcessingTimeout: lambda: errors.ProcessingTimeout("orders", "PUB", 30.0, 9, 3, 2),
     errors.StoreError: lambda: errors.StoreError("/data/c.db", "database is locked"),
+    errors.LeaseLost: lambda: errors.LeaseLost("orders"),
 }
 
 EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
@@ -80,6 +81,7 @@ EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
         "dead_letters": 2,
     },
     errors.StoreError: {"path": "/data/c.db", "reason": "database is locked"},
+    errors.LeaseLost: {"channel": "orders", "what": "channel orders"},
 }
 
 
