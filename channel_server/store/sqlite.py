@@ -36,11 +36,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-import msgpack
-
 from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.errors import StoreError
-from channel_server.events import Event, PartitionKey, payload_size
+from channel_server.events import Event, PartitionKey
 from channel_server.statefile import open_private_append, private_dir, tighten_private
 from channel_server.store.base import (
     ChannelRecord,
@@ -50,6 +48,7 @@ from channel_server.store.base import (
     Store,
 )
 from channel_server.store.deferred import DeferredWrites
+from channel_server.store.rows import event_fields, event_from_row, loaded, pack, runs
 
 log = logging.getLogger(__name__)
 DB_FILE = "channels.sqlite"
@@ -133,34 +132,6 @@ statement per batch instead of one per row keeps the publish path off that convo
 CACHED_STATEMENTS = 4 * ROWS_PER_STATEMENT
 """Room for the multi-row INSERTs of every batch size (per table) besides the rest."""
 GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
-
-
-def _pack(payload: Any) -> Any:
-    """Strings are stored as TEXT; anything else as msgpack in a BLOB."""
-    return payload if type(payload) is str else msgpack.packb(payload, use_bin_type=True)
-
-
-def _event_fields(ev: Event) -> tuple:
-    return (ev.id, ev.publisher_id, ev.partition, ev.timestamp, _pack(ev.payload))
-
-
-def _event(offset: int, row: Sequence[Any]) -> Event:
-    return _loaded(*row, offset)
-
-
-def _loaded(
-    event_id: str, publisher_id: str, partition: Any, timestamp: float, stored: Any, offset: int
-) -> Event:
-    """An event read back, its size counted as validation counted it (``Event.size``):
-    the msgpack a payload is stored as is the size of any payload but a string or bytes."""
-    if type(stored) is str:
-        payload, size = stored, payload_size(stored)
-    else:
-        payload = msgpack.unpackb(stored, raw=False)
-        size = len(payload) if type(payload) is bytes else len(stored)
-    return Event(
-        event_id, publisher_id, partition, timestamp, payload, offset, len(event_id) + size
-    )
 
 
 class SQLiteStore(Store):
@@ -416,13 +387,13 @@ class SQLiteStore(Store):
         self, db: sqlite3.Connection, channel: str, base: int, offsets: Sequence[int]
     ) -> int:
         """Delete the events (keeping their ids in the window); returns how many were."""
-        runs = [(base | first, base | last) for first, last in _runs(offsets)]
+        ranges = [(base | first, base | last) for first, last in runs(offsets)]
         db.executemany(  # the ids stay in the window (see the module's docstring)
             "INSERT OR IGNORE INTO delivered(key, id, accepted_at, publisher_id) "
             "SELECT key, id, accepted_at, publisher_id FROM events WHERE key BETWEEN ? AND ?",
-            runs,
+            ranges,
         )
-        removed = db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", runs).rowcount
+        removed = db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", ranges).rowcount
         if channel in self._acked:  # acks exist only for channels with several groups
             db.execute(
                 "DELETE FROM acks WHERE channel = ? AND offset IN (SELECT value FROM json_each(?))",
@@ -446,8 +417,7 @@ class SQLiteStore(Store):
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
         with self._tx() as db:
             rows = [
-                (channel, d.group, d.event.offset, *_event_fields(d.event), d.error)
-                for d in letters
+                (channel, d.group, d.event.offset, *event_fields(d.event), d.error) for d in letters
             ]
             _insert(db, "INSERT OR REPLACE", "dead_letters", len(rows[0]), _flat(rows))
 
@@ -482,7 +452,7 @@ class SQLiteStore(Store):
             key_range,
         )
         snapshot.events = [
-            _loaded(i, pub, part, ts, p, key & OFFSET_MASK) for key, i, pub, part, ts, p, _ in rows
+            loaded(i, pub, part, ts, p, key & OFFSET_MASK) for key, i, pub, part, ts, p, _ in rows
         ]
         snapshot.delivered = self._window(base, rows)
         del rows  # a restart's peak memory
@@ -493,7 +463,7 @@ class SQLiteStore(Store):
             snapshot.acks.setdefault(group, set()).add(offset)
             self._acked.add(channel)
         snapshot.dead_letters = [
-            DeadLetterRecord(r[0], _event(r[1], r[2:7]), r[7])
+            DeadLetterRecord(r[0], event_from_row(r[1], r[2:7]), r[7])
             for r in self._query(
                 f"SELECT grp, offset, {EVENT_COLUMNS}, error FROM dead_letters WHERE channel = ? "
                 "ORDER BY offset",
@@ -643,27 +613,10 @@ def _event_params(base: int, events: Iterable[Event], accepted_at: float) -> lis
             ev.publisher_id,
             ev.partition,
             ev.timestamp,
-            payload if type(payload) is str else _pack(payload),
+            payload if type(payload) is str else pack(payload),
             accepted_at,
         )
     return params
-
-
-def _runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
-    """Offsets as sorted (first, last) runs of consecutive ones: acks retire events nearly
-    in offset order, so a few range deletes replace a lookup per event."""
-    runs: list[tuple[int, int]] = []
-    ordered = iter(sorted(offsets))
-    first = last = next(ordered, None)
-    if first is None:
-        return runs
-    for offset in ordered:
-        if offset > last + 1:
-            runs.append((first, last))
-            first = offset
-        last = offset
-    runs.append((first, last))
-    return runs
 
 
 @functools.lru_cache(maxsize=CACHED_STATEMENTS)

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from channel_server.errors import StoreError
 from channel_server.events import Event
 from channel_server.store.base import ChannelRecord
-from channel_server.store.sqlite import SQLiteStore, _runs
+from channel_server.store.rows import runs as _runs
+from channel_server.store.sqlite import SQLiteStore
 from tests.integration.procs import wait_until
 
 
@@ -227,7 +228,8 @@ def test_deferred_writes_reach_the_file_in_the_background(tmp_path: Path) -> Non
 CRASH_AFTER_APPEND = """
 import os, sys
 from channel_server.events import Event
-from channel_server.store.sqlite import SQLiteStore, _runs
+from channel_server.store.rows import runs as _runs
+from channel_server.store.sqlite import SQLiteStore
 from tests.integration.procs import wait_until
 store = SQLiteStore(sys.argv[1])
 store.append("c", [Event("a", "pub", 0, 1.0, "x", 0)], 1, 7.0)

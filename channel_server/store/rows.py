@@ -1,0 +1,64 @@
+"""Event rows shared by the durable stores (SQLite, PostgreSQL): how an event is written
+and read back, and the offset runs deletes work by.
+
+A string payload is stored as text, anything else as msgpack (bytes); reading one back
+gives the size validation gave it (``Event.size``), so a restored channel counts the
+bytes it queues as it did before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgpack
+
+from channel_server.events import Event, payload_size
+
+
+def pack(payload: Any) -> Any:
+    """Strings are stored as text; anything else as msgpack bytes."""
+    return payload if type(payload) is str else msgpack.packb(payload, use_bin_type=True)
+
+
+def event_fields(ev: Event) -> tuple:
+    """(id, publisher id, partition, timestamp, stored payload)."""
+    return (ev.id, ev.publisher_id, ev.partition, ev.timestamp, pack(ev.payload))
+
+
+def event_from_row(offset: int, row: Sequence[Any]) -> Event:
+    """An event from the five values :func:`event_fields` wrote."""
+    return loaded(*row, offset)
+
+
+def loaded(
+    event_id: str, publisher_id: str, partition: Any, timestamp: float, stored: Any, offset: int
+) -> Event:
+    """An event read back, its size counted as validation counted it (``Event.size``):
+    the msgpack a payload is stored as is the size of any payload but a string or bytes."""
+    if type(stored) is str:
+        payload, size = stored, payload_size(stored)
+    else:
+        stored = bytes(stored)  # a driver may give a memoryview
+        payload = msgpack.unpackb(stored, raw=False)
+        size = len(payload) if type(payload) is bytes else len(stored)
+    return Event(
+        event_id, publisher_id, partition, timestamp, payload, offset, len(event_id) + size
+    )
+
+
+def runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Offsets as sorted (first, last) runs of consecutive ones: acks retire events nearly
+    in offset order, so a few range deletes replace a lookup per event."""
+    found: list[tuple[int, int]] = []
+    ordered = iter(sorted(offsets))
+    first = last = next(ordered, None)
+    if first is None:
+        return found
+    for offset in ordered:
+        if offset > last + 1:
+            found.append((first, last))
+            first = offset
+        last = offset
+    found.append((first, last))
+    return found
