@@ -28,7 +28,8 @@ def event_fields(ev: Event) -> tuple:
 
 def event_from_row(offset: int, row: Sequence[Any]) -> Event:
     """An event from the five values :func:`event_fields` wrote."""
-    return loaded(*row, offset)
+    event_id, publisher_id, partition, timestamp, stored = row
+    return loaded(event_id, publisher_id, partition, timestamp, stored, offset)
 
 
 def loaded(
@@ -51,11 +52,11 @@ def runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
     """Offsets as sorted (first, last) runs of consecutive ones: acks retire events nearly
     in offset order, so a few range deletes replace a lookup per event."""
     found: list[tuple[int, int]] = []
-    ordered = iter(sorted(offsets))
-    first = last = next(ordered, None)
-    if first is None:
+    ordered = sorted(offsets)
+    if not ordered:
         return found
-    for offset in ordered:
+    first = last = ordered[0]
+    for offset in ordered[1:]:
         if offset > last + 1:
             found.append((first, last))
             first = offset

@@ -10,24 +10,35 @@ import pytest
 from channel_server.events import Event, IdScope, validate_batch
 from channel_server.store import MemoryStore, Store
 from channel_server.store.base import ChannelRecord, DeadLetterRecord, MemberRecord
+from channel_server.store.postgres import PostgresStore
 from channel_server.store.sqlite import SQLiteStore
 
 Opener = Callable[[], Store]
+LEASE_S = 60.0
+"""The postgresql store's leases here: longer than any test."""
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the store under test; for a durable store, opening again reads the same data."""
+    """Opens the store under test; for a durable store, opening again reads the same data
+    (a PostgresStore of the same broker id, which takes its channels' leases again)."""
     opened: list[Store] = []
     memory = MemoryStore()
+    dsn = request.getfixturevalue("pg_dsn") if request.param == "postgresql" else ""
 
     def open_store() -> Store:
         if request.param == "memory":
             return memory
         if opened:
             opened[-1].close()
-        opened.append(SQLiteStore(tmp_path / "data"))
-        return opened[-1]
+        if request.param == "sqlite":
+            opened.append(SQLiteStore(tmp_path / "data"))
+            return opened[-1]
+        store = PostgresStore(dsn, "broker-1")
+        for lease in store.leases():
+            assert store.acquire(lease.channel, LEASE_S) is not None
+        opened.append(store)
+        return store
 
     yield open_store
     if opened:
@@ -92,6 +103,8 @@ def test_ack_is_remembered_and_delete_forgets_events_and_acks(store: Store) -> N
 
 
 def test_channels_do_not_see_each_other(store: Store) -> None:
+    store.save_channel(ChannelRecord("x", "queue"))
+    store.save_channel(ChannelRecord("y", "queue"))
     store.append("x", [ev(0, 1.0)], 1, 0.0)
     store.append("y", [ev(0, 2.0), ev(1, 3.0)], 2, 0.0)
     store.delete("x", [0])
@@ -100,6 +113,7 @@ def test_channels_do_not_see_each_other(store: Store) -> None:
 
 
 def test_groups_keep_their_first_creation_offset(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
     store.save_group("c", "default", 0)
     store.save_group("c", "late", 10)
     store.save_group("c", "late", 20)
@@ -107,6 +121,7 @@ def test_groups_keep_their_first_creation_offset(store: Store) -> None:
 
 
 def test_removing_a_group_forgets_its_acks_owners_and_dead_letters(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
     store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, 0.0)
     store.save_group("c", "g", 0)
     store.ack("c", "g", [0])
@@ -120,6 +135,7 @@ def test_removing_a_group_forgets_its_acks_owners_and_dead_letters(store: Store)
 
 
 def test_members_are_saved_replaced_and_removed(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
     store.save_member(MemberRecord("c", "g", "s1", "PYRO:a@127.0.0.1:1", 10))
     store.save_member(MemberRecord("c", "g", "s1", "PYRO:b@127.0.0.1:2", 5))
     store.save_member(MemberRecord("c", "g", "s2", "PYRO:c@127.0.0.1:3", 1))
@@ -132,12 +148,14 @@ def test_members_are_saved_replaced_and_removed(store: Store) -> None:
 
 
 def test_owners_follow_the_changes(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
     store.save_owners("c", "g", {("pub", 0): "s1", ("pub", "eu"): "s2"})
     store.save_owners("c", "g", {("pub", 0): None, ("pub", "eu"): "s3"})
     assert store.load("c").owners == {"g": {("pub", "eu"): "s3"}}
 
 
 def test_dead_letters_keep_a_full_copy_until_replayed(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
     poison = ev(5, 1.0, {"bad": True}, partition="p")
     store.append("c", [poison], 6, 0.0)
     store.add_dead_letters("c", [DeadLetterRecord("g", poison, "ValueError: bad")])
@@ -179,6 +197,7 @@ def test_a_durable_store_reads_back_everything_after_reopening(opener: Opener) -
 
 
 def test_deferred_acks_and_deletes_are_seen_by_every_reader(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
     store.append("c", [ev(0, 1.0), ev(1, 2.0), ev(2, 3.0)], 3, 0.0)
     store.ack("c", "g", [0, 2])
     store.delete("c", [0, 1])
@@ -190,6 +209,7 @@ def test_deferred_acks_and_deletes_are_seen_by_every_reader(store: Store) -> Non
 
 def test_the_next_offset_outlives_every_event_and_id(opener: Opener) -> None:
     store = opener()
+    store.save_channel(ChannelRecord("c", "queue"))  # before anything is written
     store.append("c", [ev(0, 1.0), ev(1, 2.0)], 2, 0.0)
     store.append("c", [ev(2, 3.0)], 7, 0.0)  # offsets 3-6 went to refused events
     store.delete("c", [0, 1, 2])
@@ -206,6 +226,7 @@ def test_the_next_offset_outlives_every_event_and_id(opener: Opener) -> None:
 
 def test_the_window_trims_the_oldest_ids_acknowledged_or_not(opener: Opener) -> None:
     store = opener()
+    store.save_channel(ChannelRecord("c", "queue"))  # before anything is written
     if not store.durable:  # it keeps no window
         return
     store.append("c", [ev(i, float(i)) for i in range(5)], 5, accepted_at=1.0)
@@ -222,6 +243,7 @@ def test_the_window_trims_the_oldest_ids_acknowledged_or_not(opener: Opener) -> 
 
 def test_the_window_keeps_the_publisher_of_every_id_acknowledged_or_not(opener: Opener) -> None:
     store = opener()
+    store.save_channel(ChannelRecord("c", "queue"))  # before anything is written
     if not store.durable:  # it keeps no window
         return
     # Given two publishers' events with one id (a channel with ids unique per publisher)
@@ -237,6 +259,7 @@ def test_the_window_keeps_the_publisher_of_every_id_acknowledged_or_not(opener: 
 
 def test_the_count_follows_appends_deletes_and_replays(opener: Opener) -> None:
     store = opener()
+    store.save_channel(ChannelRecord("c", "queue"))  # before anything is written
     assert store.count("c") == 0
     store.append("c", [ev(i, float(i)) for i in range(5)], 5, 0.0)
     assert store.count("c") == 5

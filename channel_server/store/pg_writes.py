@@ -1,0 +1,207 @@
+"""The PostgreSQL store's writes: each a fenced transaction (see :mod:`.postgres`), and the
+deferred batch (acks, deletes, window trims) written in one.
+
+The delivered window is kept as in the SQLite store: a delete copies the ids of the events
+it removes into ``delivered``, a trim moves the channel's ``window_start`` forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from channel_server.events import Event, PartitionKey
+from channel_server.store.base import DeadLetterRecord, MemberRecord
+from channel_server.store.deferred import PendingWrites
+from channel_server.store.pg_schema import GROUP_TABLES, decode_part, encode_part
+from channel_server.store.rows import loaded, pack
+
+EVENT_COLUMNS = "channel, ofs, id, publisher_id, part, ts, is_text, payload"
+COPY_EVENTS = f"COPY events ({EVENT_COLUMNS}, accepted_at) FROM STDIN"
+REINSERT = (
+    f"INSERT INTO events ({EVENT_COLUMNS}, accepted_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (channel, ofs) DO UPDATE SET "
+    "id = EXCLUDED.id, publisher_id = EXCLUDED.publisher_id, part = EXCLUDED.part, "
+    "ts = EXCLUDED.ts, is_text = EXCLUDED.is_text, payload = EXCLUDED.payload, "
+    "accepted_at = EXCLUDED.accepted_at"
+)
+ADD_DEAD_LETTER = (
+    "INSERT INTO dead_letters (channel, grp, ofs, id, publisher_id, part, ts, is_text, payload, "
+    "error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (channel, grp, ofs) DO UPDATE SET id = EXCLUDED.id, "
+    "publisher_id = EXCLUDED.publisher_id, part = EXCLUDED.part, ts = EXCLUDED.ts, "
+    "is_text = EXCLUDED.is_text, payload = EXCLUDED.payload, error = EXCLUDED.error"
+)
+
+
+def event_row(cid: int, ev: Event) -> tuple:
+    """(channel, ofs, id, publisher id, part, ts, is_text, payload) of an event."""
+    stored = pack(ev.payload)
+    is_text = type(stored) is str
+    payload = stored.encode("utf-8") if is_text else stored
+    return (cid, ev.offset, ev.id.encode("utf-8"), ev.publisher_id, encode_part(ev.partition),
+            ev.timestamp, is_text, payload)  # fmt: skip
+
+
+def loaded_event(offset: int, row: Sequence[Any]) -> Event:
+    """An event from (id, publisher id, part, ts, is_text, payload) as stored."""
+    event_id, publisher_id, part, ts, is_text, payload = row
+    stored = bytes(payload).decode("utf-8") if is_text else bytes(payload)
+    return loaded(bytes(event_id).decode("utf-8"), publisher_id, decode_part(part), ts, stored,
+                  offset)  # fmt: skip
+
+
+class PgWrites:
+    """The fenced writes of PostgresStore (which provides ``_tx`` and the counts)."""
+
+    _changes: dict[str, int]
+    _stored: dict[str, int]
+
+    def _tx(self, channel: str | None = None) -> AbstractContextManager[tuple[Any, int]]:
+        raise NotImplementedError
+
+    def _write_deferred(self) -> None:
+        raise NotImplementedError
+
+    def append(
+        self, channel: str, events: Sequence[Event], next_offset: int, accepted_at: float
+    ) -> None:
+        if not events:
+            return
+        with self._tx(channel) as (cur, cid):
+            with cur.copy(COPY_EVENTS) as copy:
+                for ev in events:
+                    copy.write_row((*event_row(cid, ev), accepted_at))
+            if next_offset != events[-1].offset + 1:  # accepted events ascend by offset
+                cur.execute(
+                    "UPDATE channels SET next_offset = GREATEST(next_offset, %s) WHERE id = %s",
+                    (next_offset, cid),
+                )
+            self._changes[channel] = len(events)
+
+    def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
+        self._write_deferred()  # a replayed event may be waiting for its delete
+        with self._tx(channel) as (cur, cid):
+            cur.executemany(REINSERT, [(*event_row(cid, ev), accepted_at) for ev in events])
+            self._stored.pop(channel, None)  # counted again: a replaced row is no new one
+
+    def save_group(self, channel: str, group: str, created_offset: int) -> None:
+        with self._tx(channel) as (cur, cid):
+            cur.execute(
+                "INSERT INTO groups VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                (cid, group, created_offset),
+            )
+
+    def remove_group(self, channel: str, group: str) -> None:
+        self._write_deferred()  # its deferred acks first, or they would outlive it
+        with self._tx(channel) as (cur, cid):
+            for table, column in GROUP_TABLES:
+                cur.execute(
+                    f"DELETE FROM {table} WHERE channel = %s AND {column} = %s", (cid, group)
+                )
+
+    def save_member(self, record: MemberRecord) -> None:
+        with self._tx(record.channel) as (cur, cid):
+            cur.execute(
+                "INSERT INTO members VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (channel, grp, member_id) DO UPDATE SET "
+                "callback = EXCLUDED.callback, prefetch = EXCLUDED.prefetch, "
+                "owner_user = EXCLUDED.owner_user, secret = EXCLUDED.secret",
+                (cid, record.group, record.member_id, record.callback, record.prefetch,
+                 record.user, record.secret),
+            )  # fmt: skip
+
+    def remove_member(self, channel: str, group: str, member_id: str) -> None:
+        with self._tx(channel) as (cur, cid):
+            cur.execute(
+                "DELETE FROM members WHERE channel = %s AND grp = %s AND member_id = %s",
+                (cid, group, member_id),
+            )
+
+    def save_owners(
+        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+    ) -> None:
+        with self._tx(channel) as (cur, cid):
+            gone = [(cid, group, pub, encode_part(p)) for (pub, p), o in changes.items() if not o]
+            owned = [(cid, group, pub, encode_part(p), o) for (pub, p), o in changes.items() if o]
+            cur.executemany(
+                "DELETE FROM owners WHERE channel = %s AND grp = %s AND publisher_id = %s "
+                "AND part = %s",
+                gone,
+            )
+            cur.executemany(
+                "INSERT INTO owners VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
+                "(channel, grp, publisher_id, part) DO UPDATE SET owner = EXCLUDED.owner",
+                owned,
+            )
+
+    def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
+        with self._tx(channel) as (cur, cid):
+            rows = []
+            for d in letters:
+                c, ofs, *fields = event_row(cid, d.event)
+                rows.append((c, d.group, ofs, *fields, d.error.replace("\x00", "\\x00")))
+            cur.executemany(ADD_DEAD_LETTER, rows)
+
+    def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        with self._tx(channel) as (cur, cid):
+            cur.execute(
+                "DELETE FROM dead_letters WHERE channel = %s AND grp = %s AND ofs = ANY(%s)",
+                (cid, group, list(offsets)),
+            )
+
+    # -- the deferred batch ----------------------------------------------------------------
+    def write_batch(self, cur: Any, pending: PendingWrites, cids: dict[str, int]) -> None:
+        """Acks, then deletes (their ids kept in the window, their acks dropped), then
+        trims, in the caller's transaction."""
+        cur.executemany(
+            "INSERT INTO acks VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            [(cids[c], group, ofs) for c, group, ofs in pending.acks],
+        )
+        for channel, offsets in pending.deletes.items():
+            args = (cids[channel], sorted(set(offsets)))
+            cur.execute(
+                "INSERT INTO delivered SELECT channel, ofs, id, publisher_id, accepted_at "
+                "FROM events WHERE channel = %s AND ofs = ANY(%s) ON CONFLICT DO NOTHING",
+                args,
+            )
+            removed = cur.execute(
+                "DELETE FROM events WHERE channel = %s AND ofs = ANY(%s)", args
+            ).rowcount
+            cur.execute("DELETE FROM acks WHERE channel = %s AND ofs = ANY(%s)", args)
+            self._changes[channel] = self._changes.get(channel, 0) - removed
+        for channel, count in pending.trims.items():
+            _trim(cur, cids[channel], count)
+
+
+def _trim(cur: Any, cid: int, count: int) -> None:
+    """Forget the ``count`` oldest ids of the window: move window_start past them (to the
+    next id's offset, or past the last one), save the next offset that may carry, and
+    delete the delivered rows below it."""
+    (start,) = cur.execute("SELECT window_start FROM channels WHERE id = %s", (cid,)).fetchone()
+    keys = {"c": cid, "s": start, "n": count}
+    row = cur.execute(
+        "SELECT ofs FROM (SELECT ofs FROM delivered WHERE channel = %(c)s AND ofs >= %(s)s "
+        "UNION SELECT ofs FROM events WHERE channel = %(c)s AND ofs >= %(s)s) k "
+        "ORDER BY ofs OFFSET %(n)s LIMIT 1",
+        keys,
+    ).fetchone()
+    if row is not None:
+        new_start = row[0]
+    else:  # every id goes: the window starts after the last one
+        (last,) = cur.execute(
+            "SELECT GREATEST((SELECT MAX(ofs) FROM delivered WHERE channel = %(c)s "
+            "AND ofs >= %(s)s), (SELECT MAX(ofs) FROM events WHERE channel = %(c)s "
+            "AND ofs >= %(s)s))",
+            keys,
+        ).fetchone()
+        new_start = start if last is None else last + 1
+    if new_start <= start:
+        return
+    cur.execute(
+        "UPDATE channels SET window_start = %(w)s, next_offset = GREATEST(next_offset, %(w)s) "
+        "WHERE id = %(c)s",
+        {"w": new_start, "c": cid},
+    )
+    cur.execute("DELETE FROM delivered WHERE channel = %s AND ofs < %s", (cid, new_start))

@@ -1,0 +1,426 @@
+"""The durable backup queue in PostgreSQL, shared by several brokers (failover).
+
+The store contract of :mod:`channel_server.store.base` with SQLite's semantics (one
+transaction per publish batch, acks, deletes and window trims deferred and written together
+every ``deferred_interval_s``, the delivered window kept as in SQLite), plus the leases of
+:mod:`channel_server.store.leases`: each channel is written by the broker holding its lease,
+and every write transaction first checks that lease, by the database's clock, with the epoch
+this store took it at (:data:`~channel_server.store.pg_schema.FENCE`). A broker that lost the
+lease (frozen past it, or the channel moved) gets ``LeaseLost`` and writes nothing; its
+deferred writes for the channel are dropped (losing them is safe, see base).
+
+One connection, guarded by ``_lock``, serves every channel; a broken connection is opened
+again on the next use. Lock order as in the SQLite store: channel lock -> _writing_deferred
+-> _lock -> DeferredWrites._lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from channel_server.core.queues import DELIVERY_ORDER
+from channel_server.errors import LeaseLost, StoreError
+from channel_server.store import pg_schema as sql
+from channel_server.store.base import (
+    ChannelRecord,
+    ChannelSnapshot,
+    DeadLetterRecord,
+    MemberRecord,
+    Store,
+)
+from channel_server.store.deferred import DeferredWrites, PendingWrites
+from channel_server.store.leases import Lease
+from channel_server.store.pg_schema import decode_part
+from channel_server.store.pg_writes import PgWrites, loaded_event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PostgresConfig:
+    connect_timeout_s: int = 5
+    """How long opening a connection may take (libpq counts whole seconds)."""
+    statement_timeout_s: float = 30.0
+    """The longest one statement may run or wait for a lock."""
+    deferred_interval_s: float = 0.05
+    """How often deferred acks, deletes and trims are written (and how stale they may be)."""
+
+
+def describe(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "postgresql store"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    host, port = parts.get("host", ""), parts.get("port", "")
+    return f"postgresql://{user}{host}{':' if port else ''}{port}/{parts.get('dbname', '')}"
+
+
+class PostgresStore(PgWrites, Store):
+    durable = True
+
+    def __init__(self, dsn: str, broker_id: str, config: PostgresConfig | None = None) -> None:
+        """Connect, make the tables on first use; StoreError (no password in it) when the
+        database cannot be reached or was written by another schema version."""
+        try:
+            import psycopg
+        except ImportError:
+            raise StoreError(
+                describe(dsn),
+                "psycopg is not installed: install the postgres extra "
+                "(pip install 'channel-server[postgres]')",
+            ) from None
+        self._psycopg = psycopg
+        self.broker_id = broker_id
+        self.config = config or PostgresConfig()
+        self.where = describe(dsn)
+        self._dsn = dsn
+        # Guards _conn, _epochs, _ids, _stored, _changes (see the module docstring).
+        self._lock = threading.Lock()
+        # Held while deferred writes are taken and written, and by count.
+        self._writing_deferred = threading.Lock()
+        self._deferred = DeferredWrites()
+        self._epochs: dict[str, int] = {}
+        """channel -> the epoch of the lease this store holds (its fencing token)."""
+        self._ids: dict[str, int] = {}
+        self._stored: dict[str, int] = {}
+        self._changes: dict[str, int] = {}
+        self._conn: Any = None
+        with self._lock:
+            conn = self._connection()
+            found = self._guard(lambda: sql.create_schema(conn))
+        if found is not None:
+            conn.close()
+            raise StoreError(
+                self.where,
+                f"written with store schema {found}, this broker reads {sql.SCHEMA_VERSION}",
+            )
+        self._stop = threading.Event()
+        self._maintainer = threading.Thread(
+            target=self._maintenance_loop, name="postgres-maintenance", daemon=True
+        )
+        self._maintainer.start()
+
+    # -- connection and transactions ---------------------------------------------------
+    def _connection(self) -> Any:
+        """The open connection (opened again when it broke); call under _lock."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            timeout_ms = int(self.config.statement_timeout_s * 1000)
+            self._conn = self._guard(
+                lambda: self._psycopg.connect(
+                    self._dsn,
+                    autocommit=True,
+                    connect_timeout=self.config.connect_timeout_s,
+                    options=f"-c statement_timeout={timeout_ms}",
+                    application_name=f"channel_server {self.broker_id}"[:63],
+                )
+            )
+        return self._conn
+
+    def _guard(self, call: Any) -> Any:
+        """Run ``call``; a database error becomes a StoreError without the password."""
+        try:
+            return call()
+        except self._psycopg.Error as exc:
+            raise StoreError(self.where, self._redacted(str(exc))) from exc
+
+    def _redacted(self, message: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict
+
+        password = conninfo_to_dict(self._dsn).get("password")
+        return message.replace(str(password), "***") if password else message
+
+    @contextmanager
+    def _tx(self, channel: str | None = None) -> Iterator[tuple[Any, int]]:
+        """One transaction under the lock, yielding (cursor, channel id); with a channel it
+        is fenced first (LeaseLost, nothing written, unless this store holds its lease)."""
+        if channel is not None and channel not in self._epochs:
+            raise LeaseLost(channel)
+        with self._lock:
+            conn = self._connection()
+            try:
+                cid = self._cid(conn, channel) if channel is not None else 0
+                with conn.transaction():
+                    cur = conn.cursor()
+                    if channel is not None and not self._fenced(cur, channel):
+                        raise LeaseLost(channel)
+                    yield cur, cid
+                for name, change in self._changes.items():
+                    if name in self._stored:
+                        self._stored[name] += change
+            except self._psycopg.Error as exc:
+                raise StoreError(self.where, self._redacted(str(exc))) from exc
+            finally:
+                self._changes.clear()
+
+    def _fenced(self, cur: Any, channel: str) -> bool:
+        """Whether this store still holds the channel's live lease (locking it FOR SHARE
+        to the end of the transaction); forgets its epoch when another took it over."""
+        epoch = self._epochs.get(channel)
+        if epoch is None:
+            return False
+        if cur.execute(sql.FENCE, (channel, self.broker_id, epoch)).fetchone():
+            return True
+        if not cur.execute(sql.STILL_OURS, (channel, self.broker_id, epoch)).fetchone():
+            self._epochs.pop(channel, None)
+            log.warning("lease of channel %s lost (epoch %d): writes refused", channel, epoch)
+        return False
+
+    def _cid(self, conn: Any, channel: str) -> int:
+        """The channel's row id, the row made on first use (its own statement, so a
+        transaction rolled back never leaves a remembered id behind)."""
+        cid = self._ids.get(channel)
+        if cid is None:
+            conn.execute(
+                "INSERT INTO channels (name) VALUES (%s) ON CONFLICT (name) DO NOTHING",
+                (channel,),
+            )
+            row = conn.execute("SELECT id FROM channels WHERE name = %s", (channel,)).fetchone()
+            cid = self._ids[channel] = row[0]
+        return cid
+
+    def _query(self, statement: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[tuple]:
+        with self._lock:
+            conn = self._connection()
+            return self._guard(lambda: conn.execute(statement, args).fetchall())
+
+    def _held(self, channel: str) -> None:
+        if channel not in self._epochs:
+            raise LeaseLost(channel)
+
+    # -- leases (channel_server.store.leases.LeaseStore) ---------------------------------
+    def acquire(self, channel: str, ttl_s: float) -> Lease | None:
+        args = {"channel": channel, "me": self.broker_id, "ttl": ttl_s}
+        rows = self._query(sql.ACQUIRE, args)
+        with self._lock:
+            if not rows:
+                self._epochs.pop(channel, None)
+                return None
+            lease = Lease(*rows[0])
+            if self._epochs.get(channel) != lease.epoch:
+                self._stored.pop(channel, None)  # another broker may have written since
+            self._epochs[channel] = lease.epoch
+            return lease
+
+    def renew(self, channel: str, epoch: int, ttl_s: float) -> bool:
+        with self._lock:
+            conn = self._connection()
+            cur = self._guard(
+                lambda: conn.execute(sql.RENEW, (ttl_s, channel, self.broker_id, epoch))
+            )
+            if cur.rowcount == 1:
+                return True
+            if self._epochs.get(channel) == epoch:
+                del self._epochs[channel]
+            return False
+
+    def release(self, channel: str, epoch: int, handoff_to: str | None = None) -> None:
+        self._write_deferred()  # what this broker acknowledged lands before it lets go
+        args = {"channel": channel, "me": self.broker_id, "epoch": epoch, "to": handoff_to}
+        with self._lock:
+            if self._epochs.get(channel) == epoch:
+                del self._epochs[channel]
+            conn = self._connection()
+            self._guard(lambda: conn.execute(sql.RELEASE, args))
+
+    def leases(self) -> list[Lease]:
+        return [Lease(*row) for row in self._query(sql.LEASES)]
+
+    # -- channels ------------------------------------------------------------------------
+    def save_channel(self, record: ChannelRecord) -> None:
+        """A new channel is created with its lease taken by this broker (epoch 1) in the
+        same transaction; an existing one is left as it is (idempotent)."""
+        with self._tx() as (cur, _):
+            created = cur.execute(
+                "INSERT INTO channels (name, kind, id_scope) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, "
+                "id_scope = EXCLUDED.id_scope WHERE channels.kind IS NULL RETURNING id",
+                (record.name, record.kind, record.id_scope),
+            ).fetchone()
+            if created:
+                cur.execute(sql.CREATE_LEASE, (record.name, self.broker_id, 1.0))
+                if cur.rowcount == 1:
+                    self._epochs[record.name] = 1
+
+    def channels(self) -> list[ChannelRecord]:
+        rows = self._query(
+            "SELECT name, kind, id_scope FROM channels WHERE kind IS NOT NULL ORDER BY id"
+        )
+        return [ChannelRecord(*row) for row in rows]
+
+    # -- deferred writes -----------------------------------------------------------------
+    def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
+        self._held(channel)
+        self._deferred.ack(channel, group, offsets)
+
+    def delete(self, channel: str, offsets: Sequence[int]) -> None:
+        self._held(channel)
+        self._deferred.delete(channel, offsets)
+
+    def trim_delivered(self, channel: str, count: int) -> None:
+        self._held(channel)
+        if count > 0:
+            self._deferred.trim(channel, count)
+
+    def _maintenance_loop(self) -> None:
+        """Write the deferred writes every deferred_interval_s until close."""
+        failing = False  # log a failure once, and the recovery, not every round
+        while not self._stop.wait(self.config.deferred_interval_s):
+            try:
+                self._write_deferred()
+            except StoreError as exc:
+                if not failing:
+                    log.error("background writes to %s fail (retrying): %s", self.where, exc)
+                failing = True
+                continue
+            if failing:
+                log.warning("background writes to %s work again", self.where)
+            failing = False
+
+    def _write_deferred(self) -> None:
+        """Write every deferred ack, delete and trim in one transaction, each channel's
+        fenced: a lost channel's are dropped, an expired but not yet taken one's kept for
+        later; the whole lot is put back when the transaction fails."""
+        with self._writing_deferred:
+            pending = self._deferred.take()
+            if not pending:
+                return
+            try:
+                later = self._write_pending(pending)
+            except BaseException:
+                self._deferred.put_back(pending)
+                raise
+            if later:
+                self._deferred.put_back(later)
+
+    def _write_pending(self, pending: PendingWrites) -> PendingWrites:
+        names = {c for c, _, _ in pending.acks} | set(pending.deletes) | set(pending.trims)
+        held = {c for c in names if c in self._epochs}
+        with self._tx() as (cur, _):
+            cids = {c: self._cid(cur.connection, c) for c in held}
+            allowed = {c for c in held if self._fenced(cur, c)}
+            self.write_batch(cur, _only(pending, allowed), cids)
+        kept = {c for c in held - allowed if c in self._epochs}  # expired, still ours
+        return _only(pending, kept)
+
+    # -- reading back --------------------------------------------------------------------
+    def load(self, channel: str) -> ChannelSnapshot:
+        self._write_deferred()
+        with self._lock:
+            conn = self._connection()
+            return self._guard(lambda: self._read(conn, self._cid(conn, channel), channel))
+
+    def _read(self, conn: Any, cid: int, channel: str) -> ChannelSnapshot:
+        snap = ChannelSnapshot()
+        with conn.transaction():
+            snap.next_offset, window_start = conn.execute(
+                "SELECT GREATEST(next_offset, (SELECT MAX(ofs) + 1 FROM events WHERE channel = "
+                "%(c)s), (SELECT MAX(ofs) + 1 FROM delivered WHERE channel = %(c)s)), "
+                "window_start FROM channels WHERE id = %(c)s",
+                {"c": cid},
+            ).fetchone()
+            snap.groups = dict(
+                conn.execute(
+                    "SELECT name, created_offset FROM groups WHERE channel = %s", (cid,)
+                ).fetchall()
+            )
+            snap.members = [
+                MemberRecord(channel, *row)
+                for row in conn.execute(
+                    "SELECT grp, member_id, callback, prefetch, owner_user, secret FROM members "
+                    'WHERE channel = %s ORDER BY grp COLLATE "C", member_id COLLATE "C"',
+                    (cid,),
+                )
+            ]
+            rows = conn.execute(
+                "SELECT ofs, id, publisher_id, part, ts, is_text, payload, accepted_at "
+                "FROM events WHERE channel = %s ORDER BY ofs",
+                (cid,),
+            ).fetchall()
+            snap.events = [loaded_event(row[0], row[1:7]) for row in rows]
+            window = conn.execute(
+                "SELECT ofs, publisher_id, id, accepted_at FROM delivered "
+                "WHERE channel = %s AND ofs >= %s ORDER BY ofs",
+                (cid, window_start),
+            ).fetchall()
+            snap.delivered = _window(window, rows, window_start)
+            for group, offset in conn.execute(
+                "SELECT grp, ofs FROM acks WHERE channel = %s", (cid,)
+            ):
+                snap.acks.setdefault(group, set()).add(offset)
+            snap.dead_letters = [
+                DeadLetterRecord(row[0], loaded_event(row[1], row[2:8]), row[8])
+                for row in conn.execute(
+                    "SELECT grp, ofs, id, publisher_id, part, ts, is_text, payload, error "
+                    'FROM dead_letters WHERE channel = %s ORDER BY ofs, grp COLLATE "C"',
+                    (cid,),
+                )
+            ]
+            for group, publisher_id, part, owner in conn.execute(
+                "SELECT grp, publisher_id, part, owner FROM owners WHERE channel = %s", (cid,)
+            ):
+                snap.owners.setdefault(group, {})[(publisher_id, decode_part(part))] = owner
+        snap.events.sort(key=DELIVERY_ORDER)
+        return snap
+
+    def count(self, channel: str) -> int:
+        """Stored events less those whose delete is deferred; counted once, then kept up
+        to date by this store's writes (a stats poll scans no backlog)."""
+        with self._writing_deferred, self._lock:
+            stored = self._stored.get(channel)
+            if stored is None:
+                conn = self._connection()
+                row = self._guard(
+                    lambda: conn.execute(
+                        "SELECT COUNT(*) FROM events e JOIN channels c ON c.id = e.channel "
+                        "WHERE c.name = %s",
+                        (channel,),
+                    ).fetchone()
+                )
+                stored = self._stored[channel] = row[0]
+            return max(0, stored - self._deferred.deleting(channel))
+
+    def close(self) -> None:
+        """Write what is deferred and disconnect; the leases stay (the broker releases
+        them on a clean stop, or they expire)."""
+        self._stop.set()
+        self._maintainer.join(self.config.statement_timeout_s)
+        try:
+            self._write_deferred()
+        finally:
+            with self._lock:
+                if self._conn is not None:
+                    self._conn.close()
+
+
+def _only(pending: PendingWrites, channels: set[str]) -> PendingWrites:
+    """The part of a batch of deferred writes that is for these channels."""
+    return PendingWrites(
+        [a for a in pending.acks if a[0] in channels],
+        {c: o for c, o in pending.deletes.items() if c in channels},
+        {c: n for c, n in pending.trims.items() if c in channels},
+    )
+
+
+def _window(
+    delivered: list[tuple], event_rows: list[tuple], window_start: int
+) -> list[tuple[str, str, float]]:
+    """The delivered window, oldest first, from the delivered rows (ofs, publisher id, id,
+    accepted at) and the events rows just read; an id in both (a replayed dead letter)
+    once, as in the SQLite store."""
+    merged = [(o, p, bytes(i).decode(), at) for o, p, i, at in delivered]
+    merged += [
+        (row[0], row[2], bytes(row[1]).decode(), row[7])
+        for row in event_rows
+        if row[0] >= window_start
+    ]
+    merged.sort()
+    return list({o: (p, i, at) for o, p, i, at in merged}.values())
