@@ -16,8 +16,8 @@ from channel_server.errors import BrokerUnavailable, LeaseLost, StoreError
 from channel_server.events import Event
 from channel_server.store.base import ChannelRecord, MemberRecord
 from channel_server.store.leases import LeaseStore
-from channel_server.store.postgres import PostgresStore
 from channel_server.store.pg_schema import FENCE
+from channel_server.store.postgres import PostgresStore
 from tests.integration.procs import wait_until
 
 LONG_S = 60.0
@@ -163,7 +163,7 @@ def test_a_write_waits_for_a_take_over_in_flight_and_is_refused(stores, pg_dsn) 
 def append_or_error(store: PostgresStore) -> Exception | None:
     try:
         store.append("c", [ev(0)], 1, 0.0)
-    except Exception as exc:  # noqa: BLE001 - handed to the test thread
+    except Exception as exc:  # handed to the test thread
         return exc
     return None
 
