@@ -25,6 +25,7 @@ from channel_server.admin_cli import (
 )
 from channel_server.errors import ChannelError, InvalidArgument, NotAuthorized, StoreError
 from channel_server.serve_flags import DEFAULT_DATA_DIR, add_serve_command, config_from_args
+from channel_server.store.dsn import store_dsn, without_password
 from channel_server.transport import bind_failure
 from channel_server.users_cli import add_users_command, run_users
 
@@ -62,22 +63,26 @@ def serve(args: argparse.Namespace) -> int:
     from channel_server.access import Access
     from channel_server.broker import Broker  # the heavy part, only for this command
     from channel_server.store import MemoryStore, Store
+    from channel_server.store.postgres import PostgresStore
     from channel_server.store.sqlite import SQLiteStore
     from channel_server.users import UsersFile
 
     config = config_from_args(args)
     if args.print_config:
-        print(serve_settings(args), end="")
+        print(serve_settings(without_password(args)), end="")
         return cc.EXIT_OK
     stop = cc.stop_on_signals()
     data_dir = None
+    dsn = store_dsn(args)
     if args.memory:
         store: Store = MemoryStore()
     else:
-        data_dir = args.data_dir or Path(DEFAULT_DATA_DIR) / config.broker_id
+        data_dir = None if dsn else args.data_dir or Path(DEFAULT_DATA_DIR) / config.broker_id
         try:
-            store = SQLiteStore(data_dir, args.sync)
-        except StoreError as exc:  # damaged, or in use by another broker
+            store = (
+                PostgresStore(dsn, config.broker_id) if dsn else SQLiteStore(data_dir, args.sync)
+            )
+        except StoreError as exc:  # damaged, in use by another broker, refused, no psycopg
             return cc.fail(str(exc), cc.EXIT_UNAVAILABLE)
     token = credentials.ensure_token(credentials.state_root(), data_dir)
     users = UsersFile.load(args.users) if args.users else None

@@ -13,6 +13,7 @@ from channel_server.config import BrokerConfig, ChannelConfig
 from channel_server.errors import InvalidArgument
 from channel_server.events import IdScope
 from channel_server.monitor.flags import add_http_flags, http_from_args
+from channel_server.store.dsn import STORE_DSN_ENV, postgres_dsn
 from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
 from channel_server.wire import DEFAULT_HOST, check_name
 
@@ -204,6 +205,16 @@ def add_serve_command(sub: Any) -> None:
         "--memory",
         action="store_true",
         help="keep the backup queue in memory only (survives kill_queues, not a restart)",
+    )
+    where.add_argument(
+        "--store",
+        type=postgres_dsn,
+        default=None,
+        metavar="DSN",
+        help="keep the backup queue in PostgreSQL (postgresql://user@host:port/db; needs the "
+        f"postgres extra); without this flag, --data-dir and --memory, {STORE_DSN_ENV} is "
+        "used when set, so the password need not be on the command line (libpq's PGPASSWORD "
+        "and ~/.pgpass work too)",
     )
     serve.add_argument(
         "--sync",

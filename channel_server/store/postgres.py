@@ -49,6 +49,9 @@ class PostgresConfig:
     """The longest one statement may run or wait for a lock."""
     deferred_interval_s: float = 0.05
     """How often deferred acks, deletes and trims are written (and how stale they may be)."""
+    lease_s: float = 6.0
+    """The term of the lease a new channel is created with (the broker's ``--lease``,
+    which renews it)."""
 
 
 def describe(dsn: str) -> str:
@@ -76,7 +79,7 @@ class PostgresStore(PgWrites, Store):
             raise StoreError(
                 describe(dsn),
                 "psycopg is not installed: install the postgres extra "
-                "(pip install 'channel-server[postgres]')",
+                "(pip install 'pubsub-channels[postgres]')",
             ) from None
         self._psycopg = psycopg
         self.broker_id = broker_id
@@ -246,7 +249,7 @@ class PostgresStore(PgWrites, Store):
                 (record.name, record.kind, record.id_scope),
             ).fetchone()
             if created:
-                cur.execute(sql.CREATE_LEASE, (record.name, self.broker_id, 1.0))
+                cur.execute(sql.CREATE_LEASE, (record.name, self.broker_id, self.config.lease_s))
                 if cur.rowcount == 1:
                     self._epochs[record.name] = 1
 

@@ -135,7 +135,7 @@ def test_the_example_file_is_every_setting_with_its_default() -> None:
     serve = config_file.subcommand(cli.build_parser(), "serve")
     settable = {action.dest for action in config_file.settable(serve)}
     values = config_file.read(EXAMPLE, serve)
-    commented = {"credentials", "tls_cert", "tls_key", "tls_ca", "advertise", "data_dir"}
+    commented = {"credentials", "tls_cert", "tls_key", "tls_ca", "advertise", "data_dir", "store"}
     assert set(values) == settable - commented - {"users", "callback_hosts", "http"}
     assert values == {dest: serve.get_default(dest) for dest in values}
     assert "# member-expiry" not in EXAMPLE.read_text()  # set, with its comment above
