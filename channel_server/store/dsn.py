@@ -39,3 +39,16 @@ def without_password(args: argparse.Namespace) -> argparse.Namespace:
     user = f"{parts.username}@" if parts.username else ""
     shown = parts._replace(netloc=user + host).geturl()
     return argparse.Namespace(**{**vars(args), "store": shown})
+
+
+def describe(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "postgresql store"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    host, port = parts.get("host", ""), parts.get("port", "")
+    return f"postgresql://{user}{host}{':' if port else ''}{port}/{parts.get('dbname', '')}"

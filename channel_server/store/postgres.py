@@ -23,20 +23,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.errors import LeaseLost, StoreError
 from channel_server.store import pg_schema as sql
 from channel_server.store.base import (
     ChannelRecord,
     ChannelSnapshot,
-    DeadLetterRecord,
-    MemberRecord,
     Store,
 )
 from channel_server.store.deferred import DeferredWrites, PendingWrites
+from channel_server.store.dsn import describe
 from channel_server.store.leases import Lease
-from channel_server.store.pg_schema import decode_part
-from channel_server.store.pg_writes import PgWrites, loaded_event
+from channel_server.store.pg_reads import read_snapshot
+from channel_server.store.pg_writes import PgWrites
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +50,6 @@ class PostgresConfig:
     lease_s: float = 6.0
     """The term of the lease a new channel is created with (the broker's ``--lease``,
     which renews it)."""
-
-
-def describe(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        parts = conninfo_to_dict(dsn)
-    except Exception:
-        return "postgresql store"
-    user = f"{parts['user']}@" if parts.get("user") else ""
-    host, port = parts.get("host", ""), parts.get("port", "")
-    return f"postgresql://{user}{host}{':' if port else ''}{port}/{parts.get('dbname', '')}"
 
 
 class PostgresStore(PgWrites, Store):
@@ -319,60 +304,7 @@ class PostgresStore(PgWrites, Store):
         self._write_deferred()
         with self._lock:
             conn = self._connection()
-            return self._guard(lambda: self._read(conn, self._cid(conn, channel), channel))
-
-    def _read(self, conn: Any, cid: int, channel: str) -> ChannelSnapshot:
-        snap = ChannelSnapshot()
-        with conn.transaction():
-            snap.next_offset, window_start = conn.execute(
-                "SELECT GREATEST(next_offset, (SELECT MAX(ofs) + 1 FROM events WHERE channel = "
-                "%(c)s), (SELECT MAX(ofs) + 1 FROM delivered WHERE channel = %(c)s)), "
-                "window_start FROM channels WHERE id = %(c)s",
-                {"c": cid},
-            ).fetchone()
-            snap.groups = dict(
-                conn.execute(
-                    "SELECT name, created_offset FROM groups WHERE channel = %s", (cid,)
-                ).fetchall()
-            )
-            snap.members = [
-                MemberRecord(channel, *row)
-                for row in conn.execute(
-                    "SELECT grp, member_id, callback, prefetch, owner_user, secret FROM members "
-                    'WHERE channel = %s ORDER BY grp COLLATE "C", member_id COLLATE "C"',
-                    (cid,),
-                )
-            ]
-            rows = conn.execute(
-                "SELECT ofs, id, publisher_id, part, ts, is_text, payload, accepted_at "
-                "FROM events WHERE channel = %s ORDER BY ofs",
-                (cid,),
-            ).fetchall()
-            snap.events = [loaded_event(row[0], row[1:7]) for row in rows]
-            window = conn.execute(
-                "SELECT ofs, publisher_id, id, accepted_at FROM delivered "
-                "WHERE channel = %s AND ofs >= %s ORDER BY ofs",
-                (cid, window_start),
-            ).fetchall()
-            snap.delivered = _window(window, rows, window_start)
-            for group, offset in conn.execute(
-                "SELECT grp, ofs FROM acks WHERE channel = %s", (cid,)
-            ):
-                snap.acks.setdefault(group, set()).add(offset)
-            snap.dead_letters = [
-                DeadLetterRecord(row[0], loaded_event(row[1], row[2:8]), row[8])
-                for row in conn.execute(
-                    "SELECT grp, ofs, id, publisher_id, part, ts, is_text, payload, error "
-                    'FROM dead_letters WHERE channel = %s ORDER BY ofs, grp COLLATE "C"',
-                    (cid,),
-                )
-            ]
-            for group, publisher_id, part, owner in conn.execute(
-                "SELECT grp, publisher_id, part, owner FROM owners WHERE channel = %s", (cid,)
-            ):
-                snap.owners.setdefault(group, {})[(publisher_id, decode_part(part))] = owner
-        snap.events.sort(key=DELIVERY_ORDER)
-        return snap
+            return self._guard(lambda: read_snapshot(conn, self._cid(conn, channel), channel))
 
     def count(self, channel: str) -> int:
         """Stored events less those whose delete is deferred; counted once, then kept up
@@ -411,19 +343,3 @@ def _only(pending: PendingWrites, channels: set[str]) -> PendingWrites:
         {c: o for c, o in pending.deletes.items() if c in channels},
         {c: n for c, n in pending.trims.items() if c in channels},
     )
-
-
-def _window(
-    delivered: list[tuple], event_rows: list[tuple], window_start: int
-) -> list[tuple[str, str, float]]:
-    """The delivered window, oldest first, from the delivered rows (ofs, publisher id, id,
-    accepted at) and the events rows just read; an id in both (a replayed dead letter)
-    once, as in the SQLite store."""
-    merged = [(o, p, bytes(i).decode(), at) for o, p, i, at in delivered]
-    merged += [
-        (row[0], row[2], bytes(row[1]).decode(), row[7])
-        for row in event_rows
-        if row[0] >= window_start
-    ]
-    merged.sort()
-    return list({o: (p, i, at) for o, p, i, at in merged}.values())

@@ -1,0 +1,80 @@
+"""Reading a channel back from the PostgreSQL store (``load``): one transaction, the
+events in delivery order, the delivered window merged as in the SQLite store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channel_server.core.queues import DELIVERY_ORDER
+from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
+from channel_server.store.pg_schema import decode_part
+from channel_server.store.pg_writes import loaded_event
+
+
+def read_snapshot(conn: Any, cid: int, channel: str) -> ChannelSnapshot:
+    """Everything stored for one channel, read in one transaction."""
+    snap = ChannelSnapshot()
+    with conn.transaction():
+        snap.next_offset, window_start = conn.execute(
+            "SELECT GREATEST(next_offset, (SELECT MAX(ofs) + 1 FROM events WHERE channel = "
+            "%(c)s), (SELECT MAX(ofs) + 1 FROM delivered WHERE channel = %(c)s)), "
+            "window_start FROM channels WHERE id = %(c)s",
+            {"c": cid},
+        ).fetchone()
+        snap.groups = dict(
+            conn.execute(
+                "SELECT name, created_offset FROM groups WHERE channel = %s", (cid,)
+            ).fetchall()
+        )
+        snap.members = [
+            MemberRecord(channel, *row)
+            for row in conn.execute(
+                "SELECT grp, member_id, callback, prefetch, owner_user, secret FROM members "
+                'WHERE channel = %s ORDER BY grp COLLATE "C", member_id COLLATE "C"',
+                (cid,),
+            )
+        ]
+        rows = conn.execute(
+            "SELECT ofs, id, publisher_id, part, ts, is_text, payload, accepted_at "
+            "FROM events WHERE channel = %s ORDER BY ofs",
+            (cid,),
+        ).fetchall()
+        snap.events = [loaded_event(row[0], row[1:7]) for row in rows]
+        window = conn.execute(
+            "SELECT ofs, publisher_id, id, accepted_at FROM delivered "
+            "WHERE channel = %s AND ofs >= %s ORDER BY ofs",
+            (cid, window_start),
+        ).fetchall()
+        snap.delivered = _window(window, rows, window_start)
+        for group, offset in conn.execute("SELECT grp, ofs FROM acks WHERE channel = %s", (cid,)):
+            snap.acks.setdefault(group, set()).add(offset)
+        snap.dead_letters = [
+            DeadLetterRecord(row[0], loaded_event(row[1], row[2:8]), row[8])
+            for row in conn.execute(
+                "SELECT grp, ofs, id, publisher_id, part, ts, is_text, payload, error "
+                'FROM dead_letters WHERE channel = %s ORDER BY ofs, grp COLLATE "C"',
+                (cid,),
+            )
+        ]
+        for group, publisher_id, part, owner in conn.execute(
+            "SELECT grp, publisher_id, part, owner FROM owners WHERE channel = %s", (cid,)
+        ):
+            snap.owners.setdefault(group, {})[(publisher_id, decode_part(part))] = owner
+    snap.events.sort(key=DELIVERY_ORDER)
+    return snap
+
+
+def _window(
+    delivered: list[tuple], event_rows: list[tuple], window_start: int
+) -> list[tuple[str, str, float]]:
+    """The delivered window, oldest first, from the delivered rows (ofs, publisher id, id,
+    accepted at) and the events rows just read; an id in both (a replayed dead letter)
+    once, as in the SQLite store."""
+    merged = [(o, p, bytes(i).decode(), at) for o, p, i, at in delivered]
+    merged += [
+        (row[0], row[2], bytes(row[1]).decode(), row[7])
+        for row in event_rows
+        if row[0] >= window_start
+    ]
+    merged.sort()
+    return list({o: (p, i, at) for o, p, i, at in merged}.values())
