@@ -8,9 +8,13 @@ No I/O here: the store adds from any thread, and whoever writes takes the whole 
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,3 +78,29 @@ class DeferredWrites:
         with self._lock:
             failed.extend(self._pending)
             self._pending = failed
+
+
+def write_in_background(
+    stop: threading.Event,
+    interval_s: float,
+    write: Callable[[int], None],
+    where: object,
+    errors: tuple[type[Exception], ...],
+) -> None:
+    """A store's maintenance thread: ``write(round number)`` every ``interval_s`` until
+    ``stop`` is set. A failure (one of ``errors``) is retried the next round; it is logged
+    once, and so is the recovery, not every round."""
+    failing = False
+    for round_no in itertools.count(1):
+        if stop.wait(interval_s):
+            return
+        try:
+            write(round_no)
+        except errors as exc:
+            if not failing:
+                log.error("background writes to %s fail (retrying): %s", where, exc)
+            failing = True
+            continue
+        if failing:
+            log.warning("background writes to %s work again", where)
+        failing = False

@@ -47,7 +47,6 @@ TABLES = {
     "ts double precision NOT NULL, is_text boolean NOT NULL, payload bytea NOT NULL, "
     "error text NOT NULL, PRIMARY KEY (channel, grp, ofs)",
 }
-GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 
 # -- leases (channel_server.store.leases): the database's clock only -----------------------
 LEASE_COLUMNS = "channel, owner, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8, handoff_to"

@@ -14,8 +14,8 @@ from typing import Any
 from channel_server.events import Event, PartitionKey
 from channel_server.store.base import DeadLetterRecord, MemberRecord
 from channel_server.store.deferred import PendingWrites
-from channel_server.store.pg_schema import GROUP_TABLES, decode_part, encode_part
-from channel_server.store.rows import loaded, pack
+from channel_server.store.pg_schema import decode_part, encode_part
+from channel_server.store.rows import GROUP_TABLES, loaded, pack
 
 EVENT_COLUMNS = "channel, ofs, id, publisher_id, part, ts, is_text, payload"
 COPY_EVENTS = f"COPY events ({EVENT_COLUMNS}, accepted_at) FROM STDIN"

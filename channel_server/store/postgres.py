@@ -30,7 +30,7 @@ from channel_server.store.base import (
     ChannelSnapshot,
     Store,
 )
-from channel_server.store.deferred import DeferredWrites, PendingWrites
+from channel_server.store.deferred import DeferredWrites, PendingWrites, write_in_background
 from channel_server.store.dsn import describe
 from channel_server.store.leases import Lease
 from channel_server.store.pg_reads import read_snapshot
@@ -260,18 +260,13 @@ class PostgresStore(PgWrites, Store):
 
     def _maintenance_loop(self) -> None:
         """Write the deferred writes every deferred_interval_s until close."""
-        failing = False  # log a failure once, and the recovery, not every round
-        while not self._stop.wait(self.config.deferred_interval_s):
-            try:
-                self._write_deferred()
-            except StoreError as exc:
-                if not failing:
-                    log.error("background writes to %s fail (retrying): %s", self.where, exc)
-                failing = True
-                continue
-            if failing:
-                log.warning("background writes to %s work again", self.where)
-            failing = False
+        write_in_background(
+            self._stop,
+            self.config.deferred_interval_s,
+            lambda _round: self._write_deferred(),
+            self.where,
+            (StoreError,),
+        )
 
     def _write_deferred(self) -> None:
         """Write every deferred ack, delete and trim in one transaction, each channel's

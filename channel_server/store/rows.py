@@ -15,6 +15,10 @@ import msgpack
 
 from channel_server.events import Event, payload_size
 
+GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
+"""(table, group column) of every table with rows per group, the same in both stores:
+what removing a group deletes."""
+
 
 def pack(payload: Any) -> Any:
     """Strings are stored as text; anything else as msgpack bytes."""

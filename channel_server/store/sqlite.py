@@ -6,40 +6,25 @@ statement. Acks, deletes and window trims are deferred (see
 :mod:`channel_server.store.base`) and written in one transaction every DEFERRED_INTERVAL_S
 by the store's maintenance thread, which also checkpoints the WAL.
 
-The delivered-ID window is the (publisher id, id) of the ``events`` rows and of the
-``delivered`` rows from the channel's ``window_start`` on, in offset order: a delete copies
-them from the events it removes into ``delivered`` (by offset ranges, off the publish
-path), and a trim moves ``window_start`` forward. Delivered rows of schema 5 and before
-have an empty publisher id: their channels keep ids unique per channel (``id_scope``).
 With ``synchronous=NORMAL`` (the default) a committed transaction survives a process crash
-(SIGKILL); FULL also survives power loss. A lock file keeps two brokers off one data
-directory.
-
-The data directory is private to the broker's user whatever the umask: 0700, and the
-database, its WAL and shared-memory files and the lock file 0600 (SQLite gives the WAL and
-shared-memory files the database's mode; they are checked once open too). A wider mode
-left by an older broker is tightened at start, with a warning.
+(SIGKILL); FULL also survives power loss. The delivered-ID window: :mod:`.sqlite_sql`; the
+files, their modes and the lock that keeps two brokers off one data directory:
+:mod:`.sqlite_files`.
 """
 
 from __future__ import annotations
 
-import fcntl
-import functools
-import itertools
-import json
 import logging
-import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.errors import StoreError
 from channel_server.events import Event, PartitionKey
-from channel_server.statefile import open_private_append, private_dir, tighten_private
+from channel_server.statefile import open_private_append
 from channel_server.store.base import (
     ChannelRecord,
     ChannelSnapshot,
@@ -47,91 +32,36 @@ from channel_server.store.base import (
     MemberRecord,
     Store,
 )
-from channel_server.store.deferred import DeferredWrites
-from channel_server.store.rows import event_fields, event_from_row, loaded, pack, runs
+from channel_server.store.deferred import DeferredWrites, write_in_background
+from channel_server.store.rows import GROUP_TABLES, event_fields
+from channel_server.store.sqlite_files import (
+    DB_FILE,
+    LOCK_FILE,
+    open_db,
+    take_dir_lock,
+    tighten_wal_files,
+)
+from channel_server.store.sqlite_reads import read_snapshot
+from channel_server.store.sqlite_sql import (
+    EVENT_ROW_WIDTH,
+    OFFSET_BITS,
+    OFFSET_MASK,
+    ROWS_PER_STATEMENT,
+    delete_events,
+    event_params,
+    flat,
+    insert,
+    trim,
+)
 
+__all__ = ["DB_FILE", "DEFAULT_SYNC", "LOCK_FILE", "SYNC_LEVELS", "SQLiteStore"]
 log = logging.getLogger(__name__)
-DB_FILE = "channels.sqlite"
-LOCK_FILE = "broker.lock"
-WAL_SUFFIXES = ("-wal", "-shm")
-"""The files SQLite keeps next to the database in WAL mode (made when it is opened)."""
-SCHEMA_VERSION = "6"
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 DEFAULT_SYNC = "NORMAL"
 BUSY_TIMEOUT_S = 5.0
 CHECKPOINT_INTERVAL_S = 1.0
 DEFERRED_INTERVAL_S = 0.05
 """How often deferred acks, deletes and trims are written (and how stale they may be)."""
-WAL_SIZE_LIMIT_BYTES = 64 << 20
-"""After a checkpoint the WAL file is cut back to this size (it grows during bursts)."""
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS channels(
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, kind TEXT,
-    next_offset INTEGER NOT NULL DEFAULT 0, window_start INTEGER NOT NULL DEFAULT 0,
-    id_scope TEXT NOT NULL DEFAULT 'channel');
-CREATE TABLE IF NOT EXISTS groups(
-    channel TEXT NOT NULL, name TEXT NOT NULL, created_offset INTEGER NOT NULL,
-    PRIMARY KEY(channel, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events(
-    key INTEGER PRIMARY KEY, id TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
-    timestamp REAL NOT NULL, payload, accepted_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS acks(
-    channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL,
-    PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS delivered(
-    key INTEGER PRIMARY KEY, id TEXT NOT NULL, accepted_at REAL NOT NULL,
-    publisher_id TEXT NOT NULL DEFAULT '');
-CREATE TABLE IF NOT EXISTS members(
-    channel TEXT NOT NULL, grp TEXT NOT NULL, member_id TEXT NOT NULL,
-    callback TEXT NOT NULL, prefetch INTEGER NOT NULL,
-    user TEXT NOT NULL DEFAULT 'owner', secret TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY(channel, grp, member_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS owners(
-    channel TEXT NOT NULL, grp TEXT NOT NULL, publisher_id TEXT NOT NULL, partition,
-    owner TEXT NOT NULL, PRIMARY KEY(channel, grp, publisher_id, partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS dead_letters(
-    channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL, id TEXT NOT NULL,
-    publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload,
-    error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
-"""
-MIGRATIONS = {
-    "2": ("ALTER TABLE events ADD COLUMN accepted_at REAL NOT NULL DEFAULT 0",),
-    "3": (  # version 3 copied every id into delivered at publish time, by a trigger
-        "DROP TRIGGER IF EXISTS events_delivered",
-        "ALTER TABLE channels ADD COLUMN window_start INTEGER NOT NULL DEFAULT 0",
-    ),
-    "4": (  # version 5: a subscriber id's owning user, and its callback's secret
-        ("members", "user", "TEXT NOT NULL DEFAULT 'owner'"),
-        ("members", "secret", "TEXT NOT NULL DEFAULT ''"),
-    ),
-    "5": (  # version 6: id scopes (issue 13); channels from before keep channel-wide ids
-        ("channels", "id_scope", "TEXT NOT NULL DEFAULT 'channel'"),
-        ("delivered", "publisher_id", "TEXT NOT NULL DEFAULT ''"),
-    ),
-}
-"""schema version -> the statements that bring it to the next one (one transaction); a
-(table, column, type) adds that column unless the table has it (made new by SCHEMA)"""
-WINDOW_KEYS = (
-    "SELECT key FROM delivered WHERE key BETWEEN ?1 AND ?2 "
-    "UNION SELECT key FROM events WHERE key BETWEEN ?1 AND ?2"
-)
-"""The window's keys in a key range, merged from two rowid scans (no sort, no temp table)."""
-OFFSET_BITS = 40
-"""events and delivered are keyed by ``channel id << OFFSET_BITS | offset``: one integer
-primary key (SQLite's fastest), each channel a contiguous key range in offset order."""
-OFFSET_MASK = (1 << OFFSET_BITS) - 1
-EVENT_COLUMNS = "id, publisher_id, partition, timestamp, payload"
-EVENT_ROW_WIDTH = 7
-"""key, EVENT_COLUMNS, accepted_at"""
-ROWS_PER_STATEMENT = 200
-"""Rows per multi-row INSERT. The sqlite3 module lets go of the GIL for every statement it
-steps, and getting it back can cost a thread switch while the channel lock is held: one
-statement per batch instead of one per row keeps the publish path off that convoy."""
-CACHED_STATEMENTS = 4 * ROWS_PER_STATEMENT
-"""Room for the multi-row INSERTs of every batch size (per table) besides the rest."""
-GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 
 
 class SQLiteStore(Store):
@@ -149,7 +79,7 @@ class SQLiteStore(Store):
         #   writes' own lock is taken (count). Lock order: channel lock ->
         #   _writing_deferred -> _lock -> DeferredWrites._lock (docs/architecture.md).
         self._lock = threading.Lock()
-        self._lock_file = _take_dir_lock(Path(data_dir))
+        self._lock_file = take_dir_lock(Path(data_dir))
         self._stop = threading.Event()
         self._maintainer: threading.Thread | None = None
         self._deferred = DeferredWrites()
@@ -168,7 +98,7 @@ class SQLiteStore(Store):
         """channel -> rows added (or removed) by the open transaction (guarded by _lock)."""
         try:
             open_private_append(self.path).close()  # 0600 before SQLite makes it
-            _tighten_wal_files(self.path)
+            tighten_wal_files(self.path)
             self._db = self._open(synchronous.upper())
         except sqlite3.DatabaseError as exc:
             self._lock_file.close()
@@ -182,26 +112,7 @@ class SQLiteStore(Store):
             raise
 
     def _open(self, synchronous: str) -> sqlite3.Connection:
-        db = sqlite3.connect(
-            self.path,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=BUSY_TIMEOUT_S,
-            cached_statements=CACHED_STATEMENTS,
-        )
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={synchronous}")
-            if (check := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
-                raise sqlite3.DatabaseError(f"integrity check failed: {check}")
-            db.executescript(SCHEMA)
-            _migrate(db)
-            db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in their own thread
-            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
-            _tighten_wal_files(self.path)  # made by now, with the database's mode
-        except BaseException:
-            db.close()
-            raise
+        db = open_db(self.path, synchronous, BUSY_TIMEOUT_S)
         self._maintainer = threading.Thread(
             target=self._maintenance_loop, name="sqlite-maintenance", daemon=True
         )
@@ -214,23 +125,16 @@ class SQLiteStore(Store):
         waits for a checkpoint's fsync."""
         checkpoints = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         rounds_per_checkpoint = max(1, round(CHECKPOINT_INTERVAL_S / DEFERRED_INTERVAL_S))
-        failing = False  # log a failure once, and the recovery, not every round
+
+        def write(round_no: int) -> None:
+            self._write_deferred()
+            if round_no % rounds_per_checkpoint == 0:
+                checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
         try:
-            for round_no in itertools.count(1):
-                if self._stop.wait(DEFERRED_INTERVAL_S):
-                    return
-                try:
-                    self._write_deferred()
-                    if round_no % rounds_per_checkpoint == 0:
-                        checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except (StoreError, sqlite3.Error) as exc:
-                    if not failing:
-                        log.error("background writes to %s fail (retrying): %s", self.path, exc)
-                    failing = True
-                    continue
-                if failing:
-                    log.warning("background writes to %s work again", self.path)
-                failing = False
+            write_in_background(
+                self._stop, DEFERRED_INTERVAL_S, write, self.path, (StoreError, sqlite3.Error)
+            )
         finally:
             checkpoints.close()
 
@@ -246,12 +150,14 @@ class SQLiteStore(Store):
                 with self._tx() as db:
                     if pending.acks:
                         self._acked.update(channel for channel, _, _ in pending.acks)
-                        _insert(db, "INSERT OR IGNORE", "acks", 3, _flat(pending.acks))
+                        insert(db, "INSERT OR IGNORE", "acks", 3, flat(pending.acks))
                     for channel, offsets in pending.deletes.items():
-                        removed = self._delete(db, channel, bases[channel], offsets)
+                        removed = delete_events(
+                            db, channel, bases[channel], offsets, channel in self._acked
+                        )
                         self._stored_changes[channel] = -removed
                     for channel, count in pending.trims.items():
-                        _trim(db, bases[channel], count)
+                        trim(db, bases[channel], count)
             except BaseException:
                 self._deferred.put_back(pending)
                 raise
@@ -352,12 +258,12 @@ class SQLiteStore(Store):
         if not events:
             return
         base = self._base(channel)
-        params = _event_params(base, events, accepted_at)
+        params = event_params(base, events, accepted_at)
         # The channel's next offset is stored only when it is not the last event's + 1
         # (load takes the largest key otherwise); usually one INSERT is the transaction.
         gap = next_offset != events[-1].offset + 1  # accepted events ascend by offset
         with self._tx(atomic=gap or len(events) > ROWS_PER_STATEMENT) as db:
-            _insert(db, "INSERT", "events", EVENT_ROW_WIDTH, params)
+            insert(db, "INSERT", "events", EVENT_ROW_WIDTH, params)
             self._stored_changes[channel] = len(events)
             if gap:
                 db.execute(
@@ -368,9 +274,9 @@ class SQLiteStore(Store):
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
         self._write_deferred()  # a replayed event may be waiting for its delete
         base = self._base(channel)
-        params = _event_params(base, events, accepted_at)
+        params = event_params(base, events, accepted_at)
         with self._tx() as db:
-            _insert(db, "INSERT OR REPLACE", "events", EVENT_ROW_WIDTH, params)
+            insert(db, "INSERT OR REPLACE", "events", EVENT_ROW_WIDTH, params)
             self._stored.pop(channel, None)  # counted again: a replaced row is no new one
 
     def ack(self, channel: str, group: str, offsets: Sequence[int]) -> None:
@@ -382,24 +288,6 @@ class SQLiteStore(Store):
     def trim_delivered(self, channel: str, count: int) -> None:
         if count > 0:
             self._deferred.trim(channel, count)
-
-    def _delete(
-        self, db: sqlite3.Connection, channel: str, base: int, offsets: Sequence[int]
-    ) -> int:
-        """Delete the events (keeping their ids in the window); returns how many were."""
-        ranges = [(base | first, base | last) for first, last in runs(offsets)]
-        db.executemany(  # the ids stay in the window (see the module's docstring)
-            "INSERT OR IGNORE INTO delivered(key, id, accepted_at, publisher_id) "
-            "SELECT key, id, accepted_at, publisher_id FROM events WHERE key BETWEEN ? AND ?",
-            ranges,
-        )
-        removed = db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", ranges).rowcount
-        if channel in self._acked:  # acks exist only for channels with several groups
-            db.execute(
-                "DELETE FROM acks WHERE channel = ? AND offset IN (SELECT value FROM json_each(?))",
-                (channel, _json_list(offsets)),
-            )
-        return removed
 
     def save_owners(
         self, channel: str, group: str, changes: dict[PartitionKey, str | None]
@@ -419,7 +307,7 @@ class SQLiteStore(Store):
             rows = [
                 (channel, d.group, d.event.offset, *event_fields(d.event), d.error) for d in letters
             ]
-            _insert(db, "INSERT OR REPLACE", "dead_letters", len(rows[0]), _flat(rows))
+            insert(db, "INSERT OR REPLACE", "dead_letters", len(rows[0]), flat(rows))
 
     def remove_dead_letters(self, channel: str, group: str, offsets: Sequence[int]) -> None:
         with self._tx() as db:
@@ -431,81 +319,10 @@ class SQLiteStore(Store):
     # -- reading back --------------------------------------------------------------------
     def load(self, channel: str) -> ChannelSnapshot:
         self._write_deferred()
-        snapshot = ChannelSnapshot()
-        base = self._base(channel)
-        key_range = (base, base | OFFSET_MASK)
-        snapshot.next_offset = self._next_offset(base)
-        snapshot.groups = dict(
-            self._query("SELECT name, created_offset FROM groups WHERE channel = ?", (channel,))
-        )
-        snapshot.members = [
-            MemberRecord(channel, *r)
-            for r in self._query(
-                "SELECT grp, member_id, callback, prefetch, user, secret FROM members "
-                "WHERE channel = ? "
-                "ORDER BY grp, member_id",
-                (channel,),
-            )
-        ]
-        rows = self._query(
-            f"SELECT key, {EVENT_COLUMNS}, accepted_at FROM events WHERE key BETWEEN ? AND ?",
-            key_range,
-        )
-        snapshot.events = [
-            loaded(i, pub, part, ts, p, key & OFFSET_MASK) for key, i, pub, part, ts, p, _ in rows
-        ]
-        snapshot.delivered = self._window(base, rows)
-        del rows  # a restart's peak memory
-        snapshot.events.sort(key=DELIVERY_ORDER)
-        for group, offset in self._query(
-            "SELECT grp, offset FROM acks WHERE channel = ?", (channel,)
-        ):
-            snapshot.acks.setdefault(group, set()).add(offset)
+        snapshot = read_snapshot(self._query, self._base(channel), channel)
+        if snapshot.acks:
             self._acked.add(channel)
-        snapshot.dead_letters = [
-            DeadLetterRecord(r[0], event_from_row(r[1], r[2:7]), r[7])
-            for r in self._query(
-                f"SELECT grp, offset, {EVENT_COLUMNS}, error FROM dead_letters WHERE channel = ? "
-                "ORDER BY offset",
-                (channel,),
-            )
-        ]
-        for group, publisher_id, partition, owner in self._query(
-            "SELECT grp, publisher_id, partition, owner FROM owners WHERE channel = ?",
-            (channel,),
-        ):
-            snapshot.owners.setdefault(group, {})[(publisher_id, partition)] = owner
         return snapshot
-
-    def _window(self, base: int, event_rows: list[tuple]) -> list[tuple[str, str, float]]:
-        """The delivered window, oldest first: (publisher id, id, accepted at) of the
-        delivered rows and of the events rows just read (key, id, publisher id first,
-        accepted_at last), from window_start on. The events rows are reused: reading a
-        long backlog again cost 0.7 s per million."""
-        with self._lock:
-            first = base | _window_start(self._db, base)
-        window = self._query(
-            "SELECT key, publisher_id, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
-            (first, base | OFFSET_MASK),
-        )
-        copied = len(window)
-        window += [(row[0], row[2], row[1], row[-1]) for row in event_rows if row[0] >= first]
-        window.sort()  # two sorted runs: one merge
-        if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
-            return list({key: (pub, i, at) for key, pub, i, at in window}.values())
-        return [(pub, event_id, accepted_at) for _, pub, event_id, accepted_at in window]
-
-    def _next_offset(self, base: int) -> int:
-        """The stored next offset, or past the last event or delivered id if larger (an
-        append stores it only when it is not the last event's + 1)."""
-        key_range = (base, base | OFFSET_MASK)
-        (next_offset,) = self._query(
-            "SELECT MAX((SELECT next_offset FROM channels WHERE id = ?), "
-            "IFNULL((SELECT MAX(key) - ? + 1 FROM events WHERE key BETWEEN ? AND ?), 0), "
-            "IFNULL((SELECT MAX(key) - ? + 1 FROM delivered WHERE key BETWEEN ? AND ?), 0))",
-            (base >> OFFSET_BITS, base, *key_range, base, *key_range),
-        )[0]
-        return next_offset
 
     def count(self, channel: str) -> int:
         """Stored events less those whose delete is deferred: counted once, then kept up to
@@ -530,124 +347,3 @@ class SQLiteStore(Store):
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
         self._lock_file.close()
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """Bring a database written by an older broker to SCHEMA_VERSION (or refuse it)."""
-    db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-    (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-    while version in MIGRATIONS:
-        db.execute("BEGIN IMMEDIATE")  # a failure rolls back: the file keeps its version
-        for statement in MIGRATIONS[version]:
-            if isinstance(statement, tuple):
-                table, column, kind = statement
-                if column in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
-                    continue
-                statement = f"ALTER TABLE {table} ADD COLUMN {column} {kind}"
-            db.execute(statement)
-        version = str(int(version) + 1)
-        db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (version,))
-        db.execute("COMMIT")
-        log.info("store schema upgraded to version %s", version)
-    if version != SCHEMA_VERSION:
-        raise sqlite3.DatabaseError(
-            f"written with store schema {version}, this broker reads {SCHEMA_VERSION}"
-        )
-
-
-def _trim(db: sqlite3.Connection, base: int, count: int) -> None:
-    """Forget the ``count`` oldest ids of the window: move window_start past them (to the
-    next id's offset, or past the last one), save the next offset that may carry, and
-    delete the delivered rows below it."""
-    start = _window_start(db, base)
-    key_range = (base | start, base | OFFSET_MASK)
-    kept = db.execute(f"{WINDOW_KEYS} ORDER BY key LIMIT 1 OFFSET ?3", (*key_range, count))
-    row = kept.fetchone()
-    if row is not None:
-        new_start = row[0] - base
-    else:  # every id goes: the window starts after the last one
-        lasts = db.execute(
-            "SELECT (SELECT MAX(key) FROM delivered WHERE key BETWEEN ?1 AND ?2), "
-            "(SELECT MAX(key) FROM events WHERE key BETWEEN ?1 AND ?2)",
-            key_range,
-        ).fetchone()
-        known = [key - base for key in lasts if key is not None]
-        new_start = max(known) + 1 if known else start
-    if new_start <= start:
-        return
-    db.execute(
-        "UPDATE channels SET window_start = ?1, next_offset = MAX(next_offset, ?1) WHERE id = ?2",
-        (new_start, base >> OFFSET_BITS),
-    )
-    db.execute("DELETE FROM delivered WHERE key BETWEEN ? AND ?", (base, base | new_start - 1))
-
-
-def _window_start(db: sqlite3.Connection, base: int) -> int:
-    """The offset of the oldest id the channel's delivered window still holds."""
-    cid = base >> OFFSET_BITS
-    return db.execute("SELECT window_start FROM channels WHERE id = ?", (cid,)).fetchone()[0]
-
-
-def _insert(db: sqlite3.Connection, verb: str, table: str, width: int, params: list) -> None:
-    """``verb INTO table`` of rows given as one flat list of ``width`` values each,
-    ROWS_PER_STATEMENT rows per statement."""
-    step = width * ROWS_PER_STATEMENT
-    for start in range(0, len(params), step):
-        chunk = params if len(params) <= step else params[start : start + step]
-        db.execute(_insert_sql(verb, table, width, len(chunk) // width), chunk)
-
-
-def _flat(rows: Iterable[tuple]) -> list:
-    return list(itertools.chain.from_iterable(rows))
-
-
-def _event_params(base: int, events: Iterable[Event], accepted_at: float) -> list:
-    """The flat INSERT parameters of events rows, in one loop: this is the publish path,
-    and a tuple per row then a flattening cost as much again (measured)."""
-    params: list = []
-    for ev in events:
-        payload = ev.payload
-        params += (
-            base | ev.offset,
-            ev.id,
-            ev.publisher_id,
-            ev.partition,
-            ev.timestamp,
-            payload if type(payload) is str else pack(payload),
-            accepted_at,
-        )
-    return params
-
-
-@functools.lru_cache(maxsize=CACHED_STATEMENTS)
-def _insert_sql(verb: str, table: str, width: int, rows: int) -> str:
-    row = "(" + ", ".join("?" * width) + ")"
-    return f"{verb} INTO {table} VALUES " + ", ".join([row] * rows)
-
-
-def _json_list(values: Iterable[int]) -> str:
-    """Integers as one JSON array parameter: a whole set in one statement (json_each)."""
-    return json.dumps(list(values))
-
-
-def _tighten_wal_files(db_path: Path) -> None:
-    for suffix in WAL_SUFFIXES:
-        tighten_private(db_path.with_name(db_path.name + suffix))
-
-
-def _take_dir_lock(data_dir: Path) -> IO[str]:
-    """Make the data directory private and hold an exclusive lock on it for the life of
-    the store (StoreError when it cannot be used)."""
-    private_dir(data_dir, "data dir")
-    handle = open_private_append(data_dir / LOCK_FILE, readable=True)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "?"
-        handle.close()
-        raise StoreError(str(data_dir), f"in use by another broker (pid {holder})") from None
-    handle.truncate(0)
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle

@@ -1,0 +1,92 @@
+"""Reading a channel back from the SQLite store (``load``), one query at a time: each
+takes the store's lock on its own, so a long restore lets other channels write between."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from channel_server.core.queues import DELIVERY_ORDER
+from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
+from channel_server.store.rows import event_from_row, loaded
+from channel_server.store.sqlite_sql import EVENT_COLUMNS, OFFSET_BITS, OFFSET_MASK
+
+Query = Callable[[str, Sequence[Any]], list[tuple]]
+"""The store's ``_query``: one statement under its lock, every row."""
+
+
+def read_snapshot(query: Query, base: int, channel: str) -> ChannelSnapshot:
+    """Everything stored for the channel whose key base is ``base``."""
+    snapshot = ChannelSnapshot()
+    key_range = (base, base | OFFSET_MASK)
+    snapshot.next_offset = next_offset(query, base)
+    snapshot.groups = dict(
+        query("SELECT name, created_offset FROM groups WHERE channel = ?", (channel,))
+    )
+    snapshot.members = [
+        MemberRecord(channel, *r)
+        for r in query(
+            "SELECT grp, member_id, callback, prefetch, user, secret FROM members "
+            "WHERE channel = ? "
+            "ORDER BY grp, member_id",
+            (channel,),
+        )
+    ]
+    rows = query(
+        f"SELECT key, {EVENT_COLUMNS}, accepted_at FROM events WHERE key BETWEEN ? AND ?",
+        key_range,
+    )
+    snapshot.events = [
+        loaded(i, pub, part, ts, p, key & OFFSET_MASK) for key, i, pub, part, ts, p, _ in rows
+    ]
+    snapshot.delivered = window(query, base, rows)
+    del rows  # a restart's peak memory
+    snapshot.events.sort(key=DELIVERY_ORDER)
+    for group, offset in query("SELECT grp, offset FROM acks WHERE channel = ?", (channel,)):
+        snapshot.acks.setdefault(group, set()).add(offset)
+    snapshot.dead_letters = [
+        DeadLetterRecord(r[0], event_from_row(r[1], r[2:7]), r[7])
+        for r in query(
+            f"SELECT grp, offset, {EVENT_COLUMNS}, error FROM dead_letters WHERE channel = ? "
+            "ORDER BY offset",
+            (channel,),
+        )
+    ]
+    for group, publisher_id, partition, owner in query(
+        "SELECT grp, publisher_id, partition, owner FROM owners WHERE channel = ?",
+        (channel,),
+    ):
+        snapshot.owners.setdefault(group, {})[(publisher_id, partition)] = owner
+    return snapshot
+
+
+def window(query: Query, base: int, event_rows: list[tuple]) -> list[tuple[str, str, float]]:
+    """The delivered window, oldest first: (publisher id, id, accepted at) of the
+    delivered rows and of the events rows just read (key, id, publisher id first,
+    accepted_at last), from window_start on. The events rows are reused: reading a
+    long backlog again cost 0.7 s per million."""
+    ((start,),) = query("SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,))
+    first = base | start
+    rows = query(
+        "SELECT key, publisher_id, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
+        (first, base | OFFSET_MASK),
+    )
+    copied = len(rows)
+    rows += [(row[0], row[2], row[1], row[-1]) for row in event_rows if row[0] >= first]
+    rows.sort()  # two sorted runs: one merge
+    if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
+        return list({key: (pub, i, at) for key, pub, i, at in rows}.values())
+    return [(pub, event_id, accepted_at) for _, pub, event_id, accepted_at in rows]
+
+
+def next_offset(query: Query, base: int) -> int:
+    """The stored next offset, or past the last event or delivered id if larger (an
+    append stores it only when it is not the last event's + 1)."""
+    key_range = (base, base | OFFSET_MASK)
+    ((found,),) = query(
+        "SELECT MAX((SELECT next_offset FROM channels WHERE id = ?), "
+        "IFNULL((SELECT MAX(key) - ? + 1 FROM events WHERE key BETWEEN ? AND ?), 0), "
+        "IFNULL((SELECT MAX(key) - ? + 1 FROM delivered WHERE key BETWEEN ? AND ?), 0))",
+        (base >> OFFSET_BITS, base, *key_range, base, *key_range),
+    )
+    return found
