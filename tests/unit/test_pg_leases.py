@@ -6,6 +6,7 @@ database. Expiry is by the database's clock: a short lease and wait_until, no sl
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Iterator
 
@@ -192,3 +193,33 @@ def test_a_database_of_another_schema_version_is_refused(pg_dsn) -> None:
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
     with pytest.raises(StoreError, match="schema 99"):
         PostgresStore(pg_dsn, "A")
+
+
+def test_the_tables_are_private_to_the_role_that_made_them(stores, pg_dsn) -> None:
+    other = f"other_{secrets.token_hex(4)}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {other}")
+        try:
+            tables = conn.execute(
+                "SELECT c.relname, has_table_privilege(%s, c.oid, 'SELECT, INSERT, UPDATE, "
+                "DELETE') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = 'public' AND c.relkind = 'r'",
+                (other,),
+            ).fetchall()
+        finally:
+            conn.execute(f"DROP ROLE {other}")
+    assert {name for name, _ in tables} >= {"events", "channel_leases", "members"}
+    assert [name for name, granted in tables if granted] == []
+
+
+def test_a_broken_connection_is_opened_again(stores, pg_dsn) -> None:
+    a, _ = stores
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            ("channel_server A",),
+        )
+    with pytest.raises(StoreError):  # the write in flight fails, as a typed error
+        a.append("c", [ev(0)], 1, 0.0)
+    a.append("c", [ev(0)], 1, 0.0)  # the next one reconnects
+    assert rows(pg_dsn, "events") == 1
