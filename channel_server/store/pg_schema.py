@@ -87,6 +87,11 @@ FENCE = (
 )
 """The first statement of every write transaction: FOR SHARE, so a take-over's UPDATE
 waits for a write in flight, and a write waits for a take-over in flight and then fails."""
+FENCE_CTE = (
+    "WITH fence AS (SELECT 1 FROM channel_leases WHERE channel = %(channel)s "
+    "AND owner = %(me)s AND epoch = %(epoch)s AND expires_at > now() FOR SHARE) "
+)
+"""FENCE for a statement that is its own transaction: it writes only ``FROM fence``."""
 STILL_OURS = "SELECT 1 FROM channel_leases WHERE channel = %s AND owner = %s AND epoch = %s"
 LEASES = (
     "SELECT c.name, l.owner, COALESCE(l.epoch, 0), "

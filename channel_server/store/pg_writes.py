@@ -14,11 +14,22 @@ from typing import Any
 from channel_server.events import Event, PartitionKey
 from channel_server.store.base import DeadLetterRecord, MemberRecord
 from channel_server.store.deferred import PendingWrites
-from channel_server.store.pg_schema import decode_part, encode_part
+from channel_server.store.pg_schema import FENCE_CTE, decode_part, encode_part
 from channel_server.store.rows import GROUP_TABLES, loaded, pack
 
 EVENT_COLUMNS = "channel, ofs, id, publisher_id, part, ts, is_text, payload"
-COPY_EVENTS = f"COPY events ({EVENT_COLUMNS}, accepted_at) FROM STDIN"
+APPEND = (
+    FENCE_CTE + ", bump AS (UPDATE channels SET next_offset = GREATEST(next_offset, %(next)s) "
+    "WHERE id = %(cid)s AND %(gap)s AND EXISTS (SELECT 1 FROM fence)) "
+    f"INSERT INTO events ({EVENT_COLUMNS}, accepted_at) "
+    "SELECT %(cid)s, u.* , %(at)s FROM fence, unnest(%(ofs)b::bigint[], %(ids)b::bytea[], "
+    "%(pubs)b::text[], %(parts)b::bytea[], %(ts)b::float8[], %(texts)b::bool[], "
+    "%(payloads)b::bytea[]) AS u"
+)
+"""One publish batch: one statement (its own transaction: one round trip), fenced; the
+channel's next offset stored too when it is not the last event's + 1. The columns go as
+binary arrays (%b): against a transaction with COPY, 2.4x the events/s for a batch of one,
+1.25x for 100, the same for 500 (scripts/bench_pg.py)."""
 REINSERT = (
     f"INSERT INTO events ({EVENT_COLUMNS}, accepted_at) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (channel, ofs) DO UPDATE SET "
@@ -52,16 +63,33 @@ def loaded_event(offset: int, row: Sequence[Any]) -> Event:
                   offset)  # fmt: skip
 
 
+def _append_args(events: Sequence[Event], next_offset: int, accepted_at: float) -> dict:
+    """APPEND's parameters: a column array each."""
+    rows = [event_row(0, ev) for ev in events]
+    columns = list(zip(*rows, strict=True))
+    names = ("ofs", "ids", "pubs", "parts", "ts", "texts", "payloads")
+    args: dict[str, Any] = {name: list(col) for name, col in zip(names, columns[1:], strict=True)}
+    gap = next_offset != events[-1].offset + 1  # accepted events ascend by offset
+    return args | {"next": next_offset, "gap": gap, "at": accepted_at}
+
+
 class PgWrites:
     """The fenced writes of PostgresStore (which provides ``_tx`` and the counts)."""
 
     _changes: dict[str, int]
     _stored: dict[str, int]
+    _epochs: dict[str, int]
+    broker_id: str
 
-    def _tx(self, channel: str | None = None) -> AbstractContextManager[tuple[Any, int]]:
+    def _tx(
+        self, channel: str | None = None, atomic: bool = True
+    ) -> AbstractContextManager[tuple[Any, int]]:
         raise NotImplementedError
 
     def _write_deferred(self) -> None:
+        raise NotImplementedError
+
+    def _refused(self, cur: Any, channel: str, epoch: int) -> Exception:
         raise NotImplementedError
 
     def append(
@@ -69,15 +97,12 @@ class PgWrites:
     ) -> None:
         if not events:
             return
-        with self._tx(channel) as (cur, cid):
-            with cur.copy(COPY_EVENTS) as copy:
-                for ev in events:
-                    copy.write_row((*event_row(cid, ev), accepted_at))
-            if next_offset != events[-1].offset + 1:  # accepted events ascend by offset
-                cur.execute(
-                    "UPDATE channels SET next_offset = GREATEST(next_offset, %s) WHERE id = %s",
-                    (next_offset, cid),
-                )
+        args = _append_args(events, next_offset, accepted_at)
+        args |= {"channel": channel, "me": self.broker_id, "epoch": self._epochs.get(channel, 0)}
+        with self._tx(channel, atomic=False) as (cur, cid):
+            cur.execute(APPEND, args | {"cid": cid})
+            if cur.rowcount != len(events):
+                raise self._refused(cur, channel, args["epoch"])
             self._changes[channel] = len(events)
 
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
