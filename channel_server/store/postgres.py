@@ -25,11 +25,7 @@ from typing import Any
 
 from channel_server.errors import LeaseLost, StoreError
 from channel_server.store import pg_schema as sql
-from channel_server.store.base import (
-    ChannelRecord,
-    ChannelSnapshot,
-    Store,
-)
+from channel_server.store.base import ChannelRecord, ChannelSnapshot, Store
 from channel_server.store.deferred import DeferredWrites, PendingWrites, write_in_background
 from channel_server.store.dsn import describe
 from channel_server.store.leases import Lease
@@ -48,8 +44,7 @@ class PostgresConfig:
     deferred_interval_s: float = 0.05
     """How often deferred acks, deletes and trims are written (and how stale they may be)."""
     lease_s: float = 6.0
-    """The term of the lease a new channel is created with (the broker's ``--lease``,
-    which renews it)."""
+    """The term of a new channel's lease (the broker's ``--lease``; it renews it)."""
 
 
 class PostgresStore(PgWrites, Store):
@@ -71,7 +66,8 @@ class PostgresStore(PgWrites, Store):
         self.config = config or PostgresConfig()
         self.where = describe(dsn)
         self._dsn = dsn
-        # Guards _conn, _epochs, _ids, _stored, _changes (see the module docstring).
+        # Guards _conn, _ids, _stored, _changes and changes to _epochs (a write peeks at it
+        #   first, unlocked: the database has the last word). Order: the module docstring.
         self._lock = threading.Lock()
         # Held while deferred writes are taken and written, and by count.
         self._writing_deferred = threading.Lock()
@@ -297,8 +293,10 @@ class PostgresStore(PgWrites, Store):
     def _write_pending(self, pending: PendingWrites) -> PendingWrites:
         names = {c for c, _, _ in pending.acks} | set(pending.deletes) | set(pending.trims)
         held = {c for c in names if c in self._epochs}
+        with self._lock:  # outside the transaction (see _cid)
+            conn = self._connection()
+            cids = self._guard(lambda: {c: self._cid(conn, c) for c in held})
         with self._tx() as (cur, _):
-            cids = {c: self._cid(cur.connection, c) for c in held}
             allowed = {c for c in held if self._fenced(cur, c)}
             self.write_batch(cur, _only(pending, allowed), cids)
         kept = {c for c in held - allowed if c in self._epochs}  # expired, still ours
