@@ -14,6 +14,10 @@ which goes first):
            Figure: events/s of each; PostgreSQL as a % of SQLite NORMAL and FULL
   single   the same with one event per transaction (``--single-events``): the cost of a
            commit
+  service  the service end to end: bench.py's throughput workload (broker + 4 bench
+           subscribers, ``--service-events`` events in batches of ``--batch-size``; events/s
+           from the first publish to the last ack) with ``--store postgresql://`` (a fresh
+           database) and with SQLite (a fresh ``--data-dir``), back to back, alternating
 
 The PostgreSQL writes are fenced (each transaction first checks the channel's lease FOR
 SHARE), as in service. Run it with the project's venv (psycopg and Debian's postgresql
@@ -43,7 +47,7 @@ from channel_server.store.postgres import PostgresStore
 from channel_server.store.sqlite import SQLiteStore
 from tests.pgcluster import PgCluster, start_cluster
 
-MEASUREMENTS = ("batched", "single")
+MEASUREMENTS = ("batched", "single", "service")
 STORES = ("postgresql", "sqlite", "sqlite_full")
 CHANNEL = "bench"
 PARTITIONS = 16
@@ -56,6 +60,8 @@ class PgSettings:
     single_events: int
     batch_size: int
     payload_size: int
+    service_events: int
+    python: str
     workdir: Path = field(default_factory=Path)
     cluster: PgCluster | None = None
 
@@ -120,6 +126,31 @@ def measure_single(ss: PgSettings, run: int) -> dict[str, Any]:
     return compare(ss, run, ss.single_events, 1)
 
 
+def measure_service(ss: PgSettings, run: int) -> dict[str, Any]:
+    """bench.py's throughput measurement with each store, back to back."""
+    import bench
+
+    argv = ["--events", str(ss.service_events), "--batch-size", str(ss.batch_size)]
+    argv += ["--payload-size", str(ss.payload_size), "--python", ss.python]
+    outcome: dict[str, dict[str, Any]] = {}
+    for kind in ("postgresql", "sqlite") if run % 2 else ("sqlite", "postgresql"):
+        settings = bench.settings_from_args(bench.build_parser().parse_args(argv), ss.workdir)
+        settings.workdir = ss.workdir / f"service-{kind}-{run}"
+        if kind == "postgresql":
+            if ss.cluster is None:
+                ss.cluster = start_cluster()
+            settings.store = ss.cluster.create_database(f"service_{run}_{secrets.token_hex(4)}")
+        outcome[kind] = bench.measure_throughput(settings, run)
+    pg, sqlite = outcome["postgresql"], outcome["sqlite"]
+    return {
+        "postgresql_events_per_s": pg["events_per_s"],
+        "sqlite_events_per_s": sqlite["events_per_s"],
+        "pg_vs_sqlite_pct": round(100 * pg["events_per_s"] / sqlite["events_per_s"], 1),
+        "postgresql_p99_ms": pg["p99_ms"],
+        "sqlite_p99_ms": sqlite["p99_ms"],
+    }
+
+
 ROWS = [
     ("postgresql_events_per_s", "events/s, PostgreSQL", ",.0f"),
     ("sqlite_events_per_s", "events/s, SQLite (synchronous=NORMAL)", ",.0f"),
@@ -127,15 +158,29 @@ ROWS = [
     ("pg_vs_sqlite_pct", "PostgreSQL / SQLite NORMAL (%)", ".1f"),
     ("pg_vs_sqlite_full_pct", "PostgreSQL / SQLite FULL (%)", ".1f"),
 ]
-SHOWN = {"batched": ROWS, "single": ROWS}
+SHOWN = {
+    "batched": ROWS,
+    "single": ROWS,
+    "service": [
+        ("postgresql_events_per_s", "events/s, --store postgresql://", ",.0f"),
+        ("sqlite_events_per_s", "events/s, SQLite (--data-dir)", ",.0f"),
+        ("pg_vs_sqlite_pct", "PostgreSQL / SQLite (%)", ".1f"),
+        ("postgresql_p99_ms", "latency p99 (ms), PostgreSQL", ".1f"),
+        ("sqlite_p99_ms", "latency p99 (ms), SQLite", ".1f"),
+    ],
+}
 TARGETS: dict[tuple[str, str], Target] = {}
 MEASURE: dict[str, Callable[[PgSettings, int], dict[str, Any]]] = {
     "batched": measure_batched,
     "single": measure_single,
+    "service": measure_service,
 }
 
 
 def describe(name: str, ss: PgSettings) -> str:
+    if name == "service":
+        events = f"{ss.service_events:,} x {ss.payload_size} B"
+        return f"bench.py throughput: {events}, batch {ss.batch_size}"
     if name == "batched":
         return f"{ss.events:,} x {ss.payload_size} B appended in batches of {ss.batch_size}"
     return f"{ss.single_events:,} x {ss.payload_size} B appended one per transaction"
@@ -149,8 +194,9 @@ def stop_cluster(ss: PgSettings) -> None:
 
 def settings(args: argparse.Namespace, workdir: Path) -> PgSettings:
     return PgSettings(
-        args.runs, args.events, args.single_events, args.batch_size, args.payload_size, workdir
-    )
+        args.runs, args.events, args.single_events, args.batch_size, args.payload_size,
+        args.service_events, args.python, workdir,
+    )  # fmt: skip
 
 
 def main() -> int:
@@ -159,6 +205,7 @@ def main() -> int:
     parser.add_argument("--events", type=positive, default=20_000, help="default 20000")
     parser.add_argument("--single-events", type=positive, default=1_000, help="default 1000")
     parser.add_argument("--batch-size", type=positive, default=100, help="default 100")
+    parser.add_argument("--service-events", type=positive, default=20_000, help="default 20000")
     parser.add_argument("--payload-size", type=positive, default=100, help="default 100")
     args = parser.parse_args()
     return bench_main(
@@ -170,7 +217,7 @@ def main() -> int:
         shown=SHOWN,
         targets=TARGETS,
         title=f"PostgreSQL vs SQLite store: {args.runs} run(s) each, median first",
-        hidden=("cluster",),
+        hidden=("cluster", "python"),
         cleanup=stop_cluster,
     )
 

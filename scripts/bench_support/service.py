@@ -85,6 +85,8 @@ def fresh_store_args(procs: ProcGroup, store: str) -> list[str]:
     the run's directory, deleted when the run's processes stop."""
     if store == "memory":
         return ["--memory"]
+    if store.startswith("postgresql://"):  # a database made for the run (bench_pg.py)
+        return ["--store", store]
     data_dir = procs.workdir / "data"
     procs.scratch.append(data_dir)
     return ["--data-dir", str(data_dir)]
