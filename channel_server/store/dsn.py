@@ -48,7 +48,7 @@ def describe(dsn: str) -> str:
 
         parts = conninfo_to_dict(dsn)
     except Exception:
-        return "postgresql store"
+        return "postgresql"
     user = f"{parts['user']}@" if parts.get("user") else ""
     host, port = parts.get("host", ""), parts.get("port", "")
     return f"postgresql://{user}{host}{':' if port else ''}{port}/{parts.get('dbname', '')}"

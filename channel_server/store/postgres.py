@@ -9,9 +9,8 @@ this store took it at (:data:`~channel_server.store.pg_schema.FENCE`). A broker 
 lease (frozen past it, or the channel moved) gets ``LeaseLost`` and writes nothing; its
 deferred writes for the channel are dropped (losing them is safe, see base).
 
-One connection, guarded by ``_lock``, serves every channel; a broken connection is opened
-again on the next use. Lock order as in the SQLite store: channel lock -> _writing_deferred
--> _lock -> DeferredWrites._lock.
+One connection, guarded by ``_lock``, serves every channel, opened again when it broke.
+Lock order: channel lock -> _writing_deferred -> _lock -> DeferredWrites._lock.
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ class PostgresStore(PgWrites, Store):
         database cannot be reached or was written by another schema version."""
         try:
             import psycopg
+            import psycopg.conninfo
         except ImportError:
             raise StoreError(
                 describe(dsn),
@@ -62,6 +62,10 @@ class PostgresStore(PgWrites, Store):
                 "(pip install 'pubsub-channels[postgres]')",
             ) from None
         self._psycopg = psycopg
+        try:
+            self._password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
+        except psycopg.Error:  # its message may quote the DSN: not shown
+            raise StoreError(describe(dsn), "not a valid PostgreSQL DSN") from None
         self.broker_id = broker_id
         self.config = config or PostgresConfig()
         self.where = describe(dsn)
@@ -117,9 +121,7 @@ class PostgresStore(PgWrites, Store):
             raise StoreError(self.where, self._redacted(str(exc))) from exc
 
     def _redacted(self, message: str) -> str:
-        from psycopg.conninfo import conninfo_to_dict
-
-        password = conninfo_to_dict(self._dsn).get("password")
+        password = self._password
         return message.replace(str(password), "***") if password else message
 
     @contextmanager
@@ -327,8 +329,7 @@ class PostgresStore(PgWrites, Store):
             return max(0, stored - self._deferred.deleting(channel))
 
     def close(self) -> None:
-        """Write what is deferred and disconnect; the leases stay (the broker releases
-        them on a clean stop, or they expire)."""
+        """Write what is deferred, disconnect; leases stay (released by the broker, or expire)."""
         self._stop.set()
         self._maintainer.join(self.config.statement_timeout_s)
         try:

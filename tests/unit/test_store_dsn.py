@@ -69,3 +69,13 @@ def test_without_psycopg_the_store_says_which_extra_to_install(
     with pytest.raises(StoreError, match=r"install the postgres extra") as missing:
         PostgresStore(DSN, "b1")
     assert "s3cret-pw" not in str(missing.value)
+
+
+def test_a_dsn_that_does_not_parse_is_refused_without_quoting_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(STORE_DSN_ENV, "host=127.0.0.1 s3cret-pw")
+    assert cli.main(["serve", "--broker-id", "b1"]) == cc.EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "not a valid PostgreSQL DSN" in err
+    assert "s3cret-pw" not in err
