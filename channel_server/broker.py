@@ -36,10 +36,12 @@ from channel_server.errors import (
 from channel_server.events import IdScope
 from channel_server.guard import GuardedDaemon
 from channel_server.hosted import HostedChannels
+from channel_server.lease_keeper import LeaseKeeper
 from channel_server.monitor.server import BrokerHandle, MonitorServer
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
-from channel_server.strict_calls import checked_arity
+from channel_server.store.leases import LeaseStore
+from channel_server.strict_calls import CHANNEL_OBJECT_PREFIX, checked_arity
 from channel_server.transport import bind_failure
 from channel_server.users import Action
 from channel_server.wire import (
@@ -78,6 +80,10 @@ class Broker:
         self.uri: str = ""
         self.monitor: MonitorServer | None = None
         """The HTTP monitor (``config.http``), started last and stopped first."""
+        self.leases: LeaseKeeper | None = None
+        """With a store shared by several brokers: the channel leases this one holds."""
+        if isinstance(store, LeaseStore):
+            self.leases = LeaseKeeper(store, config.lease_s, self._take_over, self._drop)
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -110,6 +116,9 @@ class Broker:
         )
         self.ns.register(broker_ns_name(self.config.broker_id), self.uri, False, {"broker"})
         for record in self.store.channels():
+            if self.leases is not None and not self.leases.take(record.name):
+                log.info("channel %s is served by another broker; standing by", record.name)
+                continue
             self.create_channel(record.name, record.kind, record.id_scope, restoring=True)
         for name in self.config.channels:
             self.create_channel(name)
@@ -119,6 +128,8 @@ class Broker:
         )
         self._loop.start()
         self._pool.submit(self._housekeep, self.config.housekeeping_s)
+        if self.leases is not None:
+            self._pool.submit(self._keep_leases, self.leases.interval_s)
         if self.config.http is not None:
             handle = BrokerHandle(self.config.broker_id, self.access, self.channel_table)
             self.monitor = MonitorServer(self.config.http, handle)
@@ -139,6 +150,34 @@ class Broker:
         if not self._stopping:
             self._pool.submit(self._housekeep, self.config.housekeeping_s)
 
+    def _keep_leases(self) -> None:
+        """Renew the leases, take over channels nobody renews, then the next round."""
+        assert self.leases is not None
+        try:
+            self.leases.round()
+        except Exception:
+            log.exception("lease round failed")
+        if not self._stopping:
+            self._pool.submit(self._keep_leases, self.leases.interval_s)
+
+    def _take_over(self, name: str) -> None:
+        """Host a channel of the database whose owner stopped renewing its lease."""
+        record = next((r for r in self.store.channels() if r.name == name), None)
+        if record is not None:
+            self.create_channel(record.name, record.kind, record.id_scope, restoring=True)
+
+    def _drop(self, name: str, why: str) -> None:
+        """Stop serving a channel whose lease was lost: out of the table and the daemon,
+        its name-server entry removed while it still names this broker."""
+        channel = self._hosted.remove(name)
+        if channel is None:
+            return
+        log.warning("channel %s: no longer served here: %s", name, why)
+        self._discard(channel)
+        entry = self.ns.lookup(channel_ns_name(name)) if self.ns is not None else None
+        if entry is not None and BROKER_TAG_PREFIX + self.config.broker_id in entry[1]:
+            self.ns.remove(channel_ns_name(name))
+
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
         self._stopping = True
@@ -151,6 +190,8 @@ class Broker:
             self.ns.remove(broker_ns_name(self.config.broker_id))
         for channel in channels:
             channel.close()
+        if self.leases is not None:
+            self.leases.release_all()
         self._pool.stop()
         if self._daemon is not None:
             self._daemon.shutdown()
@@ -220,7 +261,10 @@ class Broker:
         channel = EventChannel(
             name, self.config.channel, self.store, self._pool, self.access, kind, id_scope=scope
         )
-        uri = str(self._daemon.register(channel, objectId=f"channel.{name}"))
+        uri = str(self._daemon.register(channel, objectId=CHANNEL_OBJECT_PREFIX + name))
+        if self.leases is not None and not self.leases.take(name):
+            self._discard(channel)
+            return self._served_elsewhere(name)
         try:
             winner = self._claim(name, uri, kind, scope)
         except BaseException:
@@ -264,6 +308,13 @@ class Broker:
             raise FaultInjectionDisabled("kill_queues")
         return self.channel(name).kill_queues()
 
+    def _served_elsewhere(self, name: str) -> str:
+        """The URI of a channel another broker of the database holds the lease of."""
+        entry = self.ns.lookup(channel_ns_name(name))
+        if entry is None:
+            raise BrokerUnavailable(f"channel {name}", "held by another broker; try again")
+        return entry[0]
+
     def _claim(self, name: str, uri: str, kind: ChannelKind, id_scope: IdScope) -> str:
         tags = {
             BROKER_TAG_PREFIX + self.config.broker_id,
@@ -271,6 +322,9 @@ class Broker:
             IDS_TAG_PREFIX + id_scope.value,
         }
         ns_name = channel_ns_name(name)
+        if self.leases is not None:  # the lease is ours: an entry of an earlier owner goes
+            self.ns.register(ns_name, uri, False, tags)
+            return uri
         try:
             self.ns.register(ns_name, uri, True, tags)
             return uri

@@ -63,7 +63,7 @@ def serve(args: argparse.Namespace) -> int:
     from channel_server.access import Access
     from channel_server.broker import Broker  # the heavy part, only for this command
     from channel_server.store import MemoryStore, Store
-    from channel_server.store.postgres import PostgresStore
+    from channel_server.store.postgres import PostgresConfig, PostgresStore
     from channel_server.store.sqlite import SQLiteStore
     from channel_server.users import UsersFile
 
@@ -80,7 +80,9 @@ def serve(args: argparse.Namespace) -> int:
         data_dir = None if dsn else args.data_dir or Path(DEFAULT_DATA_DIR) / config.broker_id
         try:
             store = (
-                PostgresStore(dsn, config.broker_id) if dsn else SQLiteStore(data_dir, args.sync)
+                PostgresStore(dsn, config.broker_id, PostgresConfig(lease_s=config.lease_s))
+                if dsn
+                else SQLiteStore(data_dir, args.sync)
             )
         except StoreError as exc:  # damaged, in use by another broker, refused, no psycopg
             return cc.fail(str(exc), cc.EXIT_UNAVAILABLE)

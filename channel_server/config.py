@@ -14,7 +14,10 @@ from channel_server.monitor.settings import HttpConfig
 from channel_server.names import DEFAULT_HOST, DEFAULT_NS_PORT
 from channel_server.transport import TransportConfig
 
-__all__ = ["BrokerConfig", "ChannelConfig"]
+__all__ = ["MAX_LEASE_S", "BrokerConfig", "ChannelConfig"]
+
+MAX_LEASE_S = 10.0
+"""The longest lease term: a channel whose owner died is served again within it."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,10 @@ class BrokerConfig:
     max_channels: int = 1000
     """Most channels the broker hosts (those its store restores always come back); one
     more raises LimitReached."""
+    lease_s: float = 6.0
+    """With a store shared by several brokers (PostgreSQL): the term of this broker's
+    channel leases. A channel whose owner stops renewing is taken over by another broker
+    within about this long; at most ``MAX_LEASE_S``."""
     housekeeping_s: float = 1.0
     """Cadence of the broker's housekeeping: liveness pings, handler and pull timeouts,
     idle partitions, the dedupe window, the queue invariant."""

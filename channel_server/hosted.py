@@ -70,6 +70,11 @@ class HostedChannels:
                 raise BrokerUnavailable(f"channel {name}", "the broker is stopping")
             self._channels[name] = channel
 
+    def remove(self, name: str) -> EventChannel | None:
+        """Stop hosting a channel (its lease was lost); the channel, or None if not hosted."""
+        with self._lock:
+            return self._channels.pop(name, None)
+
     def release(self, name: str) -> None:
         """End the caller's reservation (hosted or not) and wake those waiting for it."""
         with self._lock:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from channel_server import cli_common as cc
-from channel_server.config import BrokerConfig, ChannelConfig
+from channel_server.config import MAX_LEASE_S, BrokerConfig, ChannelConfig
 from channel_server.errors import InvalidArgument
 from channel_server.events import IdScope
+from channel_server.lease_keeper import RENEWALS_PER_TERM
 from channel_server.monitor.flags import add_http_flags, http_from_args
 from channel_server.store.dsn import STORE_DSN_ENV, postgres_dsn
 from channel_server.store.sqlite import DEFAULT_SYNC, SYNC_LEVELS
@@ -217,6 +218,16 @@ def add_serve_command(sub: Any) -> None:
         "and ~/.pgpass work too)",
     )
     serve.add_argument(
+        "--lease",
+        type=lease_seconds,
+        default=BrokerConfig().lease_s,
+        metavar="SECONDS",
+        help="with --store postgresql://: the term of this broker's channel leases (renewed "
+        f"{RENEWALS_PER_TERM} times per term); when the owner of a channel stops renewing "
+        "(killed, frozen, cut off), another broker of the database takes the channel over "
+        f"within about this long (at most {MAX_LEASE_S:g}; default %(default)s)",
+    )
+    serve.add_argument(
         "--sync",
         choices=[level.lower() for level in SYNC_LEVELS],
         default=DEFAULT_SYNC.lower(),
@@ -269,6 +280,14 @@ def host_list(text: str) -> tuple[str, ...]:
     if not hosts:
         raise argparse.ArgumentTypeError("must name at least one host (or *)")
     return hosts
+
+
+def lease_seconds(text: str) -> float:
+    """A lease term: positive, and short enough that a take-over is prompt."""
+    value = cc.positive_float(text)
+    if value > MAX_LEASE_S:
+        raise argparse.ArgumentTypeError(f"at most {MAX_LEASE_S:g} seconds")
+    return value
 
 
 def add_limit_flags(parser: argparse.ArgumentParser) -> None:
@@ -345,6 +364,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         insecure_name_server=args.insecure_name_server,
         transport=cc.transport_from_args(args),
         max_channels=args.max_channels,
+        lease_s=args.lease,
         channel=channel,
         http=http_from_args(args),
     )

@@ -21,7 +21,7 @@ import Pyro5.serializers
 import Pyro5.server
 from Pyro5.serializers import MsgpackSerializer
 
-from channel_server.errors import InvalidArgument
+from channel_server.errors import BrokerUnavailable, InvalidArgument
 
 T = TypeVar("T", bound=type)
 _serving = threading.local()
@@ -54,12 +54,20 @@ class StrictMsgpack(MsgpackSerializer):
         return target, method, args, kwargs
 
 
+CHANNEL_OBJECT_PREFIX = "channel."
+"""The object ids of channels (a call for one no longer here is retried by the clients
+through the name server: another broker of the database may serve it now)."""
+
+
 def _check_target(target: str, method: str) -> None:
     daemon = getattr(_serving, "daemon", None)
     if daemon is None:
         return
     obj = daemon.objectsById.get(target)
     if obj is None:
+        if target.startswith(CHANNEL_OBJECT_PREFIX):  # it moved, or the broker restarted
+            channel = target[len(CHANNEL_OBJECT_PREFIX) :][:80]
+            raise BrokerUnavailable(f"channel {channel}", "not served here: look it up again")
         raise InvalidArgument("object", f"no object {target[:80]!r} here")
     if (
         method in _PROPERTY_CALLS

@@ -172,9 +172,10 @@ class Cluster:
         return proc
 
     def broker(self, *channels: str, extra: tuple[str, ...] = (), name: str = "broker") -> Proc:
-        """A broker process; its store lives in this test's tmp dir unless ``--memory``."""
+        """A broker process; its store lives in this test's tmp dir unless ``--memory`` or
+        ``--store``."""
         argv = ["-m", "channel_server", "serve", *self.ns, *extra]
-        if "--memory" not in extra and "--data-dir" not in extra:
+        if not {"--memory", "--data-dir", "--store"} & set(extra):
             argv += ["--data-dir", str(self.data_dir(name))]
         for channel in channels:
             argv += ["--channel", channel]

@@ -1,0 +1,124 @@
+"""The lease keeper's rules with a fake store and a fake clock: what is renewed, dropped and
+taken over (the database's side is tests/unit/test_pg_leases.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from channel_server.errors import StoreError
+from channel_server.lease_keeper import LeaseKeeper, renewal_too_late, takeable
+from channel_server.store.leases import Lease
+
+LEASE_S = 3.0
+
+
+@dataclass
+class FakeLeases:
+    """Leases by channel; ``down`` makes every call fail as an unreachable database."""
+
+    broker_id: str = "me"
+    rows: dict[str, Lease] = field(default_factory=dict)
+    down: bool = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreError("postgresql://db", "unreachable")
+
+    def acquire(self, channel: str, ttl_s: float) -> Lease | None:
+        self._check()
+        lease = self.rows.get(channel)
+        if lease is not None and not (lease.owner == self.broker_id or takeable(lease, "me")):
+            return None
+        epoch = 1 if lease is None else lease.epoch + (lease.owner != self.broker_id)
+        self.rows[channel] = Lease(channel, self.broker_id, epoch, ttl_s)
+        return self.rows[channel]
+
+    def renew(self, channel: str, epoch: int, ttl_s: float) -> bool:
+        self._check()
+        lease = self.rows[channel]
+        return (lease.owner, lease.epoch) == (self.broker_id, epoch)
+
+    def release(self, channel: str, epoch: int, handoff_to: str | None = None) -> None:
+        self.rows[channel] = Lease(channel, None, epoch, 0.0, handoff_to)
+
+    def leases(self) -> list[Lease]:
+        self._check()
+        return list(self.rows.values())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def keeper(store: FakeLeases, clock: Clock) -> tuple[LeaseKeeper, list[str], list[str]]:
+    taken: list[str] = []
+    dropped: list[str] = []
+
+    def take_over(name: str) -> None:
+        assert k.take(name)
+        taken.append(name)
+
+    k = LeaseKeeper(store, LEASE_S, take_over, lambda name, why: dropped.append(name), clock)
+    return k, taken, dropped
+
+
+def test_takeable_leases() -> None:
+    assert takeable(Lease("c", "other", 1, -0.1), "me")
+    assert not takeable(Lease("c", "other", 1, 2.0), "me")
+    assert takeable(Lease("c", None, 1, 2.0), "me")
+    assert not takeable(Lease("c", "me", 1, -1.0), "me")  # ours: renewed, not taken
+    assert takeable(Lease("c", None, 1, 2.0, handoff_to="me"), "me")
+    assert not takeable(Lease("c", None, 1, 2.0, handoff_to="b3"), "me")
+    assert takeable(Lease("c", None, 1, -0.5, handoff_to="b3"), "me")  # b3 never came
+
+
+def test_renewal_is_too_late_after_a_whole_term() -> None:
+    assert not renewal_too_late(10.0, 12.9, LEASE_S)
+    assert renewal_too_late(10.0, 13.0, LEASE_S)
+
+
+def test_a_round_renews_what_is_held_and_takes_over_what_expired() -> None:
+    store, clock = FakeLeases(), Clock()
+    store.rows["dead"] = Lease("dead", "other", 4, -0.2)
+    store.rows["alive"] = Lease("alive", "other", 2, 2.0)
+    k, taken, dropped = keeper(store, clock)
+    assert k.take("mine")
+    k.round()
+    assert taken == ["dead"] and dropped == []
+    assert k.held() == {"mine": 1, "dead": 5}
+    assert k.interval_s == LEASE_S / 3
+
+
+def test_a_lease_taken_by_another_broker_drops_the_channel() -> None:
+    store, clock = FakeLeases(), Clock()
+    k, _, dropped = keeper(store, clock)
+    assert k.take("c")
+    store.rows["c"] = Lease("c", "other", 2, 5.0)
+    k.round()
+    assert dropped == ["c"] and k.held() == {}
+
+
+def test_an_unreachable_database_drops_the_channel_only_after_a_term() -> None:
+    store, clock = FakeLeases(), Clock()
+    k, _, dropped = keeper(store, clock)
+    assert k.take("c")
+    store.down = True
+    clock.now += LEASE_S - 0.5
+    k.round()
+    assert dropped == [] and k.held() == {"c": 1}
+    clock.now += 0.5
+    k.round()
+    assert dropped == ["c"] and k.held() == {}
+
+
+def test_release_all_hands_every_lease_back() -> None:
+    store, clock = FakeLeases(), Clock()
+    k, _, _ = keeper(store, clock)
+    assert k.take("a") and k.take("b")
+    k.release_all()
+    assert k.held() == {}
+    assert {lease.owner for lease in store.rows.values()} == {None}
