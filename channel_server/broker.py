@@ -302,6 +302,27 @@ class Broker:
                 self.config.id_scope,
             )
 
+    def move_channel(self, name: str, to: str) -> int:
+        """Hand a channel to broker ``to`` of the same database: stop serving it, write
+        what is deferred, release its lease reserved for ``to`` (which takes it at its
+        next lease round, within ``lease_s / 3``); returns the epoch given up. Clients
+        look the channel up again; the events wait in the database, in order."""
+        if self.leases is None:
+            raise InvalidArgument("store", "moving a channel needs a store shared by brokers")
+        check_name("broker-id", to)
+        if to == self.config.broker_id or self.ns.lookup(broker_ns_name(to)) is None:
+            raise InvalidArgument("to", f"no other broker {to!r} in the name server")
+        epoch = self.leases.held().get(name)
+        channel = self._hosted.remove(name)
+        if channel is None or epoch is None:
+            raise UnknownChannel(name)
+        self._discard(channel)
+        self.ns.remove(channel_ns_name(name))
+        self.leases.forget(name)
+        self.store.release(name, epoch, handoff_to=to)
+        log.info("channel %s handed over to broker %s (epoch %d)", name, to, epoch)
+        return epoch
+
     def kill_queues(self, name: str) -> int:
         """The fault toggle of DESIGN §8, refused unless the broker allows fault injection."""
         if not self.config.allow_fault_injection:
@@ -375,8 +396,14 @@ class BrokerService:
         self._broker.access.require(Action.ADMIN, check_name("channel", channel))
         return self._broker.kill_queues(channel)
 
+    def move_channel(self, channel: str, to: str) -> int:
+        """Hand a channel to another broker of the same database (admin on its name)."""
+        self._broker.access.require(Action.ADMIN, check_name("channel", channel))
+        return self._broker.move_channel(channel, to)
+
     def info(self) -> dict[str, Any]:
         return {
+            "leases": self._broker.leases is not None,
             "broker_id": self._broker.config.broker_id,
             "uri": self._broker.uri,
             "channels": self._broker.channel_names(),

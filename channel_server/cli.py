@@ -24,6 +24,7 @@ from channel_server.admin_cli import (
     show_status,
 )
 from channel_server.errors import ChannelError, InvalidArgument, NotAuthorized, StoreError
+from channel_server.move_cli import add_move_commands, move_channel, rebalance
 from channel_server.serve_flags import DEFAULT_DATA_DIR, add_serve_command, config_from_args
 from channel_server.store.dsn import store_dsn, without_password
 from channel_server.transport import bind_failure
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     nameserver.add_argument("--users", type=Path, default=None, metavar="FILE", help="users file")
     add_users_command(sub)
     add_forget_command(sub)
+    add_move_commands(sub)
     return parser
 
 
@@ -159,6 +161,8 @@ COMMANDS = {
     "status": show_status,
     "dead-letters": dead_letters,
     "forget": forget_member,
+    "move": move_channel,
+    "rebalance": rebalance,
     "nameserver": run_nameserver,
     "users": run_users,
 }

@@ -107,3 +107,42 @@ def test_a_standby_takes_over_when_the_owner_dies_or_freezes(
     # a duplicate only of what the old owner had pushed and not seen acknowledged: at
     # most a prefetch window per subscriber
     assert_all_once_in_order(received(cluster, "fo", "s1", "s2"), 2 * PREFETCH)
+
+
+def admin(cluster: Cluster, *argv: str) -> str:
+    done = cluster.run(["-m", "channel_server", *argv, *cluster.ns])
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_move_hands_a_channel_over_mid_flow(cluster: Cluster, pg_dsn: str) -> None:
+    cluster.start("ns", ["-m", "channel_server", "nameserver", *cluster.ns], "ready at")
+    pg_broker(cluster, pg_dsn, "b1", "mv")
+    target = pg_broker(cluster, pg_dsn, "b2")
+    for sub in ("s1", "s2"):
+        cluster.subscriber("mv", sub)
+    pub = publish(cluster, "mv", rate=100.0)
+    wait_until(lambda: len(received(cluster, "mv", "s1", "s2")) >= EVENTS // 4, 30, "flowing")
+    assert "moved mv: b1 -> b2" in admin(cluster, "move", "mv", "--to", "b2")
+    target.wait_for(r"channel mv \(queue", TAKE_OVER_S)
+    assert lease_of(pg_dsn, "mv") == ("b2", 2)
+    assert pub.popen.wait(90) == 0, pub.output()
+    wait_until(
+        lambda: len({r["id"] for r in received(cluster, "mv", "s1", "s2")}) >= EVENTS,
+        60,
+        "every event after the move",
+    )
+    assert_all_once_in_order(received(cluster, "mv", "s1", "s2"), 2 * PREFETCH)
+
+
+def test_rebalance_spreads_channels_over_the_brokers(cluster: Cluster, pg_dsn: str) -> None:
+    cluster.start("ns", ["-m", "channel_server", "nameserver", *cluster.ns], "ready at")
+    pg_broker(cluster, pg_dsn, "b1", "r1", "r2", "r3", "r4")
+    pg_broker(cluster, pg_dsn, "b2")
+    assert "would move" in admin(cluster, "rebalance", "--dry-run")
+    out = admin(cluster, "rebalance")
+    assert out.count("moved ") == 2, out
+    with psycopg.connect(pg_dsn) as conn:
+        owners = dict(conn.execute("SELECT channel, owner FROM channel_leases").fetchall())
+    assert sorted(owners.values()) == ["b1", "b1", "b2", "b2"]
+    assert "balanced: 4 channels over 2 brokers" in admin(cluster, "rebalance")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from channel_server.errors import StoreError
 from channel_server.lease_keeper import LeaseKeeper, renewal_too_late, takeable
+from channel_server.move_cli import plan_rebalance
 from channel_server.store.leases import Lease
 
 LEASE_S = 3.0
@@ -122,3 +123,17 @@ def test_release_all_hands_every_lease_back() -> None:
     k.release_all()
     assert k.held() == {}
     assert {lease.owner for lease in store.rows.values()} == {None}
+
+
+def test_rebalance_plans_the_fewest_moves_to_within_one() -> None:
+    owners = {"a": "b1", "b": "b1", "c": "b1", "d": "b1", "e": "b2"}
+    moves = plan_rebalance(owners, ["b1", "b2", "b3"])
+    assert len(moves) == 2 and {m[1] for m in moves} == {"b1"}
+    assert sorted(m[2] for m in moves) == ["b2", "b3"] or sorted(m[2] for m in moves) == [
+        "b3",
+        "b3",
+    ]
+    after = dict(owners) | {channel: to for channel, _, to in moves}
+    counts = sorted(list(after.values()).count(b) for b in ("b1", "b2", "b3"))
+    assert counts[-1] - counts[0] <= 1
+    assert plan_rebalance({"a": "b1", "b": "b2"}, ["b1", "b2"]) == []
