@@ -80,8 +80,8 @@ def test_one_broker_keeps_its_lease_for_many_terms(cluster: Cluster, pg_dsn: str
     assert_all_once_in_order(received(cluster, "keep", "s1"), 0)
 
 
-@pytest.mark.parametrize("fault", ["kill", "freeze"])
-def test_a_standby_takes_over_when_the_owner_dies_or_freezes(
+@pytest.mark.parametrize("fault", ["kill", "freeze", "stop"])
+def test_a_standby_takes_over_when_the_owner_dies_freezes_or_stops(
     cluster: Cluster, pg_dsn: str, fault: str
 ) -> None:
     cluster.start("ns", ["-m", "channel_server", "nameserver", *cluster.ns], "ready at")
@@ -92,8 +92,10 @@ def test_a_standby_takes_over_when_the_owner_dies_or_freezes(
         cluster.subscriber("fo", sub)
     pub = publish(cluster, "fo", rate=100.0)
     wait_until(lambda: len(received(cluster, "fo", "s1", "s2")) >= EVENTS // 4, 30, "flowing")
-    owner.popen.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
-    standby.wait_for(r"taking over channel fo from b1", TAKE_OVER_S)
+    signals = {"kill": signal.SIGKILL, "freeze": signal.SIGSTOP, "stop": signal.SIGTERM}
+    owner.popen.send_signal(signals[fault])
+    # a clean stop releases the lease (no owner), the others leave it to expire
+    standby.wait_for(r"taking over channel fo from (b1|-)", TAKE_OVER_S)
     wait_until(lambda: lease_of(pg_dsn, "fo") == ("b2", 2), TAKE_OVER_S, "b2 holds the lease")
     if fault == "freeze":
         owner.popen.send_signal(signal.SIGCONT)
