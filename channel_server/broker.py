@@ -13,7 +13,6 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import Pyro5.api
@@ -21,6 +20,7 @@ import Pyro5.errors
 import Pyro5.server
 
 from channel_server.access import Access
+from channel_server.broker_service import BrokerDaemon, BrokerService, check_id_scope, check_kind
 from channel_server.channel import EventChannel
 from channel_server.config import BrokerConfig
 from channel_server.core.channel_core import ChannelKind
@@ -34,16 +34,14 @@ from channel_server.errors import (
     UnknownChannel,
 )
 from channel_server.events import IdScope
-from channel_server.guard import GuardedDaemon
 from channel_server.hosted import HostedChannels
 from channel_server.lease_keeper import LeaseKeeper
 from channel_server.monitor.server import BrokerHandle, MonitorServer
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.store.leases import LeaseStore
-from channel_server.strict_calls import CHANNEL_OBJECT_PREFIX, checked_arity
+from channel_server.strict_calls import CHANNEL_OBJECT_PREFIX
 from channel_server.transport import bind_failure
-from channel_server.users import Action
 from channel_server.wire import (
     BROKER_TAG_PREFIX,
     IDS_TAG_PREFIX,
@@ -101,7 +99,7 @@ class Broker:
         # Pyro5's NAT address is what its URIs name; natport 0: the port it binds to
         nat = {"nathost": self.config.advertise, "natport": 0} if self.config.advertise else {}
         try:
-            self._daemon = _BrokerDaemon(
+            self._daemon = BrokerDaemon(
                 self.access.admit,
                 self._client_gone,
                 host=self.config.host,
@@ -239,8 +237,8 @@ class Broker:
         first (at most CREATE_WAIT_S, then BrokerUnavailable) and answers as it left things.
         """
         check_name("channel", name)
-        channel_kind = _check_kind(kind)
-        asked = None if id_scope is None else _check_id_scope(id_scope)
+        channel_kind = check_kind(kind)
+        asked = None if id_scope is None else check_id_scope(id_scope)
         deadline = time.monotonic() + CREATE_WAIT_S
         while (found := self._hosted.reserve(name, restoring)) is not None:
             if isinstance(found, EventChannel):
@@ -355,74 +353,3 @@ class Broker:
             self.ns.register(ns_name, uri, False, tags)  # our own entry from an earlier life
             return uri
         return existing[0]
-
-
-class _BrokerDaemon(GuardedDaemon):
-    """The broker's daemon: it admits authenticated callers only and tells the broker
-    when a client connection closes."""
-
-    def __init__(self, gate: Any, on_disconnect: Callable[[Any], None], **kwargs: Any) -> None:
-        super().__init__(gate, **kwargs)
-        self._on_disconnect = on_disconnect
-
-    def clientDisconnect(self, conn: Any) -> None:
-        self._on_disconnect(conn)
-
-
-@checked_arity
-@Pyro5.api.expose
-class BrokerService:
-    """What a broker answers over RPC: channel creation, listing, admin calls."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    def create_channel(
-        self, name: str, kind: str = ChannelKind.QUEUE.value, id_scope: str | None = None
-    ) -> str:
-        """Host a channel (admin on its name), or the URI of its host if it has one;
-        ``id_scope``: see Broker.create_channel (ChannelConflict if it has another)."""
-        self._broker.access.require(Action.ADMIN, check_name("channel", name))
-        return self._broker.create_channel(name, kind, id_scope)
-
-    def channels(self) -> list[str]:
-        return self._broker.channel_names()
-
-    def channel_count(self) -> int:
-        return len(self._broker.channel_names())
-
-    def kill_queues(self, channel: str) -> int:
-        """Empty a channel's in-memory queues (fault injection); returns events dropped."""
-        self._broker.access.require(Action.ADMIN, check_name("channel", channel))
-        return self._broker.kill_queues(channel)
-
-    def move_channel(self, channel: str, to: str) -> int:
-        """Hand a channel to another broker of the same database (admin on its name)."""
-        self._broker.access.require(Action.ADMIN, check_name("channel", channel))
-        return self._broker.move_channel(channel, to)
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "leases": self._broker.leases is not None,
-            "broker_id": self._broker.config.broker_id,
-            "uri": self._broker.uri,
-            "channels": self._broker.channel_names(),
-            "durable": self._broker.store.durable,
-            "fault_injection": self._broker.config.allow_fault_injection,
-        }
-
-
-def _check_kind(kind: Any) -> ChannelKind:
-    try:
-        return ChannelKind(kind)
-    except ValueError:
-        choices = ", ".join(k.value for k in ChannelKind)
-        raise InvalidArgument("kind", f"must be one of {choices}") from None
-
-
-def _check_id_scope(id_scope: Any) -> IdScope:
-    try:
-        return IdScope(id_scope)
-    except ValueError:
-        choices = ", ".join(s.value for s in IdScope)
-        raise InvalidArgument("id_scope", f"must be one of {choices}") from None

@@ -17,7 +17,7 @@ import Pyro5.server
 from hypothesis import strategies as st
 from Pyro5.protocol import MSG_INVOKE
 
-from channel_server.broker import BrokerService
+from channel_server.broker_service import BrokerService
 from channel_server.channel import EventChannel
 from channel_server.nameservice import GuardedNameServer
 from subscriber.client import _Receiver
