@@ -260,14 +260,16 @@ class Broker:
             name, self.config.channel, self.store, self._pool, self.access, kind, id_scope=scope
         )
         uri = str(self._daemon.register(channel, objectId=CHANNEL_OBJECT_PREFIX + name))
-        if self.leases is not None and not self.leases.take(name):
-            self._discard(channel)
-            return self._served_elsewhere(name)
         try:
-            winner = self._claim(name, uri, kind, scope)
+            held = self.leases is None or self.leases.take(name)
+            winner = self._claim(name, uri, kind, scope) if held else None
         except BaseException:
             self._discard(channel)
+            self._let_go(name)
             raise
+        if winner is None:
+            self._discard(channel)
+            return self._served_elsewhere(name)
         if winner != uri:
             self._discard(channel)
             log.info("channel %s is already hosted at %s", name, winner)
@@ -279,9 +281,15 @@ class Broker:
         except BaseException:
             self._discard(channel)
             self.ns.remove(channel_ns_name(name))  # claimed: no channel behind it now
+            self._let_go(name)
             raise
         log.info("channel %s (%s, ids unique per %s) ready", name, kind.value, scope)
         return uri
+
+    def _let_go(self, name: str) -> None:
+        """A channel that could not be hosted: its lease released for another broker."""
+        if self.leases is not None:
+            self.leases.release(name)
 
     def _discard(self, channel: EventChannel) -> None:
         """A channel made but not hosted: out of the daemon, its links closed."""

@@ -138,11 +138,18 @@ class LeaseKeeper:
         with self._lock:
             self._held.pop(name, None)
 
+    def release(self, name: str) -> None:
+        """Give one lease up (a channel not hosted after all); a failure leaves it to expire."""
+        epoch = self.held().get(name)
+        self.forget(name)
+        if epoch is None:
+            return
+        try:
+            self.store.release(name, epoch)
+        except ChannelError as exc:
+            log.warning("channel %s: lease not released (%s); it will expire", name, exc)
+
     def release_all(self) -> None:
         """Give every lease up (a clean stop: a standby takes the channels at once)."""
-        for name, epoch in self.held().items():
-            try:
-                self.store.release(name, epoch)
-            except ChannelError as exc:
-                log.warning("channel %s: lease not released (%s); it will expire", name, exc)
-            self.forget(name)
+        for name in self.held():
+            self.release(name)

@@ -31,6 +31,10 @@ LOG_LAG_S = 0.25
 decided (and possibly after another subscriber already got the events)."""
 DECLARED = "declared-dead"
 ZOMBIE_WINDOW_S = 2.0
+RECONTACT_S = 2.0
+"""A subscriber's heartbeat: how long after a broker restart it may take to send the acks
+the dead broker never stored (README Guarantees: a subscriber that dies before its acks
+arrive leaves every event it processed since to be delivered again)."""
 """How long after it runs again a subscriber declared dead may still finish what it held."""
 
 
@@ -191,11 +195,16 @@ def explain_duplicates(
     tolerance_s: float = CLOCK_TOLERANCE_S,
     log_lag_s: float = LOG_LAG_S,
     stops: Iterable[Mapping[str, Any]] = (),
+    outages: Iterable[tuple[float, float]] = (),
 ) -> list[Duplicate]:
     """Explain each extra record of an id by the earliest cause that hit the previous
     record's process between the two records; then no cause may explain more than
-    ``prefetch`` extra records: those processed longest before it are the excess."""
+    ``prefetch`` extra records: those processed longest before it are the excess. A death
+    during a broker outage (``outages``: (killed, restarted)), before the subscriber could
+    send its acks again, explains every event it processed before the broker died: their
+    acks died with the broker, or never reached one."""
     stops = list(stops)
+    outages = list(outages)
     charged: dict[Cause, list[tuple[float, str]]] = defaultdict(list)
     missing: dict[str, list[str]] = defaultdict(list)
     dup_ids = sorted((i for i, recs in by_id.items() if len(recs) > 1), key=_id_key)
@@ -214,6 +223,10 @@ def explain_duplicates(
     reasons: dict[str, list[str]] = defaultdict(list)
     for cause, pairs in charged.items():
         pairs.sort()
+        unacked = [p for p in pairs if _acks_lost(p[0], cause, outages, tolerance_s)]
+        for _, event_id in unacked:
+            reasons[event_id].append(f"{cause} during a broker outage")
+        pairs = [p for p in pairs if p not in unacked]
         excess = len(pairs) - prefetch
         for n, (_, event_id) in enumerate(pairs):
             if n < excess:
@@ -229,6 +242,17 @@ def explain_duplicates(
         )
         for event_id in dup_ids
     ]
+
+
+def _acks_lost(
+    processed_at: float, cause: Cause, outages: list[tuple[float, float]], tolerance_s: float
+) -> bool:
+    """Whether the event was processed before a broker died and its subscriber died before
+    it could send its acks to the restarted broker."""
+    return any(
+        processed_at <= killed + tolerance_s and killed <= cause.at <= back + RECONTACT_S
+        for killed, back in outages
+    )
 
 
 def _first_cause(
@@ -314,7 +338,8 @@ def check(
         recs.sort(key=lambda r: r["at"])
     causes = causes_of(faults, declared_dead)
     stops = [f for f in faults if f["kind"] == "sub-stop"]
-    duplicates = explain_duplicates(by_id, causes, prefetch, tolerance_s, log_lag_s, stops)
+    outages = [(f["start"], f["end"]) for f in faults if f["kind"] == "broker-kill"]
+    duplicates = explain_duplicates(by_id, causes, prefetch, tolerance_s, log_lag_s, stops, outages)
     fired = Counter(f["kind"] for f in faults if f.get("fired", True))
     return Report(
         lost=sorted(wanted - by_id.keys(), key=_id_key),

@@ -201,3 +201,14 @@ def test_a_late_record_long_after_the_zombie_ran_again_is_unexplained() -> None:
     stop = kill("s1", 100, 5.0, kind="sub-stop") | {"end": 9.0}
     report = run(records, [stop], declared=[(7.0, "s1")])
     assert [d.id for d in report.unexplained] == ["P-4"]
+
+
+def test_a_death_during_a_broker_outage_explains_everything_processed_before_it() -> None:
+    """README Guarantees: acks the dead broker never stored, and a subscriber that dies
+    before it can send them again: all it processed comes back, beyond one prefetch."""
+    records = [*in_order(), *(rec(f"P-{n}", sub="s2", pid=200, at=10.0 + n) for n in (2, 3, 4))]
+    outage = {"kind": "broker-kill", "target": "broker", "pid": 1, "start": 4.5, "end": 6.0}
+    during = [outage, kill("s1", 100, 5.0)]
+    assert run(records, during, prefetch=2).ok
+    after = [outage, kill("s1", 100, 6.0 + 2.5)]  # it had time to send its acks again
+    assert [d.id for d in run(records, after, prefetch=2).unexplained] == ["P-2"]
