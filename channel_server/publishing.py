@@ -34,6 +34,7 @@ class Publishing:
             outcome = state.core.prepare_valid(events)
             if outcome.accepted:
                 self._accept(outcome.accepted, outcome.keys)
+            state.core.count_publish(len(events), outcome)
         if outcome.refused:
             by_bytes = outcome.full_by == "bytes"
             raise QueueFull(

@@ -133,6 +133,12 @@ class ChannelCore:
         self.unacked = 0
         self.queued_bytes = 0
         """Sizes of the unacknowledged events (``Event.size``), beside their count."""
+        self.published_total = 0
+        """Events published to this channel in this life: duplicates and refusals too."""
+        self.duplicates_total = 0
+        self.refused_total = 0
+        """Events refused for room (QueueFull), counted in the publish that stored the rest."""
+        self.unrouted_total = 0
         self.accepted_total = 0
         self.acked_total = 0
         """Counts of this life of the channel (see :meth:`restore` and :meth:`replay`):
@@ -303,6 +309,14 @@ class ChannelCore:
         outcome.accepted, outcome.keys = fresh[:room], keys[:room]
         outcome.refused = [ev.id for ev in fresh[room:]]
         return outcome
+
+    def count_publish(self, published: int, outcome: PublishOutcome) -> None:
+        """Count a publish whose accepted events were stored (a failed store counts
+        nothing: the publisher sends the batch again)."""
+        self.published_total += published
+        self.duplicates_total += len(outcome.duplicates)
+        self.refused_total += len(outcome.refused)
+        self.unrouted_total += outcome.unrouted
 
     def _room(self, fresh: list[Event]) -> tuple[int, str]:
         """How many of ``fresh`` (from the front) fit both limits, and the limit that

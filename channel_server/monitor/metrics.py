@@ -22,6 +22,10 @@ CHANNEL, GROUP, MEMBER = ["channel"], ["channel", "group"], ["channel", "group",
 
 # (name without prefix, kind, help, stats key) of each per-channel figure
 CHANNEL_METRICS = (
+    ("channel_published_events", "counter", "Events published (before dedupe).", "published"),
+    ("channel_duplicate_events", "counter", "Events published again (dedupe).", "duplicates"),
+    ("channel_refused_events", "counter", "Events refused for room (QueueFull).", "refused"),
+    ("channel_unrouted_events", "counter", "Events published with no group.", "unrouted"),
     ("channel_accepted_events", "counter", "Events accepted (stored, not duplicates).", "accepted"),
     ("channel_acked_events", "counter", "Events acknowledged by every group.", "acked"),
     ("channel_unacked_events", "gauge", "Events accepted and not yet acknowledged.", "unacked"),

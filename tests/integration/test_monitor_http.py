@@ -68,9 +68,14 @@ def test_metrics_count_a_known_workload_exactly(cluster: Cluster) -> None:
     monitor = start(cluster, "orders", "audit")
     cluster.subscriber("orders", "s1")
     # When 7 events go to orders and 3 to audit (which nobody reads)
+    sent = {}
     for channel, count in (("orders", 7), ("audit", 3)):
         with publisher_for(cluster, channel) as pub:
-            assert pub.publish([pub.event(i) for i in range(count)])["accepted"] == count
+            sent[channel] = [pub.event(i) for i in range(count)]
+            assert pub.publish(sent[channel])["accepted"] == count
+    # and 2 of orders' events are published again
+    with publisher_for(cluster, "orders") as pub:
+        assert len(pub.publish(sent["orders"][:2])["duplicates"]) == 2
     cluster.wait_for_records("orders", ("s1",), 7)
     orders, audit = (("channel", "orders"),), (("channel", "audit"),)
     values = wait_until(
@@ -79,6 +84,9 @@ def test_metrics_count_a_known_workload_exactly(cluster: Cluster) -> None:
     )
     # Then the counts are exact, per channel, group and member
     assert values["pubsub_channel_accepted_events_total", orders] == 7
+    assert values["pubsub_channel_published_events_total", orders] == 9
+    assert values["pubsub_channel_duplicate_events_total", orders] == 2
+    assert values["pubsub_channel_refused_events_total", orders] == 0
     assert values["pubsub_channel_unacked_events", orders] == 0
     assert values["pubsub_channel_accepted_events_total", audit] == 3
     assert values["pubsub_channel_acked_events_total", audit] == 0
