@@ -5,7 +5,7 @@ work: the boundary checks its arguments and permissions, the broker trusts them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import Pyro5.api
 
@@ -16,6 +16,8 @@ from channel_server.guard import GuardedDaemon
 from channel_server.strict_calls import checked_arity
 from channel_server.users import Action
 from channel_server.wire import check_name
+
+E = TypeVar("E", ChannelKind, IdScope)
 
 if TYPE_CHECKING:
     from channel_server.broker import Broker
@@ -77,16 +79,17 @@ class BrokerService:
 
 
 def check_kind(kind: Any) -> ChannelKind:
-    try:
-        return ChannelKind(kind)
-    except ValueError:
-        choices = ", ".join(k.value for k in ChannelKind)
-        raise InvalidArgument("kind", f"must be one of {choices}") from None
+    return _one_of(ChannelKind, kind, "kind")
 
 
 def check_id_scope(id_scope: Any) -> IdScope:
+    return _one_of(IdScope, id_scope, "id_scope")
+
+
+def _one_of(choices: type[E], value: Any, argument: str) -> E:
+    """A member of an enum of strings, or InvalidArgument naming the choices."""
     try:
-        return IdScope(id_scope)
+        return choices(value)
     except ValueError:
-        choices = ", ".join(s.value for s in IdScope)
-        raise InvalidArgument("id_scope", f"must be one of {choices}") from None
+        names = ", ".join(c.value for c in choices)
+        raise InvalidArgument(argument, f"must be one of {names}") from None
