@@ -13,7 +13,7 @@ from pathlib import Path
 
 import Pyro5.errors
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server import config_file, credentials
 from channel_server.admin_cli import (
     add_forget_command,

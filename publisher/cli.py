@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from channel_server import cli_common as cc
-from channel_server.lookup import broker_of_channel, resolve_channel
-from channel_server.remote import ClientOptions
-from channel_server.scenario import ScenarioRunner, Step, load_steps
-from channel_server.statefile import default_state_dir
+from channel_client import cli_common as cc
+from channel_client.lookup import broker_of_channel, resolve_channel
+from channel_client.remote import ClientOptions
+from channel_client.scenario import ScenarioRunner, Step, load_steps
+from channel_client.statefile import default_state_dir
 from channel_server.wire import make_proxy
 from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, FileReport, SparkMode, publish_file
 from publisher.client import DEFAULT_PARTITIONS, Publisher

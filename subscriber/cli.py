@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
+from channel_client.remote import ClientOptions
+from channel_client.scenario import ScenarioRunner, load_steps
+from channel_client.statefile import default_state_dir, state_path
 from channel_server.errors import NotSubscribed
-from channel_server.remote import ClientOptions
-from channel_server.scenario import ScenarioRunner, load_steps
-from channel_server.statefile import default_state_dir, state_path
 from subscriber.client import DEFAULT_CONNECT_TIMEOUT_S, Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
 from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
