@@ -1,4 +1,7 @@
-"""Pieces every command line shares: name-server flags, logging, stop signals, exit codes.
+"""Pieces every command line shares: name-server flags, the flag groups of clients and
+servers, and (re-exported, so a command needs one import) the argparse types of
+:mod:`channel_client.arg_types`, the setup and signals of :mod:`channel_client.runtime`
+and the exit codes and runner of :mod:`channel_client.exits`.
 
 Light on purpose (no broker imports), so the publisher and subscriber CLIs can use it.
 """
@@ -6,44 +9,84 @@ Light on purpose (no broker imports), so the publisher and subscriber CLIs can u
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import logging
-import os
-import re
-import signal
-import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import Pyro5.errors
-
-from channel_server import credentials, tls
-from channel_server.errors import (
-    CapacityError,
-    ChannelError,
-    ClientError,
-    InvalidArgument,
-    NotAuthorized,
-    TransportError,
+from channel_client.arg_types import (
+    HOST_NAME,
+    host_name,
+    is_loopback,
+    is_unspecified,
+    non_negative_float,
+    non_negative_int,
+    plain_name,
+    port_number,
+    positive_float,
+    positive_int,
 )
+from channel_client.exits import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_AUTHORIZED,
+    EXIT_NOT_SUBSCRIBED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    fail,
+    run_client_command,
+)
+from channel_client.runtime import (
+    exit_on_next_signal,
+    setup,
+    setup_logging,
+    setup_tls,
+    stop_on_signals,
+    transport_from_args,
+)
+from channel_server import tls
 from channel_server.events import IdScope
 from channel_server.transport import TransportConfig
-from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, as_refusal, check_name
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
-EXIT_REFUSED = 4
-EXIT_NOT_SUBSCRIBED = 5
-EXIT_NOT_AUTHORIZED = 6
-EXIT_PARTIAL = 7
-"""Done in part: some of the input was invalid or unknown and was skipped (the output
-names it: lines of invalid rows, unknown dead-letter ids); the rest was done."""
-EXIT_INTERRUPTED = 130
-"""Stopped by Ctrl-C or SIGTERM (what was done is printed first)."""
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_AUTHORIZED",
+    "EXIT_NOT_SUBSCRIBED",
+    "EXIT_OK",
+    "EXIT_PARTIAL",
+    "EXIT_REFUSED",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "HOST_NAME",
+    "Parser",
+    "add_bind_flags",
+    "add_client_command",
+    "add_client_flags",
+    "add_ids_flag",
+    "add_ns_flags",
+    "add_script_command",
+    "add_transport_flags",
+    "exit_on_next_signal",
+    "fail",
+    "host_name",
+    "is_loopback",
+    "is_unspecified",
+    "non_negative_float",
+    "non_negative_int",
+    "plain_name",
+    "port_number",
+    "positive_float",
+    "positive_int",
+    "run_client_command",
+    "setup",
+    "setup_logging",
+    "setup_tls",
+    "stop_on_signals",
+    "transport_from_args",
+]
 
 
 class Parser(argparse.ArgumentParser):
@@ -168,16 +211,6 @@ def add_transport_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def transport_from_args(args: argparse.Namespace) -> TransportConfig:
-    return TransportConfig(
-        max_connections=args.max_connections,
-        comm_timeout_s=args.comm_timeout,
-        handshake_timeout_s=args.handshake_timeout,
-        max_message_bytes=args.max_message_bytes,
-        max_waiting=args.max_waiting,
-    )
-
-
 def add_ids_flag(parser: argparse.ArgumentParser, default: str | None, text: str) -> None:
     """``--ids publisher|channel`` (``args.id_scope``): where a channel's event ids must
     be unique; ``text`` says which channels it is for."""
@@ -251,209 +284,3 @@ def add_script_command(sub: Any, actions: str, id_dest: str) -> None:
         action="store_true",
         help="run every step again, ignoring the progress an earlier run of this file saved",
     )
-
-
-def positive_int(text: str) -> int:
-    return _bounded(int, text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    return _bounded(int, text, 0)
-
-
-def non_negative_float(text: str) -> float:
-    return _bounded(float, text, 0.0)
-
-
-def positive_float(text: str) -> float:
-    value = _bounded(float, text, 0.0)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
-    return value
-
-
-def port_number(text: str) -> int:
-    value = _bounded(int, text, 0)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}")
-    return value
-
-
-HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?")
-"""A DNS host name (labels of letters, digits and hyphens)."""
-
-
-def host_name(text: str) -> str:
-    """argparse type of a host clients connect to: a DNS name or an IP address that is not
-    the unspecified one (0.0.0.0, ::); an IPv6 address comes back in brackets, as a URI
-    names it."""
-    host = text.strip().strip("[]")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        if len(host) > 253 or not HOST_NAME.fullmatch(host):
-            raise argparse.ArgumentTypeError(f"not a host name or IP address: {text!r}") from None
-        return host
-    if address.is_unspecified:
-        raise argparse.ArgumentTypeError(f"{text} is no address a client can connect to")
-    return f"[{address}]" if address.version == 6 else str(address)
-
-
-def is_unspecified(host: str) -> bool:
-    """Whether a bind address means every interface (0.0.0.0, ::, or empty)."""
-    try:
-        return not host or ipaddress.ip_address(host.strip("[]")).is_unspecified
-    except ValueError:
-        return False
-
-
-def plain_name(text: str) -> str:
-    """argparse type of a channel, group, topic, subscriber or publisher name: checked when
-    the command line is parsed, before any state file is opened (names make file names)."""
-    try:
-        return check_name("name", text)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc.reason}") from None
-
-
-def _bounded(kind: Callable[[str], Any], text: str, low: Any) -> Any:
-    try:
-        value = kind(text)
-    except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
-    if value != value or value < low:  # NaN or too small
-        raise argparse.ArgumentTypeError(f"must be at least {low}, got {text!r}")
-    return value
-
-
-def setup(args: argparse.Namespace) -> None:
-    """Logging, the credential named on the command line (for every proxy) and TLS (for
-    every daemon and proxy). A credentials file or TLS setting that cannot work, or a
-    non-loopback bind without TLS or ``--insecure``, ends the process: one line on stderr,
-    exit 2."""
-    setup_logging(args.log_level)
-    if getattr(args, "credentials", None) is not None:
-        os.environ[credentials.CREDENTIALS_ENV] = str(args.credentials)
-    try:
-        path = os.environ.get(credentials.CREDENTIALS_ENV)
-        if path and hasattr(args, "credentials"):  # a command that connects
-            credentials.from_file(Path(path))  # read now: not first in some thread's proxy
-        setup_tls(args)
-    except InvalidArgument as exc:
-        raise SystemExit(fail(str(exc), EXIT_USAGE)) from None
-    if hasattr(args, "max_connections"):
-        transport_from_args(args).apply()
-
-
-def setup_tls(args: argparse.Namespace) -> tls.TlsOptions:
-    """Validate and apply the TLS flags (and env defaults); check the bind addresses of a
-    command made with :func:`add_bind_flags`. Raises InvalidArgument."""
-    bind_dests = getattr(args, "bind_dests", ())
-    options = tls.from_args(args).validate(serving=bool(bind_dests))
-    for dest in bind_dests:
-        host = getattr(args, dest)
-        if options.enabled or is_loopback(host):
-            continue
-        flag = "--" + dest.replace("_", "-")
-        if not args.insecure:
-            raise InvalidArgument(
-                flag,
-                f"{host} is not a loopback address and TLS is off: credentials would cross "
-                "the network in clear text; give --tls-cert/--tls-key, or --insecure",
-            )
-        logging.getLogger(__name__).warning(
-            "%s %s without TLS (--insecure): credentials and events cross the network in "
-            "clear text",
-            flag,
-            host,
-        )
-    options.apply()
-    return options
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback IP address (any other name counts as not loopback)."""
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("Pyro5").setLevel(logging.CRITICAL)  # we report its errors ourselves
-
-
-def stop_on_signals() -> threading.Event:
-    """An Event set by SIGTERM or SIGINT; the handler only sets the flag."""
-    stop = threading.Event()
-
-    def _handler(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _handler)
-    signal.signal(signal.SIGINT, _handler)
-    return stop
-
-
-def exit_on_next_signal(why: str) -> None:
-    """From now on SIGTERM or SIGINT ends the process at once (exit 130), saying ``why``
-    that is safe: for a graceful stop that may wait (a subscriber saying goodbye to a
-    broker that is away), the second Ctrl-C is the way out."""
-
-    def _now(signum: int, frame: Any) -> None:
-        print(f"stopping now: {why}", file=sys.stderr, flush=True)
-        os._exit(EXIT_INTERRUPTED)
-
-    signal.signal(signal.SIGTERM, _now)
-    signal.signal(signal.SIGINT, _now)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-def run_client_command(
-    command: Callable[[argparse.Namespace], int],
-    args: argparse.Namespace,
-    usage_errors: tuple[type[Exception], ...] = (),
-) -> int:
-    """Run a client subcommand; our typed errors become a one-line reason and an exit code
-    (``usage_errors``: more exception types that mean bad input). SIGTERM interrupts like
-    Ctrl-C (a command that stops more gently installs its own handlers); anything
-    unexpected is one line too, unless ``--traceback``."""
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return command(args)
-    except KeyboardInterrupt:
-        return fail("interrupted", EXIT_INTERRUPTED)
-    except NotAuthorized as exc:
-        return fail(str(exc), EXIT_NOT_AUTHORIZED)
-    except (ClientError, *usage_errors) as exc:
-        return fail(str(exc), EXIT_USAGE)
-    except (TransportError, Pyro5.errors.CommunicationError) as exc:
-        if refusal := as_refusal(exc):
-            return fail(str(refusal), EXIT_NOT_AUTHORIZED)
-        typed = isinstance(exc, TransportError)  # it names what was unavailable
-        return fail(str(exc) if typed else f"broker unavailable: {exc}", EXIT_UNAVAILABLE)
-    except CapacityError as exc:
-        return fail(str(exc), EXIT_REFUSED)
-    except ChannelError as exc:
-        return fail(str(exc))
-    except Exception as exc:
-        if getattr(args, "traceback", False):
-            raise
-        return fail(f"unexpected {type(exc).__name__}: {exc} (--traceback shows where)")
-
-
-def fail(message: str, code: int = EXIT_ERROR) -> int:
-    """Print a one-line reason on stderr and return the exit code."""
-    print(f"error: {message}", file=sys.stderr)
-    return code
