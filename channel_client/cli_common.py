@@ -39,6 +39,7 @@ from channel_client.exits import (
 )
 from channel_client.runtime import (
     exit_on_next_signal,
+    serve_until_stopped,
     setup,
     setup_logging,
     setup_tls,
@@ -81,6 +82,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "run_client_command",
+    "serve_until_stopped",
     "setup",
     "setup_logging",
     "setup_tls",

@@ -18,6 +18,9 @@ from channel_server import credentials, tls
 from channel_server.errors import InvalidArgument
 from channel_server.transport import TransportConfig
 
+STOP_POLL_S = 1.0
+"""How often a serving loop looks at its stop flag (short waits keep signals prompt)."""
+
 
 def transport_from_args(args: argparse.Namespace) -> TransportConfig:
     return TransportConfig(
@@ -106,3 +109,10 @@ def exit_on_next_signal(why: str) -> None:
 
     signal.signal(signal.SIGTERM, _now)
     signal.signal(signal.SIGINT, _now)
+
+
+def serve_until_stopped(stop: threading.Event) -> None:
+    """Block until a stop signal sets ``stop`` (see :func:`stop_on_signals`): the wait of a
+    process that serves from other threads (broker, name server, push subscriber)."""
+    while not stop.wait(STOP_POLL_S):
+        pass

@@ -102,8 +102,7 @@ def serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        while not stop.wait(STOP_POLL_S):
-            pass
+        cc.serve_until_stopped(stop)
     finally:
         log.info("stopping broker %s", config.broker_id)
         broker.stop()
@@ -142,8 +141,7 @@ def run_nameserver(args: argparse.Namespace) -> int:
     loop.start()
     print(f"name server ready at {args.ns_host}:{daemon.sock.getsockname()[1]}", flush=True)
     try:
-        while not stop.wait(STOP_POLL_S):
-            pass
+        cc.serve_until_stopped(stop)
     finally:
         daemon.shutdown()
         loop.join(STOP_POLL_S * 5)

@@ -22,7 +22,6 @@ from subscriber.pull import PullClient
 from subscriber.record import Recorder
 
 log = logging.getLogger("subscriber")
-STOP_POLL_S = 1.0
 SCRIPT_ACTIONS = ("subscribe", "unsubscribe", "get", "topics")
 
 
@@ -250,8 +249,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        while not stop.wait(STOP_POLL_S):
-            pass
+        cc.serve_until_stopped(stop)
     finally:
         cc.exit_on_next_signal("events not acknowledged yet will be delivered again")
         log.info(
