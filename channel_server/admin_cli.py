@@ -10,10 +10,10 @@ from typing import Any
 
 import Pyro5.errors
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
+from channel_client.lookup import resolve_channel
 from channel_server.errors import InvalidArgument, MemberActive, NotSubscribed, UnknownChannel
 from channel_server.events import event_uid
-from channel_server.lookup import resolve_channel
 from channel_server.monitor.flags import add_watch_flags
 from channel_server.monitor.views import channel_row, channel_status
 from channel_server.status import make_console, render_dead_letters, status_renderables

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import Pyro5.errors
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server import config_file, credentials
 from channel_server.admin_cli import (
     add_forget_command,
@@ -106,8 +106,7 @@ def serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        while not stop.wait(STOP_POLL_S):
-            pass
+        cc.serve_until_stopped(stop)
     finally:
         log.info("stopping broker %s", config.broker_id)
         broker.stop()
@@ -146,8 +145,7 @@ def run_nameserver(args: argparse.Namespace) -> int:
     loop.start()
     print(f"name server ready at {args.ns_host}:{daemon.sock.getsockname()[1]}", flush=True)
     try:
-        while not stop.wait(STOP_POLL_S):
-            pass
+        cc.serve_until_stopped(stop)
     finally:
         daemon.shutdown()
         loop.join(STOP_POLL_S * 5)

@@ -13,7 +13,7 @@ from typing import Any
 
 import Pyro5.errors
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server.errors import ChannelError
 from channel_server.names import NS_BROKER_PREFIX, NS_CHANNEL_PREFIX, broker_tag
 from channel_server.wire import locate_ns, make_proxy

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server.config import MAX_LEASE_S, BrokerConfig, ChannelConfig
 from channel_server.errors import InvalidArgument
 from channel_server.events import IdScope

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server.errors import InvalidArgument
 from channel_server.users import UsersFile, check_user_name, parse_grant
 

@@ -21,10 +21,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from channel_client.remote import RemoteChannel, polling
+from channel_client.statefile import default_state_dir
 from channel_server.errors import ClientError, InvalidArgument, ProcessingTimeout, QueueFull
 from channel_server.events import Partition, validate_batch
-from channel_server.remote import RemoteChannel, polling
-from channel_server.statefile import default_state_dir
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.state import PublisherState
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from channel_server.statefile import StateFile, state_path
+from channel_client.statefile import StateFile, state_path
 
 
 class PublisherState:

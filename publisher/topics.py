@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from channel_server.remote import ClientOptions
+from channel_client.remote import ClientOptions
 from publisher.client import Publisher
 from publisher.state import PublisherState
 

@@ -67,7 +67,7 @@ class PullSettings:
 def prepared_topic(procs: ProcGroup, ps: PullSettings, messages: int) -> int:
     """A broker, the topic with SUBSCRIBER subscribed (pull), ``messages`` published on
     it. Returns the name server's port."""
-    from channel_server.lookup import resolve_channel
+    from channel_client.lookup import resolve_channel
     from publisher.client import Publisher
 
     _, ns_port = start_broker(
@@ -115,7 +115,7 @@ def gets_result(gets: int, elapsed: float, load: float) -> dict[str, Any]:
 
 
 def measure_library(ps: PullSettings, run: int) -> dict[str, Any]:
-    from channel_server.remote import ClientOptions
+    from channel_client.remote import ClientOptions
     from subscriber.pull import PullClient
 
     load = load_average()

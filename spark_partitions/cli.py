@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from spark_partitions.config import (
     DEFAULT_AUTO_SPARK_ROWS,
     DEFAULT_DRIVER_HOST,

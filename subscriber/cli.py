@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
+from channel_client.remote import ClientOptions
+from channel_client.scenario import ScenarioRunner, load_steps
+from channel_client.statefile import default_state_dir, state_path
 from channel_server.errors import NotSubscribed
-from channel_server.remote import ClientOptions
-from channel_server.scenario import ScenarioRunner, load_steps
-from channel_server.statefile import default_state_dir, state_path
 from subscriber.client import DEFAULT_CONNECT_TIMEOUT_S, Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
 from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
@@ -22,7 +22,6 @@ from subscriber.pull import PullClient
 from subscriber.record import Recorder
 
 log = logging.getLogger("subscriber")
-STOP_POLL_S = 1.0
 SCRIPT_ACTIONS = ("subscribe", "unsubscribe", "get", "topics")
 
 
@@ -250,8 +249,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        while not stop.wait(STOP_POLL_S):
-            pass
+        cc.serve_until_stopped(stop)
     finally:
         cc.exit_on_next_signal("events not acknowledged yet will be delivered again")
         log.info(

@@ -25,11 +25,11 @@ import Pyro5.api
 import Pyro5.errors
 import Pyro5.server
 
+from channel_client.lookup import resolve_channel
+from channel_client.remote import polling
 from channel_server.errors import BrokerUnavailable, ChannelError, InvalidArgument, UnknownChannel
 from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
-from channel_server.lookup import resolve_channel
-from channel_server.remote import polling
 from channel_server.strict_calls import checked_arity
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
 from subscriber.control import ChannelSession, Identity

@@ -20,8 +20,8 @@ from typing import Any
 
 import Pyro5.errors
 
+from channel_client.remote import RemoteChannel
 from channel_server.errors import BrokerUnavailable, ChannelError, UnknownChannel
-from channel_server.remote import RemoteChannel
 from subscriber.inbox import Inbox, Outbox, Outcome
 from subscriber.processed import ProcessedIds
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from channel_server.statefile import (
+from channel_client.statefile import (
     complete_lines,
     malformed,
     open_private_append,

@@ -15,8 +15,8 @@ from typing import Any
 
 import Pyro5.errors
 
-from channel_server.remote import ClientOptions, RemoteChannel
-from channel_server.statefile import StateFile, state_path
+from channel_client.remote import ClientOptions, RemoteChannel
+from channel_client.statefile import StateFile, state_path
 from channel_server.wire import NS_CHANNEL_PREFIX, check_name, locate_ns, make_proxy
 from subscriber.received import ReceivedJournal
 

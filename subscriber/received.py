@@ -13,8 +13,7 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from channel_server.events import event_uid
-from channel_server.statefile import (
+from channel_client.statefile import (
     complete_lines,
     malformed,
     open_private_append,
@@ -23,6 +22,7 @@ from channel_server.statefile import (
     state_path,
     write_private,
 )
+from channel_server.events import event_uid
 
 COMPACT_LINES = 10_000
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from channel_server.statefile import open_private_append
+from channel_client.statefile import open_private_append
 
 RECORDED_FIELDS = ("id", "publisher_id", "partition", "timestamp", "attempt")
 

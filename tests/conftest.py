@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from channel_server.statefile import STATE_DIR_ENV
+from channel_client.statefile import STATE_DIR_ENV
 from tests.integration.procs import Cluster
 from tests.pgcluster import PgCluster
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server.errors import InvalidArgument
 from channel_server.monitor.settings import BadAddress, HttpConfig, parse_address
 

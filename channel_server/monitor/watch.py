@@ -12,7 +12,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server.errors import ChannelError
 
 REFRESH_ERRORS = (ChannelError, Pyro5.errors.PyroError, OSError)

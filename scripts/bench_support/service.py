@@ -147,7 +147,7 @@ def read_summaries(subs: Sequence[tuple[Proc, Path]]) -> list[dict[str, Any]]:
 
 def channel_proxy(ns_port: int, channel: str = CHANNEL, timeout_s: float = 10.0) -> Any:
     """A Pyro5 proxy to the channel's RPC object, found through the name server."""
-    from channel_server.lookup import resolve_channel
+    from channel_client.lookup import resolve_channel
     from channel_server.wire import make_proxy
 
     return make_proxy(resolve_channel(HOST, ns_port, channel), timeout_s)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from channel_server.lookup import resolve_channel
+from channel_client.lookup import resolve_channel
 from channel_server.wire import make_proxy
 from tests.chaos.checker import Report, check, declared_dead_events
 from tests.chaos.nemesis import BROKER, Fault, Nemesis, schedule

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from channel_server.lookup import resolve_channel
+from channel_client.lookup import resolve_channel
 from channel_server.wire import make_proxy
 from publisher.client import Publisher
 from tests.integration.procs import Cluster

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from channel_client.lookup import broker_of_channel
 from channel_server.errors import ChannelConflict, InvalidArgument
-from channel_server.lookup import broker_of_channel
 from channel_server.store.sqlite import DB_FILE
 from channel_server.wire import make_proxy
 from tests.integration.conftest import channel_stats

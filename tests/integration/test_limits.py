@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from channel_client.lookup import resolve_channel
 from channel_server.errors import InvalidArgument, InvalidEvent, LimitReached
-from channel_server.lookup import resolve_channel
 from channel_server.wire import broker_ns_name, locate_ns, make_proxy
 from tests.integration.conftest import channel_stats, publisher_for
 from tests.integration.procs import Cluster

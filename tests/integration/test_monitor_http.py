@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server.credentials import read_token
 from tests.integration.conftest import publisher_for
 from tests.integration.procs import Cluster, free_port, wait_until

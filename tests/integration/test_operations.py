@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from channel_server.cli_common import (
+from channel_client.cli_common import (
     EXIT_NOT_AUTHORIZED,
     EXIT_NOT_SUBSCRIBED,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
 )
-from channel_server.lookup import resolve_channel
+from channel_client.lookup import resolve_channel
 from channel_server.users import Action, Grant, UsersFile
 from channel_server.wire import broker_ns_name, channel_ns_name, locate_ns, make_proxy
 from tests.integration.conftest import channel_stats, publisher_for

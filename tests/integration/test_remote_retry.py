@@ -14,11 +14,11 @@ import Pyro5.api
 import Pyro5.server
 import pytest
 
+from channel_client.remote import RemoteChannel
 from channel_server.access import Access
 from channel_server.credentials import OWNER, STATE_DIR_ENV, Credential, ensure_token
 from channel_server.errors import BrokerUnavailable, UnknownChannel
 from channel_server.nameservice import NameService
-from channel_server.remote import RemoteChannel
 from channel_server.wire import channel_ns_name, register_errors
 from tests.integration.procs import free_port
 

@@ -13,9 +13,9 @@ import Pyro5.errors
 import pytest
 import yaml
 
+from channel_client.lookup import resolve_channel
 from channel_server.credentials import Credential
 from channel_server.errors import NotAuthorized
-from channel_server.lookup import resolve_channel
 from channel_server.users import Action, Grant, UsersFile
 from channel_server.wire import ANONYMOUS, NS_CHANNEL_PREFIX, as_refusal, locate_ns, make_proxy
 from tests.integration.conftest import publisher_for

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from channel_server.cli_common import EXIT_NOT_AUTHORIZED, EXIT_OK, EXIT_USAGE
+from channel_client.cli_common import EXIT_NOT_AUTHORIZED, EXIT_OK, EXIT_USAGE
 from channel_server.tls import CA_ENV, CERT_ENV, KEY_ENV
 from tests.integration.procs import Cluster
 

@@ -8,8 +8,8 @@ import argparse
 
 import pytest
 
+from channel_client import cli_common as cc
 from channel_server import cli
-from channel_server import cli_common as cc
 from channel_server.errors import InvalidArgument
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server.errors import LimitReached, QueueFull
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from channel_client import cli_common as cc
 from channel_server import cli, config_file
-from channel_server import cli_common as cc
 from channel_server.config import BrokerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "broker.example.toml"

@@ -103,6 +103,15 @@ def test_no_core_module_imports_threads_sockets_or_a_database(source: Path) -> N
     assert sorted(imported & THREADS_IO_AND_RPC) == []
 
 
+IMPORT_ALL_OF = """
+import importlib, pkgutil
+package = importlib.import_module({name!r})
+for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+    if not info.name.endswith(".__main__"):  # __main__ runs the command line
+        importlib.import_module(info.name)
+"""
+
+
 @pytest.mark.parametrize(
     ("client", "also_never"),
     [
@@ -110,6 +119,8 @@ def test_no_core_module_imports_threads_sockets_or_a_database(source: Path) -> N
         # A subscriber serves pushes (its callback daemon uses the transport and
         # Pyro5.api, which loads sqlite3 for Pyro5's name server), but no broker code.
         ("subscriber", []),
+        # The helpers both clients share (lookup, remote calls, state files, CLI runner).
+        ("channel_client", []),
     ],
 )
 def test_a_client_package_loads_no_broker_code(client: str, also_never: list[str]) -> None:
@@ -117,3 +128,11 @@ def test_a_client_package_loads_no_broker_code(client: str, also_never: list[str
 
     assert client in loaded
     assert within(loaded, [*BROKER_CODE, *also_never]) == []
+
+
+@pytest.mark.parametrize("client", ["publisher", "subscriber", "channel_client"])
+def test_every_module_of_a_client_package_loads_no_broker_code(client: str) -> None:
+    loaded = modules_loaded_by(IMPORT_ALL_OF.format(name=client))
+
+    assert f"{client}.cli" in loaded or f"{client}.remote" in loaded  # the walk did import
+    assert within(loaded, BROKER_CODE) == []

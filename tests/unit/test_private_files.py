@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from channel_server import statefile, wire
+from channel_client import statefile
+from channel_client.scenario import ScenarioRunner, Step
+from channel_client.statefile import StateFile, state_path
+from channel_server import wire
 from channel_server.errors import InvalidArgument, StoreError
 from channel_server.events import Event
-from channel_server.scenario import ScenarioRunner, Step
-from channel_server.statefile import StateFile, state_path
 from channel_server.store.base import ChannelRecord
 from channel_server.store.sqlite import DB_FILE, LOCK_FILE, SQLiteStore
 from publisher import cli as publisher_cli

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS
-from publisher.cli import DEFAULT_PARTITIONS, DEFAULT_PAYLOAD, build_parser, main
+from publisher.cli import main
+from publisher.client import DEFAULT_PARTITIONS
+from publisher.flags import DEFAULT_PAYLOAD, build_parser
 
 PUBLISH = ["publish", "--channel", "c", "--id", "P"]
 
@@ -36,7 +38,7 @@ def test_a_flag_of_the_other_source_is_refused_in_one_line(
 
 
 def test_defaults_are_filled_in_for_the_source_used() -> None:
-    from publisher.cli import check_publish_flags
+    from publisher.flags import check_publish_flags
 
     synthetic = build_parser().parse_args([*PUBLISH, "--count", "3"])
     assert check_publish_flags(synthetic) is None

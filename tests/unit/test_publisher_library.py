@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from channel_server import remote
+from channel_client import remote
+from channel_client.statefile import STATE_DIR_ENV
 from channel_server.errors import InvalidArgument, ProcessingTimeout
-from channel_server.statefile import STATE_DIR_ENV
 from publisher import client
 from publisher.client import DEFAULT_PARTITIONS, Publisher
 
@@ -43,7 +43,7 @@ class FakeRemote:
 
 
 class FakeClock:
-    """time.monotonic and time.sleep of channel_server.remote: sleeping advances it."""
+    """time.monotonic and time.sleep of channel_client.remote: sleeping advances it."""
 
     def __init__(self) -> None:
         self.now = 100.0

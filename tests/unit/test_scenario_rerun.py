@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from channel_server.scenario import ScenarioRunner, load_steps
-from channel_server.statefile import StateFile
+from channel_client.scenario import ScenarioRunner, load_steps
+from channel_client.statefile import StateFile
 
 SCENARIO = "steps:\n  - {topic: t, message: 'm {n}', repeat: 2}\n  - {topic: t, message: bye}\n"
 

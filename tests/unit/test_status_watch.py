@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
+from channel_client import cli_common as cc
 from channel_server import cli
-from channel_server import cli_common as cc
 from channel_server.errors import BrokerUnavailable
 from channel_server.monitor.watch import watch
 from channel_server.status import status_renderables

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from channel_client import cli_common as cc
 from channel_server import cli
-from channel_server import cli_common as cc
 from channel_server.errors import StoreError
 from channel_server.store.dsn import STORE_DSN_ENV, store_dsn, without_password
 from channel_server.store.postgres import PostgresStore

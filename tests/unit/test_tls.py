@@ -15,7 +15,8 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from channel_server import cli_common, tls
+from channel_client import cli_common
+from channel_server import tls
 from channel_server.errors import InvalidArgument
 from channel_server.tls import TlsOptions
 

@@ -12,7 +12,7 @@ import argon2
 import pytest
 import yaml
 
-from channel_server import cli_common as cc
+from channel_client import cli_common as cc
 from channel_server import users as um
 from channel_server.errors import InvalidArgument
 from channel_server.users import (

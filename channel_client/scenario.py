@@ -8,7 +8,7 @@ steps:
 ```
 
 Each repetition of a step is one unit of work. After each unit the number done is saved
-in the client's state file (private, see :mod:`channel_server.statefile`), so a client
+in the client's state file (private, see :mod:`channel_client.statefile`), so a client
 restarted with the same file resumes after its last completed unit (a changed file starts
 over, and so does ``--restart``). The summary line says when units were skipped because an
 earlier run completed them, so a re-run that does nothing says why.
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from channel_server.statefile import StateFile
+from channel_client.statefile import StateFile
 from channel_server.wire import check_name
 
 log = logging.getLogger(__name__)

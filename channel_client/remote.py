@@ -18,8 +18,8 @@ from typing import Any
 import Pyro5.client
 import Pyro5.errors
 
+from channel_client.lookup import resolve_channel
 from channel_server.errors import BrokerUnavailable, UnknownChannel
-from channel_server.lookup import resolve_channel
 from channel_server.wire import as_refusal, check_name, closed_by_peer, make_proxy
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,118 @@
+"""Process setup every command shares: logging, credentials, TLS, connection limits, and
+stop signals."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from channel_client.arg_types import is_loopback
+from channel_client.exits import EXIT_INTERRUPTED, EXIT_USAGE, fail
+from channel_server import credentials, tls
+from channel_server.errors import InvalidArgument
+from channel_server.transport import TransportConfig
+
+STOP_POLL_S = 1.0
+"""How often a serving loop looks at its stop flag (short waits keep signals prompt)."""
+
+
+def transport_from_args(args: argparse.Namespace) -> TransportConfig:
+    return TransportConfig(
+        max_connections=args.max_connections,
+        comm_timeout_s=args.comm_timeout,
+        handshake_timeout_s=args.handshake_timeout,
+        max_message_bytes=args.max_message_bytes,
+        max_waiting=args.max_waiting,
+    )
+
+
+def setup(args: argparse.Namespace) -> None:
+    """Logging, the credential named on the command line (for every proxy) and TLS (for
+    every daemon and proxy). A credentials file or TLS setting that cannot work, or a
+    non-loopback bind without TLS or ``--insecure``, ends the process: one line on stderr,
+    exit 2."""
+    setup_logging(args.log_level)
+    if getattr(args, "credentials", None) is not None:
+        os.environ[credentials.CREDENTIALS_ENV] = str(args.credentials)
+    try:
+        path = os.environ.get(credentials.CREDENTIALS_ENV)
+        if path and hasattr(args, "credentials"):  # a command that connects
+            credentials.from_file(Path(path))  # read now: not first in some thread's proxy
+        setup_tls(args)
+    except InvalidArgument as exc:
+        raise SystemExit(fail(str(exc), EXIT_USAGE)) from None
+    if hasattr(args, "max_connections"):
+        transport_from_args(args).apply()
+
+
+def setup_tls(args: argparse.Namespace) -> tls.TlsOptions:
+    """Validate and apply the TLS flags (and env defaults); check the bind addresses of a
+    command made with :func:`add_bind_flags`. Raises InvalidArgument."""
+    bind_dests = getattr(args, "bind_dests", ())
+    options = tls.from_args(args).validate(serving=bool(bind_dests))
+    for dest in bind_dests:
+        host = getattr(args, dest)
+        if options.enabled or is_loopback(host):
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if not args.insecure:
+            raise InvalidArgument(
+                flag,
+                f"{host} is not a loopback address and TLS is off: credentials would cross "
+                "the network in clear text; give --tls-cert/--tls-key, or --insecure",
+            )
+        logging.getLogger(__name__).warning(
+            "%s %s without TLS (--insecure): credentials and events cross the network in "
+            "clear text",
+            flag,
+            host,
+        )
+    options.apply()
+    return options
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("Pyro5").setLevel(logging.CRITICAL)  # we report its errors ourselves
+
+
+def stop_on_signals() -> threading.Event:
+    """An Event set by SIGTERM or SIGINT; the handler only sets the flag."""
+    stop = threading.Event()
+
+    def _handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    return stop
+
+
+def exit_on_next_signal(why: str) -> None:
+    """From now on SIGTERM or SIGINT ends the process at once (exit 130), saying ``why``
+    that is safe: for a graceful stop that may wait (a subscriber saying goodbye to a
+    broker that is away), the second Ctrl-C is the way out."""
+
+    def _now(signum: int, frame: Any) -> None:
+        print(f"stopping now: {why}", file=sys.stderr, flush=True)
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGTERM, _now)
+    signal.signal(signal.SIGINT, _now)
+
+
+def serve_until_stopped(stop: threading.Event) -> None:
+    """Block until a stop signal sets ``stop`` (see :func:`stop_on_signals`): the wait of a
+    process that serves from other threads (broker, name server, push subscriber)."""
+    while not stop.wait(STOP_POLL_S):
+        pass
