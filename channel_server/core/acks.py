@@ -152,6 +152,8 @@ def ack_owed(group: ConsumerGroup, member: Member, acked: Iterable[str]) -> list
     those are done now, instead of going to someone else when the partition moves."""
     wanted = set(acked)
     found: list[Event] = []
+    if not wanted:
+        return found  # the usual ack: no pass over the member's partitions
     for key in list(member.partitions):
         pq = group.partitions[key]
         if not wanted or not (pq.pinned or pq.held_back):

@@ -32,16 +32,19 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
         return None
     budget = member.room
     events: list[Event] = []
-    for key in list(member.ready):
+    emptied: list[PartitionKey] = []
+    for key in member.ready:  # not copied: a member may own thousands of ready partitions
         if budget <= 0 and not member.owed:
             break
         taken, fresh = group.partitions[key].take(budget)
         if not taken:
             continue
-        del member.ready[key]
+        emptied.append(key)
         member.owed -= len(taken) - fresh
         events.extend(taken)
         budget -= fresh
+    for key in emptied:
+        del member.ready[key]
     return launch(group, member, events, now) if events else None
 
 

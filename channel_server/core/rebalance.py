@@ -14,6 +14,7 @@ nothing overtakes an event being processed) and no restored event still owed to 
 
 from __future__ import annotations
 
+import bisect
 from typing import TYPE_CHECKING
 
 from channel_server.events import PartitionKey
@@ -28,19 +29,23 @@ def rebalance_to(group: ConsumerGroup, newcomer: Member) -> list[PartitionKey]:
     """Move movable partitions from the members owning the most to ``newcomer`` until no
     donor is more than ``rebalance_threshold`` partitions ahead of it."""
     moved: list[PartitionKey] = []
-    donors = {m.member_id: m for m in group.active_members() if m is not newcomer}
-    while donors:
-        donor = max(donors.values(), key=lambda m: (len(m.partitions), m.member_id))
+    donors = sorted((m for m in group.active_members() if m is not newcomer), key=_size_order)
+    while donors:  # donors[-1] owns the most (ties: the highest id)
+        donor = donors.pop()
         if len(donor.partitions) - len(newcomer.partitions) <= group.policy.rebalance_threshold:
             break
         movable = [group.partitions[k] for k in donor.partitions if group.partitions[k].movable]
         if not movable:
-            del donors[donor.member_id]
             continue
         pq = min(movable, key=lambda q: str(q.key))
         group.move(pq, newcomer)
         moved.append(pq.key)
+        bisect.insort(donors, donor, key=_size_order)
     return moved
+
+
+def _size_order(member: Member) -> tuple[int, str]:
+    return len(member.partitions), member.member_id
 
 
 def after_progress(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
@@ -54,8 +59,13 @@ def rebalance(group: ConsumerGroup) -> list[PartitionKey]:
     """The active member owning the fewest partitions takes movable ones from the busiest
     (see rebalance_to); members offloaded for slowness are not given more."""
     active = group.active_members()
+    if len(active) < 2:
+        return []
+    sizes = [len(m.partitions) for m in active]
+    if max(sizes) - min(sizes) <= group.policy.rebalance_threshold:
+        return []  # balanced, the usual case after an ack: one pass over the members
     takers = [m for m in active if not m.offloaded]
-    if len(active) < 2 or not takers:
+    if not takers:
         return []
     return rebalance_to(group, min(takers, key=lambda m: (len(m.partitions), m.member_id)))
 
