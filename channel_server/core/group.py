@@ -54,6 +54,9 @@ class ConsumerGroup:
         self._queued = QueueCount()
         """Events in the partitions, kept by each of them (what ``backlog`` reads)."""
         self.partitions: dict[PartitionKey, PartitionQueue] = {}
+        self._changed: dict[PartitionKey, None] = {}
+        """Partitions changed since the last idle sweep, or idle and waiting to be dropped:
+        the only ones the sweep reads, so idle partitions cost nothing per round."""
         self.members: dict[str, Member] = {}
         self.touched: set[str] = set()
         """Members that may have work to send since the facade last looked (it wakes them)."""
@@ -173,7 +176,7 @@ class ConsumerGroup:
 
     def give(self, pq: PartitionQueue, member: Member) -> None:
         pq.owner = member.member_id
-        member.partitions.add(pq.key)
+        member.partitions[pq.key] = None
         member.queued += len(pq.pending)
         self.owner_changes[pq.key] = member.member_id
         self.refresh(pq)
@@ -183,7 +186,7 @@ class ConsumerGroup:
         if pq.owner is None:
             raise ValueError(f"partition {pq.key} has no owner to take it from")
         member = self.members[pq.owner]
-        member.partitions.discard(pq.key)
+        member.partitions.pop(pq.key, None)
         member.ready.pop(pq.key, None)
         member.queued -= len(pq.pending)
         member.owed -= pq.held_pending()
@@ -197,6 +200,7 @@ class ConsumerGroup:
 
     def refresh(self, pq: PartitionQueue) -> None:
         """Keep the owner's ready set in step with the partition (after any change)."""
+        self._changed[pq.key] = None
         owner = self.members.get(pq.owner) if pq.owner is not None else None
         if owner is None:
             return
@@ -404,16 +408,20 @@ class ConsumerGroup:
     def sweep_idle(self, now: float, idle_s: float) -> list[PartitionKey]:
         """Drop partitions that stayed empty with nothing in flight for ``idle_s``."""
         dropped = []
-        for key, pq in list(self.partitions.items()):
-            if not pq.idle:
-                pq.idle_since = None
+        for key in list(self._changed):
+            pq = self.partitions.get(key)
+            if pq is None or not pq.idle:
+                if pq is not None:
+                    pq.idle_since = None
+                del self._changed[key]
                 continue
             if pq.idle_since is None:
                 pq.idle_since = now
             elif now - pq.idle_since >= idle_s:
                 if pq.owner is not None and pq.owner in self.members:
-                    self.members[pq.owner].partitions.discard(key)
+                    self.members[pq.owner].partitions.pop(key, None)
                 del self.partitions[key]
+                del self._changed[key]
                 self.owner_changes[key] = None
                 dropped.append(key)
         return dropped

@@ -113,7 +113,8 @@ class Member:
     """What the broker presents to the member's callback daemon (it admits only that)."""
     active: bool = True
     inactive_reason: str = ""
-    partitions: set[PartitionKey] = field(default_factory=set)
+    partitions: dict[PartitionKey, None] = field(default_factory=dict)
+    """Owned partitions, longest owned first (a dict for that order; the values are None)."""
     ready: dict[PartitionKey, None] = field(default_factory=dict)
     """Owned partitions ready to send, oldest readiness first (round robin)."""
     queued: int = 0

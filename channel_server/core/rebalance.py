@@ -4,9 +4,9 @@ Only a *movable* partition changes owner: nothing in flight (so no batch is spli
 nothing overtakes an event being processed) and no restored event still owed to its owner
 (after a restart). A moved partition keeps its queue, so order is never broken.
 
-- A joining member takes movable partitions from the members owning the most, until no
-  one is more than ``rebalance_threshold`` partitions ahead of it; as partitions become
-  movable later, progress carries the same rebalance on.
+- A joining member takes movable partitions (each donor's longest owned first) from the
+  members owning the most, until no one is more than ``rebalance_threshold`` partitions
+  ahead of it; as partitions become movable later, progress carries the same rebalance on.
 - A member with nothing to do takes a ready partition from a busy member that has other
   work in hand (work stealing), so no batch waits behind a long job it could go around.
 - A slow member (long delays) hands its movable queued partitions to the others.
@@ -34,14 +34,23 @@ def rebalance_to(group: ConsumerGroup, newcomer: Member) -> list[PartitionKey]:
         donor = donors.pop()
         if len(donor.partitions) - len(newcomer.partitions) <= group.policy.rebalance_threshold:
             break
-        movable = [group.partitions[k] for k in donor.partitions if group.partitions[k].movable]
-        if not movable:
+        pq = _first_movable(group, donor)
+        if pq is None:
             continue
-        pq = min(movable, key=lambda q: str(q.key))
         group.move(pq, newcomer)
         moved.append(pq.key)
         bisect.insort(donors, donor, key=_size_order)
     return moved
+
+
+def _first_movable(group: ConsumerGroup, donor: Member) -> PartitionQueue | None:
+    """The movable partition the donor has owned longest: the scan usually stops at the
+    first one, where picking by key would read all of a member's thousands."""
+    for key in donor.partitions:
+        pq = group.partitions[key]
+        if pq.movable:
+            return pq
+    return None
 
 
 def _size_order(member: Member) -> tuple[int, str]:

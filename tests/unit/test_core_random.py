@@ -266,7 +266,7 @@ class Driver:
         self.next_session += 1
         mm = mg.members[member_id] = MMember(member.session, prefetch)
         mm.delivered, mm.acked = (old.delivered, old.acked) if old else (0, 0)
-        assert kept <= member.partitions, f"{group}/{member_id}: resumed, lost partitions"
+        assert kept <= member.partitions.keys(), f"{group}/{member_id}: resumed, lost partitions"
         self.store.save_member(MemberRecord(NAME, group, member_id, f"cb-{member_id}", prefetch))
         self.after_change()
 

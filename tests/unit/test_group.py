@@ -275,7 +275,7 @@ def test_missing_acks_make_the_member_inactive_and_partitions_move_in_order() ->
         assert outcome.missing == 6
         assert outcome.deactivated is (attempt == 3)
     member = d.g.members["a"]
-    assert not member.active and member.partitions == set()
+    assert not member.active and not member.partitions
     assert member.inactive_reason == "acks missing 3 times in a row"
     # Oldest work first to the least loaded: P0 -> b (tie), P1 -> c, P2 -> b (tie, lowest).
     assert owners(d.g) == {P0: "b", P1: "c", P2: "b"}
