@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from channel_server.channel_state import ChannelState
 from channel_server.core.acks import AckOutcome
-from channel_server.core.channel_core import DeadLetter
+from channel_server.core.records import DeadLetter
 from channel_server.events import Event, PartitionKey
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord, Store
 

@@ -23,7 +23,7 @@ from channel_server.access import Access
 from channel_server.broker_service import BrokerDaemon, BrokerService, check_id_scope, check_kind
 from channel_server.channel import EventChannel
 from channel_server.config import BrokerConfig
-from channel_server.core.channel_core import ChannelKind
+from channel_server.core.records import ChannelKind
 from channel_server.credentials import OWNER, Credential
 from channel_server.dispatch import DispatchPool
 from channel_server.errors import (

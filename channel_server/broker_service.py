@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import Pyro5.api
 
-from channel_server.core.channel_core import ChannelKind
+from channel_server.core.records import ChannelKind
 from channel_server.errors import InvalidArgument
 from channel_server.events import IdScope
 from channel_server.guard import GuardedDaemon

@@ -36,8 +36,9 @@ from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState
 from channel_server.channel_stats import ChannelStats
 from channel_server.config import ChannelConfig
-from channel_server.core.channel_core import ChannelCore, ChannelKind
+from channel_server.core.channel_core import ChannelCore
 from channel_server.core.member import PULL_CALLBACK
+from channel_server.core.records import ChannelKind
 from channel_server.dead_letters import DeadLetters
 from channel_server.dispatch import DispatchPool
 from channel_server.events import IdScope

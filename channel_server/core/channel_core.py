@@ -9,101 +9,28 @@ it is published (DESIGN §4). Inside the channel an event is named by its uid
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from itertools import accumulate
 from operator import attrgetter
 from typing import Any
 
+from channel_server.core import restore
 from channel_server.core.config import ChannelConfig
 from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
-from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.queues import GlobalQueue
+from channel_server.core.records import (
+    ChannelKind,
+    DeadLetter,
+    Forgotten,
+    Outstanding,
+    PublishOutcome,
+)
 from channel_server.core.snapshot import ChannelSnapshot
 from channel_server.errors import LimitReached, MemberActive, NotSubscribed
-from channel_server.events import Event, IdScope, event_uid, validate_batch
+from channel_server.events import Event, IdScope, validate_batch
 from channel_server.names import DEFAULT_GROUP
 
 _SIZE = attrgetter("size")
-
-
-class ChannelKind(StrEnum):
-    QUEUE = "queue"
-    TOPIC = "topic"
-
-
-@dataclass
-class PublishOutcome:
-    """What happened to a published batch, in batch order."""
-
-    accepted: list[Event] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
-    """The dedupe keys of ``accepted`` (computed once: :meth:`ChannelCore.enqueue` takes
-    them)."""
-    duplicates: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    """Ids refused for capacity."""
-    full_by: str = "events"
-    """The limit that refused them: "events" (``capacity``) or "bytes"
-    (``max_queued_bytes``)."""
-    unrouted: int = 0
-    """Events of a topic with no group: reported, not stored."""
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "accepted": len(self.accepted),
-            "duplicates": self.duplicates,
-            "refused": len(self.refused),
-            "unrouted": self.unrouted,
-        }
-
-
-@dataclass(frozen=True)
-class Forgotten:
-    """A member an operator removed (see :meth:`ChannelCore.forget_member`)."""
-
-    group: str
-    member_id: str
-    was_active: bool
-    inactive_reason: str
-    partitions: int
-    """Partitions it owned (they went to the others)."""
-    in_flight: int
-    """Events it held (they went back to be delivered again)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Outstanding:
-    """One publisher's work a channel still owes (see :meth:`ChannelCore.outstanding`)."""
-
-    queued: int = 0
-    in_flight: int = 0
-    dead_letters: int = 0
-    """Its events in the dead-letter queue: given up on, so not outstanding."""
-
-    @property
-    def total(self) -> int:
-        return self.queued + self.in_flight
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "outstanding": self.total,
-            "queued": self.queued,
-            "in_flight": self.in_flight,
-            "dead_letters": self.dead_letters,
-        }
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    event: Event
-    group: str
-    error: str
 
 
 class ChannelCore:
@@ -144,7 +71,7 @@ class ChannelCore:
         """Counts of this life of the channel (see :meth:`restore` and :meth:`replay`):
         ``accepted_total - acked_total == unacked`` until a group is dropped with its
         backlog."""
-        self._groups_left: dict[int, int] = {}
+        self.groups_left: dict[int, int] = {}
         """offset -> groups still to acknowledge, only for events held by 2+ groups."""
         if kind is ChannelKind.QUEUE:
             self.add_group(DEFAULT_GROUP)
@@ -343,7 +270,7 @@ class ChannelCore:
         ordered = self.global_queue.drain()
         holders = len(self.groups)
         if holders > 1:
-            self._groups_left.update((ev.offset, holders) for ev in ordered)
+            self.groups_left.update((ev.offset, holders) for ev in ordered)
         for group in self.groups.values():
             group.enqueue(ordered)
         self.unacked += len(ordered)
@@ -390,14 +317,14 @@ class ChannelCore:
     def _retire(self, events: list[Event], count_acked: bool = True) -> list[Event]:
         finished = []
         for ev in events:
-            left = self._groups_left.get(ev.offset)
+            left = self.groups_left.get(ev.offset)
             if left is None:
                 finished.append(ev)
             elif left <= 1:
-                del self._groups_left[ev.offset]
+                del self.groups_left[ev.offset]
                 finished.append(ev)
             else:
-                self._groups_left[ev.offset] = left - 1
+                self.groups_left[ev.offset] = left - 1
         self.unacked -= len(finished)
         self.queued_bytes -= sum(map(_SIZE, finished))
         if count_acked:
@@ -417,8 +344,8 @@ class ChannelCore:
         restored = []
         for letter in chosen:
             group = self.groups.get(letter.group) or self.add_group(letter.group)
-            if letter.event.offset in self._groups_left:
-                self._groups_left[letter.event.offset] += 1
+            if letter.event.offset in self.groups_left:
+                self.groups_left[letter.event.offset] += 1
             else:  # accepted again (not un-acknowledged: it may have died in a past life)
                 restored.append(letter.event)
                 self.unacked += 1
@@ -427,57 +354,15 @@ class ChannelCore:
             group.enqueue([letter.event])
         return chosen, restored
 
-    # -- the backup: restart and rebuild -------------------------------------------------
+    # -- the backup: restart and rebuild (see the restore module) ------------------------
     def restore(self, snapshot: ChannelSnapshot, now: float) -> None:
-        """Load what a store kept (a restart): groups, members (active again, at their
-        saved callbacks), partition owners, the delivered window, dead letters, events.
-        Each restored partition stays with its owner until its restored events are
-        resolved: that owner may have processed them before the restart."""
-        # Offsets used up by publishes that stored nothing (all duplicates) are not in
-        # the store's next offset, but a group created after them starts past them.
-        starts = snapshot.groups.values()
-        self.next_offset = max(self.next_offset, snapshot.next_offset, *starts, 0)
-        for name, created in sorted(snapshot.groups.items(), key=lambda g: g[1]):
-            self.add_group(name, created)
-        for record in snapshot.members:
-            self.add_group(record.group).join(
-                record.member_id,
-                record.callback,
-                record.prefetch,
-                self.new_session(),
-                now,
-                pull=record.callback == PULL_CALLBACK,
-                user=record.user,
-                secret=record.secret,
-            )
-        for name, owners in snapshot.owners.items():
-            if name in self.groups:
-                for key, owner in owners.items():
-                    self.groups[name].restore_owner(key, owner)
-        self.delivered.restore(self._window_keys(snapshot.delivered))
-        self.dead_letters = [DeadLetter(d.event, d.group, d.error) for d in snapshot.dead_letters]
-        holders: dict[int, int] = {}
-        sizes: dict[int, int] = {}
-        for group, events in self._owed(snapshot).items():
-            group.enqueue(events)
-            for ev in events:
-                holders[ev.offset] = holders.get(ev.offset, 0) + 1
-                sizes[ev.offset] = ev.size
-        self._groups_left = {offset: n for offset, n in holders.items() if n > 1}
-        self.unacked = len(holders)
-        self.accepted_total = self.unacked  # their acks count in this life: so must they
-        self.queued_bytes = sum(sizes.values())
-        for group in self.groups.values():
-            group.pin_restored(self.next_offset)
+        """Load what a store kept (a restart): see :func:`restore.restore`."""
+        restore.restore(self, snapshot, now)
 
-    def _window_keys(
-        self, entries: Iterable[tuple[str, str, float]]
-    ) -> Iterator[tuple[str, float]]:
-        """A stored window's (publisher id, id, accepted at) as the dedupe keys of this
-        channel's scope (a generator: a restart may load a million)."""
-        if self.id_scope is IdScope.PUBLISHER:
-            return ((event_uid(pub, i), at) for pub, i, at in entries)
-        return ((i, at) for _, i, at in entries)
+    def rebuild(self, snapshot: ChannelSnapshot) -> int:
+        """Refill the queues from the backup, in timestamp order, leaving batches in flight
+        alone. Returns how many events were put back."""
+        return restore.rebuild(self, snapshot)
 
     def kill_queues(self) -> int:
         """The fault: empty the in-memory queues. Returns how many events were dropped."""
@@ -488,33 +373,6 @@ class ChannelCore:
     def lost(self) -> int:
         """Events accepted and unacknowledged that no queue holds (0 when healthy)."""
         return sum(group.lost() for group in self.groups.values())
-
-    def rebuild(self, snapshot: ChannelSnapshot) -> int:
-        """Refill the queues from the backup, in timestamp order, leaving batches in flight
-        alone. Returns how many events were put back."""
-        refilled = 0
-        for group, events in self._owed(snapshot).items():
-            flying = group.in_flight_offsets()
-            missing = [ev for ev in events if ev.offset not in flying]
-            group.drop_pending()
-            group.refill(missing)
-            refilled += len(missing)
-        return refilled
-
-    def _owed(self, snapshot: ChannelSnapshot) -> dict[ConsumerGroup, list[Event]]:
-        """Per group, the stored events it has not acknowledged or dead-lettered."""
-        dead = {(d.group, d.event.offset) for d in snapshot.dead_letters}
-        owed = {}
-        for group in self.groups.values():
-            acked = snapshot.acks.get(group.name, set())
-            owed[group] = [
-                ev
-                for ev in snapshot.events
-                if ev.offset >= group.created_offset
-                and ev.offset not in acked
-                and (group.name, ev.offset) not in dead
-            ]
-        return owed
 
 
 def _number(events: list[Event], first_offset: int) -> None:

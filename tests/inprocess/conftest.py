@@ -13,7 +13,7 @@ import pytest
 
 from channel_server.channel import EventChannel
 from channel_server.config import ChannelConfig
-from channel_server.core.channel_core import ChannelKind
+from channel_server.core.records import ChannelKind
 from channel_server.dispatch import DispatchPool
 from channel_server.store import MemoryStore, Store
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from channel_server.core.channel_core import ChannelKind
+from channel_server.core.records import ChannelKind
 from channel_server.errors import InvalidArgument, MemberActive, NotSubscribed
 from channel_server.store import MemoryStore
 from tests.inprocess.conftest import ChannelFactory, FakeClock, event

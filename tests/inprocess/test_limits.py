@@ -12,7 +12,7 @@ import Pyro5.server
 import pytest
 from Pyro5 import config as pyro_config
 
-from channel_server.core.channel_core import ChannelKind
+from channel_server.core.records import ChannelKind
 from channel_server.errors import LimitReached, NotSubscribed, QueueFull
 from channel_server.events import Event, event_uid
 from channel_server.store import MemoryStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from channel_server.core.channel_core import ChannelKind
+from channel_server.core.records import ChannelKind
 from channel_server.errors import QueueFull
 from channel_server.store.memory import MemoryStore
 from tests.inprocess.conftest import ChannelFactory, event

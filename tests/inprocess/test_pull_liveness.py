@@ -3,7 +3,7 @@ readmission by the next get, and housekeeping of pull groups (fake clock, no soc
 
 from __future__ import annotations
 
-from channel_server.core.channel_core import ChannelKind
+from channel_server.core.records import ChannelKind
 from channel_server.events import event_uid
 from tests.inprocess.conftest import ChannelFactory, FakeClock, event
 

@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 
 from channel_server.config import ChannelConfig
-from channel_server.core.channel_core import ChannelCore, ChannelKind
+from channel_server.core.channel_core import ChannelCore
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import Batch
+from channel_server.core.records import ChannelKind
 from channel_server.errors import InvalidEvent, LimitReached
 from channel_server.events import Event, IdScope, event_uid
 from channel_server.store import MemoryStore

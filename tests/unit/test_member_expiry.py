@@ -10,8 +10,9 @@ import dataclasses
 import pytest
 
 from channel_server.config import ChannelConfig
-from channel_server.core.channel_core import ChannelCore, ChannelKind
+from channel_server.core.channel_core import ChannelCore
 from channel_server.core.group import ConsumerGroup
+from channel_server.core.records import ChannelKind
 from channel_server.errors import MemberActive, NotSubscribed
 from channel_server.wire import DEFAULT_GROUP
 from tests.unit.group_checks import check_group, ids, owners

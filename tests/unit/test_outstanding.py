@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from channel_server.core.channel_core import ChannelCore, ChannelKind, Outstanding
+from channel_server.core.channel_core import ChannelCore
+from channel_server.core.records import ChannelKind, Outstanding
 from channel_server.wire import DEFAULT_GROUP
 from tests.unit.test_channel_core import complete, config, join, publish, raw, take
 
