@@ -13,7 +13,7 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import Any
 
-from channel_server.core import restore
+from channel_server.core import restore, roster
 from channel_server.core.config import ChannelConfig
 from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
@@ -26,7 +26,6 @@ from channel_server.core.records import (
     PublishOutcome,
 )
 from channel_server.core.snapshot import ChannelSnapshot
-from channel_server.errors import LimitReached, MemberActive, NotSubscribed
 from channel_server.events import Event, IdScope, validate_batch
 from channel_server.names import DEFAULT_GROUP
 
@@ -94,78 +93,16 @@ class ChannelCore:
         return sum(len(group.members) for group in self.groups.values())
 
     def make_room_for_member(self) -> list[tuple[str, str]]:
-        """Room for one more member under ``max_members``: when the channel is at the cap,
-        the member inactive longest is forgotten (it holds and owns nothing; subscribing
-        again with its id makes it a new member). Returns the (group, member) forgotten,
-        for the facade to drop from the store; raises LimitReached when every member is
-        active."""
-        forgotten: list[tuple[str, str]] = []
-        while self.members() >= self.config.max_members:
-            inactive = self._inactive()
-            if not inactive:
-                raise LimitReached("members", self.config.max_members, f"channel {self.name}")
-            _, group_name, member_id = inactive[0]
-            self.groups[group_name].forget(member_id)
-            forgotten.append((group_name, member_id))
-        return forgotten
+        """Room for one more member under ``max_members`` (see :func:`roster.make_room`)."""
+        return roster.make_room(self)
 
     def expire_members(self, now: float) -> list[tuple[str, str]]:
-        """Forget the members that stayed inactive with no sign of life for
-        ``member_expiry_s`` (0: never), so that crashed subscribers do not stay listed for
-        ever. They hold and own nothing; one that comes back subscribes again as a new
-        member. The last member of a group other than ``default`` is kept: that group is
-        a subscription holding events for it, which only an explicit unsubscribe or
-        :meth:`forget_member` drops. Returns the (group, member) forgotten, for the facade
-        to drop from the store."""
-        expiry = self.config.member_expiry_s
-        if expiry <= 0:
-            return []
-        forgotten = []
-        for last_seen, group_name, member_id in self._inactive():
-            group = self.groups[group_name]
-            if now - last_seen < expiry:
-                break  # the rest were seen later
-            if group_name != DEFAULT_GROUP and len(group.members) == 1:
-                continue
-            group.forget(member_id)
-            forgotten.append((group_name, member_id))
-        return forgotten
+        """Forget members long inactive (see :func:`roster.expire`)."""
+        return roster.expire(self, now)
 
     def forget_member(self, group_name: str, member_id: str, force: bool = False) -> Forgotten:
-        """Remove a member now (an operator's ``forget``). An inactive one holds and owns
-        nothing; an active one is refused with MemberActive unless ``force``, and then
-        leaves as if it unsubscribed: what it held goes back to the head of its
-        partitions and its partitions to the others. Raises NotSubscribed when the group
-        has no such member. The facade drops the member from the store, and the group
-        when it was the last member of one other than ``default`` (like unsubscribe)."""
-        group = self.groups.get(group_name)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
-            raise NotSubscribed(member_id, self.name)
-        if member.active and not force:
-            raise MemberActive(member_id, group_name, self.name)
-        gone = Forgotten(
-            group_name,
-            member_id,
-            member.active,
-            member.inactive_reason,
-            len(member.partitions),
-            member.in_flight,
-        )
-        if member.active:
-            group.leave(member_id)
-        else:
-            group.forget(member_id)
-        return gone
-
-    def _inactive(self) -> list[tuple[float, str, str]]:
-        """(last seen, group, member) of every inactive member, longest silent first."""
-        return sorted(
-            (member.last_seen, group.name, member.member_id)
-            for group in self.groups.values()
-            for member in group.members.values()
-            if not member.active
-        )
+        """Remove a member now, an operator's ``forget`` (see :func:`roster.forget`)."""
+        return roster.forget(self, group_name, member_id, force)
 
     def new_session(self) -> int:
         session = self._next_session
