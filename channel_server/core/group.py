@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from channel_server.core import acks, delivery, rebalance
+from channel_server.core import acks, delivery, group_membership
 from channel_server.core.acks import AckOutcome
 from channel_server.core.assignment import least_loaded
 from channel_server.core.delivery import by_key
-from channel_server.core.health import DelayPolicy, DelayTracker
-from channel_server.core.member import Batch, Flight, Member, Window, WindowPolicy
+from channel_server.core.health import DelayPolicy
+from channel_server.core.member import Batch, Flight, Member, WindowPolicy
 from channel_server.core.queues import PartitionQueue, QueueCount
 from channel_server.events import Event, PartitionKey
 
@@ -244,7 +244,7 @@ class ConsumerGroup:
             if self.assign(pq) is None:
                 return
 
-    # -- membership ----------------------------------------------------------------------
+    # -- membership (see the group_membership module) ----------------------------------
     def join(
         self,
         member_id: str,
@@ -257,54 +257,18 @@ class ConsumerGroup:
         user: str = "owner",
         secret: str = "",
     ) -> Member:
-        """Add a member, or resume one with the same id (a durable subscription) in a new
-        session: what its old session held goes back first (a resumed member that was
-        active keeps its partitions, so it gets those events again, in order). ``user``
-        owns the id; ``secret`` is what the broker presents to its callback."""
-        member = self.members.get(member_id)
-        if member is None:
-            member = Member(
-                member_id,
-                callback,
-                prefetch,
-                delays=DelayTracker(self.policy.delay),
-                window=Window(prefetch, self.policy.window),
-            )
-            self.members[member_id] = member
-        else:
-            delivery.unfly(self, member, list(member.flights.values()))
-            pace = member.window.per_event_s
-            member.callback, member.prefetch = callback, prefetch
-            member.window = Window(prefetch, self.policy.window)
-            member.window.per_event_s = pace
-            member.active, member.inactive_reason = True, ""
-            member.transport_failures = member.ack_failures = 0
-            member.offloaded, member.retry_at = False, 0.0
-        member.session, member.pull, member.next_seq = session, pull, 1
-        member.user, member.secret = user, secret
-        member.seen(now)
-        self.assign_unowned()
-        rebalance.rebalance_to(self, member)
-        self.touched.add(member_id)
-        return member
+        """Add a member, or resume one with the same id (see group_membership.join)."""
+        return group_membership.join(
+            self, member_id, callback, prefetch, session, now, pull, user=user, secret=secret
+        )
 
     def deactivate(self, member_id: str, reason: str) -> None:
-        """Take a member out of rotation (declared dead); what it held and its partitions
-        move to the least-loaded others, in order. It comes back by joining again."""
-        member = self.members[member_id]
-        member.active, member.inactive_reason = False, reason
-        self.deactivations.append((member_id, reason))
-        delivery.unfly(self, member, list(member.flights.values()))
-        self._release_partitions(member)
+        """Take a member out of rotation (see group_membership.deactivate)."""
+        group_membership.deactivate(self, member_id, reason)
 
     def leave(self, member_id: str) -> None:
-        """Unsubscribe: the member stopped processing, so what it held goes back to the
-        head of its partitions at once, and the partitions to the others."""
-        member = self.members[member_id]
-        member.active = False
-        delivery.unfly(self, member, list(member.flights.values()))
-        self._release_partitions(member)
-        del self.members[member_id]
+        """Unsubscribe (see group_membership.leave)."""
+        group_membership.leave(self, member_id)
 
     def forget(self, member_id: str) -> None:
         """Remove an inactive member for good (it holds nothing and owns nothing)."""
@@ -312,15 +276,6 @@ class ConsumerGroup:
         if member.active:
             raise ValueError(f"{member_id} is active")
         del self.members[member_id]
-
-    def _release_partitions(self, member: Member) -> None:
-        for key in sorted(member.partitions, key=str):
-            self.take_away(self.partitions[key])
-        self.assign_unowned()
-
-    # -- delivery ------------------------------------------------------------------------
-
-    # -- acks ----------------------------------------------------------------------------
 
     # -- delivery and acks (see the delivery and acks modules) ----------------------------
     def take_batch(self, member_id: str, now: float) -> Batch | None:
@@ -379,31 +334,6 @@ class ConsumerGroup:
         if member is not None:
             member.seen(now)
         return member
-
-    def silent(self, now: float, after_s: float) -> list[str]:
-        """Active push members holding events that gave no sign of life for ``after_s``:
-        frozen, or gone. They are pinged (delivery is judged, not the handlers)."""
-        return [
-            m.member_id
-            for m in self.members.values()
-            if m.active and not m.pull and m.flights and now - m.last_seen > after_s
-        ]
-
-    def stuck(self, now: float, after_s: float) -> list[str]:
-        """Active members holding an event longer than the handler timeout."""
-        return [
-            m.member_id
-            for m in self.members.values()
-            if m.active and m.flights and now - next(iter(m.flights.values())).sent_at > after_s
-        ]
-
-    def idle_pullers(self, now: float, after_s: float) -> list[str]:
-        """Active pull members that have not called ``get`` for ``after_s``."""
-        return [
-            m.member_id
-            for m in self.members.values()
-            if m.active and m.pull and now - m.last_seen > after_s
-        ]
 
     def sweep_idle(self, now: float, idle_s: float) -> list[PartitionKey]:
         """Drop partitions that stayed empty with nothing in flight for ``idle_s``."""

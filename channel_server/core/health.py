@@ -1,9 +1,12 @@
-"""Health rules for slow subscribers (DESIGN §6), pure and driven by an explicit clock.
+"""Health rules for slow and silent subscribers (DESIGN §6), pure and driven by an
+explicit clock.
 
 A push round trip over ``small_delay_s`` is a small delay (counted, logged). One over
 ``long_delay_s`` is a long delay; ``long_delay_count`` of them within
 ``long_delay_window_s`` mean the member's queued partitions should be offloaded to others,
-while it stays active. Failed attempts are counted by the group (see group.py).
+while it stays active. Failed attempts are counted by the group (see group.py). The
+liveness round asks which members are silent (holding events, no sign of life), stuck (a
+handler past its timeout) or idle pullers.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from channel_server.core.group import ConsumerGroup
 
 
 class Delay(StrEnum):
@@ -60,3 +67,32 @@ class DelayTracker:
             self._recent_long.clear()
             return delay, True
         return delay, False
+
+
+# -- members to look at (the broker's liveness round asks) ---------------------------------
+def silent(group: ConsumerGroup, now: float, after_s: float) -> list[str]:
+    """Active push members holding events that gave no sign of life for ``after_s``:
+    frozen, or gone. They are pinged (delivery is judged, not the handlers)."""
+    return [
+        m.member_id
+        for m in group.members.values()
+        if m.active and not m.pull and m.flights and now - m.last_seen > after_s
+    ]
+
+
+def stuck(group: ConsumerGroup, now: float, after_s: float) -> list[str]:
+    """Active members holding an event longer than the handler timeout."""
+    return [
+        m.member_id
+        for m in group.members.values()
+        if m.active and m.flights and now - next(iter(m.flights.values())).sent_at > after_s
+    ]
+
+
+def idle_pullers(group: ConsumerGroup, now: float, after_s: float) -> list[str]:
+    """Active pull members that have not called ``get`` for ``after_s``."""
+    return [
+        m.member_id
+        for m in group.members.values()
+        if m.active and m.pull and now - m.last_seen > after_s
+    ]

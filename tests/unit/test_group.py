@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from channel_server.core import rebalance
+from channel_server.core import health, rebalance
 from channel_server.core.group import ConsumerGroup, GroupPolicy
 from channel_server.core.member import Batch, WindowPolicy
 from tests.unit.group_checks import check_group, ids, make_event, owners, pending_ids, uids
@@ -409,12 +409,12 @@ def test_silent_stuck_and_idle_pull_members_are_found_by_the_clock() -> None:
     holder = next(m for m in ("push", "puller", "idle") if d.g.members[m].partitions)
     d.take(holder)
     d.now = 6.0
-    assert d.g.silent(d.now, 5.0) == ([holder] if holder != "puller" else [])
-    assert d.g.idle_pullers(d.now, 5.0) == ["puller"]
+    assert health.silent(d.g, d.now, 5.0) == ([holder] if holder != "puller" else [])
+    assert health.idle_pullers(d.g, d.now, 5.0) == ["puller"]
     d.g.heartbeat(holder, d.now)
-    assert d.g.silent(d.now, 5.0) == []
-    assert d.g.stuck(d.now, 5.0) == [holder]  # a heartbeat does not finish a handler
-    assert d.g.stuck(d.now, 10.0) == []
+    assert health.silent(d.g, d.now, 5.0) == []
+    assert health.stuck(d.g, d.now, 5.0) == [holder]  # a heartbeat does not finish a handler
+    assert health.stuck(d.g, d.now, 10.0) == []
 
 
 def test_probes_count_like_failed_pushes() -> None:
