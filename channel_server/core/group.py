@@ -244,31 +244,10 @@ class ConsumerGroup:
             if self.assign(pq) is None:
                 return
 
-    # -- membership (see the group_membership module) ----------------------------------
-    def join(
-        self,
-        member_id: str,
-        callback: str,
-        prefetch: int,
-        session: int,
-        now: float,
-        pull: bool = False,
-        *,
-        user: str = "owner",
-        secret: str = "",
-    ) -> Member:
-        """Add a member, or resume one with the same id (see group_membership.join)."""
-        return group_membership.join(
-            self, member_id, callback, prefetch, session, now, pull, user=user, secret=secret
-        )
-
-    def deactivate(self, member_id: str, reason: str) -> None:
-        """Take a member out of rotation (see group_membership.deactivate)."""
-        group_membership.deactivate(self, member_id, reason)
-
-    def leave(self, member_id: str) -> None:
-        """Unsubscribe (see group_membership.leave)."""
-        group_membership.leave(self, member_id)
+    # -- membership (functions of the group_membership module, bound as methods) ---------
+    join = group_membership.join
+    deactivate = group_membership.deactivate
+    leave = group_membership.leave
 
     def forget(self, member_id: str) -> None:
         """Remove an inactive member for good (it holds nothing and owns nothing)."""
