@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -50,7 +51,9 @@ class ChannelBackup:
     # -- writes, under the lock ----------------------------------------------------------
     def accept(self, events: list[Event], now: float) -> None:
         """Commit an accepted batch (one transaction) before ``publish`` returns."""
+        started = time.perf_counter()
         self.store.append(self._name, events, self._state.core.next_offset, now)
+        self._state.timings.store_write.observe(time.perf_counter() - started)
 
     def outcome(self, group: str, outcome: AckOutcome, retired: list[Event]) -> None:
         """What an ack did: dead letters, acks of one group, deletes of retired events."""

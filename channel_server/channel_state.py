@@ -16,9 +16,19 @@ from dataclasses import dataclass, field
 
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
+from channel_server.core.histogram import STORE_BUCKETS_S, Histogram
 
 MemberKey = tuple[str, str]
 """(group, member id): how the parts name a member."""
+
+
+@dataclass(eq=False)
+class ChannelTimings:
+    """What the channel times at its edges (guarded by the channel lock): each publish's
+    store write, and how long its last restore took."""
+
+    store_write: Histogram = field(default_factory=lambda: Histogram(STORE_BUCKETS_S))
+    restore_s: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,3 +54,4 @@ class ChannelState:
     #   take the store's locks and the dispatch pool's condition (they never call back),
     #   never another channel's lock or a MemberLink's lock.
     lock: threading.Lock = field(default_factory=threading.Lock)
+    timings: ChannelTimings = field(default_factory=ChannelTimings)

@@ -82,6 +82,8 @@ class ChannelStats:
         with state.lock:
             durable = self._store.durable
             stats = channel_stats(state.core, state.config, durable, state.now(), self._rates)
+            stats["store_write_s"] = state.timings.store_write.to_dict()
+            stats["restore_s"] = round(state.timings.restore_s, 6)
         stats["stored"] = self._store.count(state.name)
         return stats
 
@@ -116,6 +118,10 @@ def channel_stats(
 def group_stats(grp: ConsumerGroup, now: float) -> dict[str, Any]:
     return {
         "backlog": grp.backlog,
+        "nacked": grp.nacked,
+        "redelivered": grp.redelivered,
+        "dead_lettered": grp.dead_lettered,
+        "ack_latency_s": grp.ack_latency.to_dict(),
         "members": [
             member_stats(m, now) for m in sorted(grp.members.values(), key=lambda m: m.member_id)
         ],
@@ -147,6 +153,7 @@ def member_stats(m: Member, now: float) -> dict[str, Any]:
         "failures": m.failures,
         "small_delays": m.delays.small,
         "long_delays": m.delays.long,
+        "offloads": m.offloads,
         "seen_s_ago": round(max(0.0, now - m.last_seen), 3),
     }
 

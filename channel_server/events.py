@@ -76,6 +76,9 @@ class Event:
     size: int = 0
     """Bytes it takes: its id's length plus :func:`payload_size`. The same for every copy
     of an event (one reloaded from a store too), so what a channel queues adds up."""
+    accepted_at: float = 0.0
+    """When this broker accepted it (its clock; the batch shares one float), for the
+    publish-to-ack latency; 0 for an event restored from a store."""
 
     def __lt__(self, other: Event) -> bool:
         if self.timestamp != other.timestamp:

@@ -31,9 +31,10 @@ class Publishing:
         events = validate_batch(batch, config.max_payload_bytes, config.max_publish_batch)
         with state.lock:
             self._backup.repair()  # publishing halts here while lost events are rebuilt
-            outcome = state.core.prepare_valid(events)
+            now = state.now()
+            outcome = state.core.prepare_valid(events, now)
             if outcome.accepted:
-                self._accept(outcome.accepted, outcome.keys)
+                self._accept(outcome.accepted, outcome.keys, now)
             state.core.count_publish(len(events), outcome)
         if outcome.refused:
             by_bytes = outcome.full_by == "bytes"
@@ -48,12 +49,11 @@ class Publishing:
             )
         return outcome.summary()
 
-    def _accept(self, events: list[Event], keys: list[str]) -> None:
+    def _accept(self, events: list[Event], keys: list[str], now: float) -> None:
         """Commit prepared events to the store, then queue them (under the lock). The
         commit stays under the lock on purpose: SQLite lets go of the GIL for it, and
         threads blocked on the lock do not compete for the GIL when the publish wants it
         back (measured: slightly faster than committing outside the lock)."""
-        now = self._state.now()
         self._backup.accept(events, now)
         self._state.core.enqueue(events, now, keys)
         self._backup.trim()

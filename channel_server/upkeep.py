@@ -5,6 +5,7 @@ fault, close it. :class:`Upkeep` owns whether the channel is closed (under the l
 from __future__ import annotations
 
 import logging
+import time
 
 from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState
@@ -39,11 +40,13 @@ class Upkeep:
 
     def restore(self) -> int:
         """See EventChannel.restore. The store is read outside the lock."""
+        started = time.perf_counter()
         snapshot = self._backup.load()
         with self._state.lock:
             self._backup.restore(snapshot)
             self._members.resume()
             self._push.changed()
+            self._state.timings.restore_s = time.perf_counter() - started
         if snapshot.events or snapshot.members:
             log.info(
                 "%s: restored %d unacknowledged events, %d members, %d dead letters",

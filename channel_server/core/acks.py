@@ -71,6 +71,7 @@ def acknowledge(
         flight = member.flights.pop(uid, None)
         if flight is None:
             continue
+        group.nacked += 1
         if handler_failed(group, flight.event):
             outcome.dead.append((flight.event, error))
             finished.append(flight.event)
@@ -83,6 +84,7 @@ def acknowledge(
     outcome.retried = [f.event for f in failed + skipped]
     outcome.done.extend(ack_owed(group, member, elsewhere))
     member.acked += len(outcome.done)
+    group.ack_latency.observe_many(now - ev.accepted_at for ev in outcome.done if ev.accepted_at)
     finish(group, member, finished)
     give_back(group, member, failed, hold=False)  # the handler failed: anyone may retry
     give_back(group, member, skipped)  # processed, maybe: they stay with the member

@@ -145,7 +145,7 @@ class ChannelCore:
             validate_batch(raw_batch, self.config.max_payload_bytes, self.config.max_publish_batch)
         )
 
-    def prepare_valid(self, events: list[Event]) -> PublishOutcome:
+    def prepare_valid(self, events: list[Event], accepted_at: float = 0.0) -> PublishOutcome:
         """Number a validated batch, drop known ids, and pick what fits; changes nothing
         but the offset counter, so a store failure before :meth:`enqueue` leaves no trace.
 
@@ -153,7 +153,7 @@ class ChannelCore:
         and not shared yet. Refusals for capacity are counted in the outcome; the facade
         turns them into QueueFull after storing what was accepted.
         """
-        _number(events, self.next_offset)
+        _number(events, self.next_offset, accepted_at)
         self.next_offset += len(events)  # offsets of refused events are never reused
         outcome = PublishOutcome()
         fresh: list[Event] = []
@@ -249,6 +249,7 @@ class ChannelCore:
         """Dead-letter what the outcome gave up on; retire what it resolved."""
         for ev, error in outcome.dead:
             self.dead_letters.append(DeadLetter(ev, group.name, error))
+        group.dead_lettered += len(outcome.dead)
         return self._retire(outcome.done + [ev for ev, _ in outcome.dead])
 
     def _retire(self, events: list[Event], count_acked: bool = True) -> list[Event]:
@@ -312,8 +313,9 @@ class ChannelCore:
         return sum(group.lost() for group in self.groups.values())
 
 
-def _number(events: list[Event], first_offset: int) -> None:
-    """Give validated events their offsets in place: event i gets ``first_offset + i``.
+def _number(events: list[Event], first_offset: int, accepted_at: float) -> None:
+    """Give validated events their offsets in place (event i gets ``first_offset + i``)
+    and the time they were accepted.
 
     Events are frozen for everyone who shares them; a batch fresh from validation is not
     shared yet, and numbering it happens under the channel lock, where building new
@@ -321,3 +323,4 @@ def _number(events: list[Event], first_offset: int) -> None:
     set_field = object.__setattr__
     for index, ev in enumerate(events):
         set_field(ev, "offset", first_offset + index)
+        set_field(ev, "accepted_at", accepted_at)

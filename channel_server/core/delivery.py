@@ -69,6 +69,7 @@ def launch(group: ConsumerGroup, member: Member, events: list[Event], now: float
     if not member.flights:
         member.busy_since = now
     attempts = [group.attempts.pop(ev.offset, 0) + 1 for ev in events]
+    group.redelivered += sum(a > 1 for a in attempts)
     first = member.next_seq
     for i, (ev, attempt) in enumerate(zip(events, attempts, strict=True)):
         member.flights[ev.uid] = Flight(ev, attempt, first + i, now)

@@ -18,6 +18,7 @@ from channel_server.core.acks import AckOutcome
 from channel_server.core.assignment import least_loaded
 from channel_server.core.delivery import by_key
 from channel_server.core.health import DelayPolicy
+from channel_server.core.histogram import LATENCY_BUCKETS_S, Histogram
 from channel_server.core.member import Batch, Flight, Member, WindowPolicy
 from channel_server.core.queues import PartitionQueue, QueueCount
 from channel_server.events import Event, PartitionKey
@@ -71,6 +72,11 @@ class ConsumerGroup:
         """Deliveries made so far of events that went back to a queue (offset -> count)."""
         self.handler_failures: dict[int, int] = {}
         """Handler failures so far of events not yet dead-lettered (offset -> count)."""
+        self.nacked = self.redelivered = self.dead_lettered = 0
+        """Totals of this life: handler failures reported, deliveries after the first
+        (attempt > 1), events given up on (the dead-letter queue)."""
+        self.ack_latency = Histogram(LATENCY_BUCKETS_S)
+        """Seconds from acceptance to this group's ack (events accepted in this life)."""
 
     # -- queries -------------------------------------------------------------------------
     @property

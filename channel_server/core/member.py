@@ -140,6 +140,8 @@ class Member:
     offloaded: bool = False
     """Its queued work was moved away for slowness; no rebalance hands it more until a
     push of its is fast again (or it rejoins)."""
+    offloads: int = 0
+    """Times its queued partitions were moved away for slowness (a total, for metrics)."""
     window: Window = field(default_factory=lambda: Window(100, WindowPolicy()))
 
     @property

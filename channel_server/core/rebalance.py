@@ -120,4 +120,5 @@ def offload(group: ConsumerGroup, member_id: str) -> list[PartitionKey]:
         moved.append(pq.key)
     if moved:
         group.offloads.append((member_id, len(moved)))
+        member.offloads += 1
     return moved

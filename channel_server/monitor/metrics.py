@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 PREFIX = "pubsub_"
@@ -34,6 +39,12 @@ CHANNEL_METRICS = (
     ("channel_max_queued_bytes", "gauge", "Most bytes unacked held.", "max_queued_bytes"),
     ("channel_dead_letters", "gauge", "Events in the dead-letter queue now.", "dead_letters"),
     ("channel_stored_events", "gauge", "Events in the store (backup queue).", "stored"),
+    ("channel_restore_seconds", "gauge", "Seconds the channel's last restore took.", "restore_s"),
+)
+GROUP_METRICS = (
+    ("group_nacked_events", "counter", "Handler failures subscribers reported.", "nacked"),
+    ("group_redelivered_events", "counter", "Deliveries after the first.", "redelivered"),
+    ("group_dead_lettered_events", "counter", "Events given up on.", "dead_lettered"),
 )
 MEMBER_METRICS = (
     ("member_active", "gauge", "1 if the member is active, 0 if declared dead.", "active"),
@@ -46,6 +57,7 @@ MEMBER_METRICS = (
     ("member_failures", "counter", "Failed pushes and handler failures.", "failures"),
     ("member_small_delays", "counter", "Pushes slower than --small-delay.", "small_delays"),
     ("member_long_delays", "counter", "Pushes slower than --long-delay.", "long_delays"),
+    ("member_offloads", "counter", "Times its partitions moved away for slowness.", "offloads"),
     ("member_last_seen_age_seconds", "gauge", "Seconds since its last sign of life.", "seen_s_ago"),
 )
 Family = CounterMetricFamily | GaugeMetricFamily
@@ -57,10 +69,21 @@ def _family(name: str, kind: str, doc: str, labels: list[str]) -> Family:
     return _FAMILIES[kind](PREFIX + name, doc, labels=labels)
 
 
-def channel_families(snapshot: Iterable[dict[str, Any]]) -> list[Family]:
+def channel_families(snapshot: Iterable[dict[str, Any]]) -> list[Metric]:
     """The metric families of these channels' ``stats()`` dicts (pure)."""
     per_channel = [(key, _family(n, k, d, CHANNEL)) for n, k, d, key in CHANNEL_METRICS]
     per_member = [(key, _family(n, k, d, MEMBER)) for n, k, d, key in MEMBER_METRICS]
+    per_group = [(key, _family(n, k, d, GROUP)) for n, k, d, key in GROUP_METRICS]
+    ack_latency = HistogramMetricFamily(
+        PREFIX + "group_ack_latency_seconds",
+        "Seconds from acceptance to the group's ack (events accepted since the start).",
+        labels=GROUP,
+    )
+    store_write = HistogramMetricFamily(
+        PREFIX + "channel_store_write_seconds",
+        "Seconds of each publish's store write.",
+        labels=CHANNEL,
+    )
     backlog = _family("group_backlog_events", "gauge", "Events the group has yet to ack.", GROUP)
     in_flight = _family("group_in_flight_events", "gauge", "Events delivered, unacked.", GROUP)
     partitions = _family("group_partitions", "gauge", "Partitions the group holds.", GROUP)
@@ -72,9 +95,14 @@ def channel_families(snapshot: Iterable[dict[str, Any]]) -> list[Family]:
         for key, family in per_channel:
             if key in stats:
                 family.add_metric([channel], float(stats[key]))
+        if "store_write_s" in stats:
+            _add_histogram(store_write, [channel], stats["store_write_s"])
         for group_name, group in stats["groups"].items():
             labels = [channel, group_name]
             backlog.add_metric(labels, group["backlog"])
+            for key, family in per_group:
+                family.add_metric(labels, float(group[key]))
+            _add_histogram(ack_latency, labels, group["ack_latency_s"])
             in_flight.add_metric(labels, sum(p["in_flight"] for p in group["partitions"]))
             partitions.add_metric(labels, len(group["partitions"]))
             active = sum(1 for m in group["members"] if m["active"])
@@ -83,8 +111,16 @@ def channel_families(snapshot: Iterable[dict[str, Any]]) -> list[Family]:
             for member in group["members"]:
                 for key, family in per_member:
                     family.add_metric([*labels, member["id"]], float(member[key]))
-    families = [f for _, f in per_channel] + [backlog, in_flight, partitions, members]
-    return families + [f for _, f in per_member]
+    families: list[Metric] = [f for _, f in per_channel]
+    families += [store_write, backlog, in_flight, partitions, members]
+    families += [f for _, f in per_group]
+    return [*families, ack_latency, *(f for _, f in per_member)]
+
+
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: dict[str, Any]) -> None:
+    """One histogram of ``stats()`` (cumulative ``[le, count]`` pairs, sum, count)."""
+    buckets = [(str(le), float(n)) for le, n in hist["buckets"]]
+    family.add_metric(labels, buckets, sum_value=hist["sum"])
 
 
 class ChannelsCollector(Collector):

@@ -101,6 +101,31 @@ def test_metrics_count_a_known_workload_exactly(cluster: Cluster) -> None:
     assert values["pubsub_broker_channels", ()] == 2
     assert values["process_resident_memory_bytes", ()] > 0
     assert values["pubsub_broker_threads", ()] > 0
+    assert values["pubsub_group_ack_latency_seconds_count", group] == 7
+    assert values["pubsub_channel_store_write_seconds_count", orders] == 1  # duplicates: none
+    assert values["pubsub_group_nacked_events_total", group] == 0
+
+
+def test_a_poison_event_counts_its_nacks_redeliveries_and_dead_letter(cluster: Cluster) -> None:
+    # Given a subscriber whose handler always fails on PUB-3 (3 attempts by default)
+    monitor = start(cluster, "orders")
+    cluster.subscriber("orders", "s1", "--fault", "fail-on:PUB-3")
+    # When 5 events are published and the poison one is given up on
+    with publisher_for(cluster, "orders") as pub:
+        pub.publish([pub.event(i) for i in range(5)])
+    orders = (("channel", "orders"),)
+    def settled() -> dict | None:
+        m = monitor.metrics()
+        done = m[("pubsub_channel_dead_letters", orders)] == 1
+        return m if done and m[("pubsub_channel_acked_events_total", orders)] == 5 else None
+
+    values = wait_until(settled, what="a dead letter and the 4 others acked")
+    # Then each failure, each delivery after the first and the dead letter are counted
+    group = (*orders, ("group", "default"))
+    assert values["pubsub_group_nacked_events_total", group] == 3
+    assert values["pubsub_group_redelivered_events_total", group] == 2
+    assert values["pubsub_group_dead_lettered_events_total", group] == 1
+    assert values["pubsub_group_ack_latency_seconds_count", group] == 4  # the 4 acked
 
 
 def test_the_json_api_gives_what_list_and_status_print(cluster: Cluster) -> None:

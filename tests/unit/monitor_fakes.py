@@ -28,9 +28,24 @@ def member(member_id: str, active: bool = True, **values: Any) -> dict[str, Any]
         "failures": 1,
         "small_delays": 2,
         "long_delays": 0,
+        "offloads": 1,
         "seen_s_ago": 0.5,
     }
     return base | values
+
+
+def group(backlog: int, members: list[dict[str, Any]], partitions: list[Any]) -> dict[str, Any]:
+    """A group of ``stats()``: 2 nacked, 3 redelivered, 1 dead-lettered, ``backlog``
+    acks timed (all but one within 10 ms)."""
+    return {
+        "backlog": backlog,
+        "nacked": 2,
+        "redelivered": 3,
+        "dead_lettered": 1,
+        "ack_latency_s": {"buckets": [[0.01, 5], ["+Inf", 6]], "count": 6, "sum": 0.5},
+        "members": members,
+        "partitions": partitions,
+    }
 
 
 def stats(name: str, accepted: int = 12, acked: int = 7, **groups: Any) -> dict[str, Any]:
@@ -49,12 +64,14 @@ def stats(name: str, accepted: int = 12, acked: int = 7, **groups: Any) -> dict[
         "dead_letters": 1,
         "durable": True,
         "stored": accepted - acked,
+        "store_write_s": {"buckets": [[0.001, 3], ["+Inf", 4]], "count": 4, "sum": 0.01},
+        "restore_s": 0.25,
         "groups": groups
         or {
-            "default": {
-                "backlog": accepted - acked,
-                "members": [member("s1"), member("s2", active=False, partitions=0)],
-                "partitions": [
+            "default": group(
+                accepted - acked,
+                [member("s1"), member("s2", active=False, partitions=0)],
+                [
                     {
                         "publisher_id": "P",
                         "partition": 1,
@@ -70,7 +87,7 @@ def stats(name: str, accepted: int = 12, acked: int = 7, **groups: Any) -> dict[
                         "in_flight": 1,
                     },
                 ],
-            }
+            )
         },
     }
 

@@ -12,7 +12,7 @@ from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.member import Batch
 from channel_server.core.records import ChannelKind
 from channel_server.errors import InvalidEvent, LimitReached
-from channel_server.events import Event, IdScope, event_uid
+from channel_server.events import Event, IdScope, event_uid, validate_batch
 from channel_server.store import MemoryStore
 from channel_server.store.base import ChannelSnapshot
 from channel_server.wire import DEFAULT_GROUP
@@ -437,3 +437,33 @@ def test_replay_names_a_dead_letter_by_uid_or_every_one_by_id() -> None:
     chosen, _ = core.replay({"x"})
     assert [d.event.uid for d in chosen] == ["A/x", "C/x"]
     assert core.dead_letters == []
+
+
+# -- counters and latency (metrics) -------------------------------------------------------
+def test_nacks_redeliveries_dead_letters_and_ack_latency_are_counted() -> None:
+    # Given two events accepted at t=100 and a member with room for both
+    core = ChannelCore("c", config(max_attempts=2))
+    outcome = core.prepare_valid(validate_batch([raw("a"), raw("b")]), accepted_at=100.0)
+    core.enqueue(outcome.accepted, 100.0, outcome.keys)
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s1", prefetch=10)
+    # When a is acked 0.5 s later and b fails once, then is delivered again and fails again
+    batch = take(group, "s1")
+    core.acknowledge(group, "s1", 1, [uid("a")], {uid("b"): "boom"}, batch.first_seq + 1, 100.5)
+    again = take(group, "s1")
+    assert [ev.id for ev in again.events] == ["b"] and again.attempts == [2]
+    complete(core, group, again, set(), {"b": "boom again"})
+    # Then two nacks, one redelivery and one dead letter are counted, and one ack timed
+    assert (group.nacked, group.redelivered, group.dead_lettered) == (2, 1, 1)
+    latency = group.ack_latency.to_dict()
+    assert latency["count"] == 1 and latency["sum"] == 0.5
+    assert ["+Inf", 1] in latency["buckets"] and [0.25, 0] in latency["buckets"]
+
+
+def test_events_without_an_acceptance_time_are_not_timed() -> None:
+    core = ChannelCore("c", config())
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s1", prefetch=10)
+    publish(core, [raw("a")])  # prepare() leaves accepted_at at 0, like a restored event
+    complete(core, group, take(group, "s1"), {"a"}, {})
+    assert group.ack_latency.count == 0 and group.nacked == 0

@@ -510,6 +510,7 @@ def test_offload_moves_movable_partitions_now_and_the_rest_as_they_free_up() -> 
     d.ack(busy)  # the partition in flight was done: it leaves the slow member too
     assert owners(d.g)[kept] == ("b" if d.g.partitions[kept].pending else "a")
     assert d.g.offloads[0] == ("a", 1)
+    assert d.g.members["a"].offloads >= 1 and d.g.members["b"].offloads == 0
     check_group(d.g)
 
 
@@ -519,6 +520,7 @@ def test_offload_keeps_work_when_nobody_else_is_active() -> None:
     d.g.enqueue([make_event(0, partition=0), make_event(1, partition=1)])
     assert rebalance.offload(d.g, "a") == []
     assert owners(d.g) == {P0: "a", P1: "a"}
+    assert d.g.members["a"].offloads == 0  # nothing moved: not counted
     check_group(d.g)
 
 

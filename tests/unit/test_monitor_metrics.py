@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from channel_server.monitor.metrics import registry_for
 from channel_server.monitor.views import channel_row, channel_status
-from tests.unit.monitor_fakes import member, stats
+from tests.unit.monitor_fakes import group, member, stats
 
 
 def scrape(*channels: dict) -> dict[tuple[str, tuple], float]:
@@ -67,14 +67,14 @@ def test_labels_never_hold_event_ids_and_text_is_escaped() -> None:
     # must survive anything)
     odd = stats(
         "orders",
-        default={"backlog": 0, "members": [member('a"b\\c')], "partitions": []},
+        default=group(0, [member('a"b\\c')], []),
     )
     # When scraped, Then the exposition parses back to the same id
     values = scrape(odd)
     labels = (("channel", "orders"), ("group", "default"), ("member", 'a"b\\c'))
     assert values["pubsub_member_partitions", labels] == 2
     label_names = {name for key in values for name, _ in key[1]}
-    assert label_names <= {"channel", "group", "member", "state", "broker"}
+    assert label_names <= {"channel", "group", "member", "state", "broker", "le"}
 
 
 def test_no_channels_still_gives_the_broker_figures() -> None:
@@ -102,3 +102,20 @@ def test_list_row_and_status_entry_are_built_from_stats() -> None:
     gone = channel_row("orders", "b1", None)
     assert gone["reachable"] is False and gone["backlog"] == "?"
     assert channel_status("b1", stats("orders")) == dict(stats("orders"), broker="b1")
+
+
+def test_group_counters_histograms_and_restore_time_are_exposed() -> None:
+    values = scrape(stats("orders"))
+    orders = (("channel", "orders"),)
+    group = (*orders, ("group", "default"))
+    assert values["pubsub_group_nacked_events_total", group] == 2
+    assert values["pubsub_group_redelivered_events_total", group] == 3
+    assert values["pubsub_group_dead_lettered_events_total", group] == 1
+    assert values["pubsub_group_ack_latency_seconds_bucket", (*group, ("le", "0.01"))] == 5
+    assert values["pubsub_group_ack_latency_seconds_bucket", (*group, ("le", "+Inf"))] == 6
+    assert values["pubsub_group_ack_latency_seconds_count", group] == 6
+    assert values["pubsub_group_ack_latency_seconds_sum", group] == 0.5
+    assert values["pubsub_channel_store_write_seconds_count", orders] == 4
+    assert values["pubsub_channel_restore_seconds", orders] == 0.25
+    s1 = (*group, ("member", "s1"))
+    assert values["pubsub_member_offloads_total", s1] == 1

@@ -1,0 +1,33 @@
+"""The fixed-bucket histogram the groups and the store writes keep."""
+
+from __future__ import annotations
+
+import pytest
+
+from channel_server.core.histogram import LATENCY_BUCKETS_S, STORE_BUCKETS_S, Histogram
+
+
+def test_values_land_in_the_first_bucket_that_holds_them_cumulatively() -> None:
+    hist = Histogram((0.01, 0.1, 1.0))
+    hist.observe_many([0.005, 0.01, 0.05, 0.5, 3.0])
+    assert hist.to_dict() == {
+        "buckets": [[0.01, 2], [0.1, 3], [1.0, 4], ["+Inf", 5]],
+        "count": 5,
+        "sum": 3.565,
+    }
+
+
+def test_empty_histogram_reads_zero_everywhere() -> None:
+    data = Histogram(STORE_BUCKETS_S).to_dict()
+    assert data["count"] == 0 and data["sum"] == 0
+    assert [n for _, n in data["buckets"]] == [0] * (len(STORE_BUCKETS_S) + 1)
+
+
+@pytest.mark.parametrize("bounds", [(), (1.0, 0.5), (0.1, 0.1)])
+def test_bounds_must_increase(bounds: tuple[float, ...]) -> None:
+    with pytest.raises(ValueError):
+        Histogram(bounds)
+
+
+def test_default_bounds_are_valid() -> None:
+    assert Histogram(LATENCY_BUCKETS_S).bounds[0] == 0.001
