@@ -1,7 +1,7 @@
-"""Private files of clients and brokers: state directories, checked names, small JSON state.
+"""Clients' state files: checked names and small JSON state, in private directories.
 
-Every directory made here is 0700 and every file 0600, whatever the process umask; a wider
-mode found on an existing one is tightened (and logged). A file name is built from plain
+Directories and files are made by :mod:`channel_server.private_files` (0700 and 0600,
+whatever the umask; a wider mode is tightened and logged). A file name is built from plain
 parts (:func:`state_path`) and checked before anything is written, and a file is never
 created through a symbolic link. State files are written atomically (temp file, fsync,
 rename), so a crash leaves the old or the new state, never a torn one.
@@ -13,65 +13,52 @@ file that is not what it should be, is a one-line :class:`StoreError` naming the
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import logging
 import os
 import re
-import stat
-import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from channel_server.errors import InvalidArgument, StoreError
 from channel_server.names import NAME_PATTERN
+from channel_server.private_files import (
+    DIR_MODE,
+    FILE_MODE,
+    STATE_DIR_ENV,
+    default_state_dir,
+    open_private_append,
+    open_private_fd,
+    os_reason,
+    private_dir,
+    tighten_private,
+    write_private,
+)
 
 log = logging.getLogger(__name__)
-STATE_DIR_ENV = "PUBSUB_STATE_DIR"
-DIR_MODE = 0o700
-FILE_MODE = 0o600
+# The private-file helpers live in channel_server.private_files; clients take them here.
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "STATE_DIR_ENV",
+    "StateFile",
+    "complete_lines",
+    "default_state_dir",
+    "malformed",
+    "open_private_append",
+    "private_dir",
+    "read_state",
+    "state_path",
+    "tighten_private",
+    "write_private",
+]
 NAME_PART_RE = re.compile(NAME_PATTERN)
 """A channel, group or subscriber name, as it may appear in a state file's name."""
 NAME_MAX = 255
 """The longest file name most file systems take."""
-
-
-def default_state_dir() -> Path:
-    """``$PUBSUB_STATE_DIR``, else ``$XDG_STATE_HOME/pubsub-channels``, else
-    ``~/.local/state/pubsub-channels``."""
-    if env := os.environ.get(STATE_DIR_ENV):
-        return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "pubsub-channels"
-
-
-def private_dir(path: Path, what: str = "state dir") -> Path:
-    """Make ``path`` (and missing parents) with mode 0700, or tighten an existing one that
-    is wider (logged as ``<what> <path> was <mode>; tightened to 0700``). Refuses a path
-    that is not a directory or belongs to another user (followed through a symbolic link:
-    a link to a directory of one's own is fine)."""
-    path = Path(path)
-    missing: list[Path] = []
-    candidate = path
-    try:
-        while not candidate.exists() and candidate != candidate.parent:
-            missing.append(candidate)
-            candidate = candidate.parent
-        for directory in reversed(missing):
-            with contextlib.suppress(FileExistsError):  # made by someone else meanwhile
-                os.mkdir(directory, DIR_MODE)
-        if path in missing:
-            os.chmod(path, DIR_MODE)  # exactly 0700, whatever the umask took away
-        st = os.stat(path)
-    except OSError as exc:
-        raise StoreError(str(path), f"cannot use the {what}: {_reason(exc)}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise StoreError(str(path), f"cannot use the {what}: not a directory")
-    _tighten(path, st, DIR_MODE, what, lambda mode: os.chmod(path, mode))
-    return path
 
 
 def state_path(directory: Path, *name_parts: str, suffix: str = "") -> Path:
@@ -93,88 +80,6 @@ def state_path(directory: Path, *name_parts: str, suffix: str = "") -> Path:
     return path
 
 
-def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: a 0600 temp file (never through a link),
-    fsync, rename. The directory must exist (see :func:`private_dir`)."""
-    tmp = None
-    try:
-        # A name of its own (mkstemp: 0600, O_EXCL), so that writers of the same file in
-        # two threads or processes never write or remove each other's temp file.
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise StoreError(str(path), f"cannot write: {_reason(exc)}") from None
-
-
-def open_private_append(path: Path, *, readable: bool = False) -> IO[str]:
-    """Open ``path`` for appending (and reading with ``readable``), creating it 0600 and
-    tightening a wider existing file; never through a symbolic link."""
-    flags = (os.O_RDWR if readable else os.O_WRONLY) | os.O_APPEND | os.O_CREAT
-    try:
-        fd = _open(path, flags)
-    except OSError as exc:
-        raise StoreError(str(path), f"cannot open: {_reason(exc)}") from None
-    try:
-        _tighten(path, os.fstat(fd), FILE_MODE, "file", lambda mode: os.fchmod(fd, mode))
-        return os.fdopen(fd, "a+" if readable else "a", encoding="utf-8")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def tighten_private(path: Path) -> None:
-    """Make an existing file 0600 if it is wider (logged); nothing when it does not exist.
-    Refuses a symbolic link."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(str(path), f"cannot use: {_reason(exc)}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise StoreError(str(path), "not a regular file (a symbolic link?); move it away")
-    _tighten(path, st, FILE_MODE, "file", lambda mode: os.chmod(path, mode))
-
-
-def _open(path: Path, flags: int) -> int:
-    """A descriptor of a regular file created 0600 (exactly: the umask cannot take the
-    owner's bits away), never opened through a symbolic link."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise StoreError(str(path), "not a regular file; move it away")
-        if flags & os.O_EXCL:
-            os.fchmod(fd, FILE_MODE)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _tighten(
-    path: Path, st: os.stat_result, mode: int, what: str, chmod: Callable[[int], None]
-) -> None:
-    """Refuse what another user owns; narrow a mode wider than ``mode`` with ``chmod``."""
-    if st.st_uid != os.geteuid():
-        raise StoreError(
-            str(path), f"{what} belongs to uid {st.st_uid}, not to this user ({os.geteuid()})"
-        )
-    if (old := stat.S_IMODE(st.st_mode)) & ~mode:
-        try:
-            chmod(mode)
-        except OSError as exc:
-            raise StoreError(str(path), f"cannot tighten to {mode:04o}: {_reason(exc)}") from None
-        log.warning("%s %s was %04o; tightened to %04o", what, path, old, mode)
-
-
 def read_state(path: Path) -> str | None:
     """The text of a state file, None when there is none (StoreError when unreadable or
     not UTF-8). Line ends are kept as they are ("\\r" is not turned into "\\n")."""
@@ -185,7 +90,7 @@ def read_state(path: Path) -> str | None:
     except UnicodeDecodeError:
         raise malformed(path, "not a text file") from None
     except OSError as exc:
-        raise StoreError(str(path), f"cannot read: {_reason(exc)}") from None
+        raise StoreError(str(path), f"cannot read: {os_reason(exc)}") from None
 
 
 def complete_lines(path: Path, text: str) -> list[str]:
@@ -211,12 +116,6 @@ def _thread_lock(path: Path) -> threading.Lock:
 def malformed(path: Path, what: str) -> StoreError:
     """The one-line error for a state file that is not what it should be."""
     return StoreError(str(path), f"{what}; fix or remove it")
-
-
-def _reason(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "a symbolic link; refusing to follow it"
-    return exc.strerror or str(exc)
 
 
 class StateFile:
@@ -257,7 +156,9 @@ class StateFile:
         process (a lock per path) and other processes (``flock`` on a ``.lock`` file
         beside it), so two writers of one file never lose each other's changes."""
         with _thread_lock(self.path):
-            fd = _open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT)
+            fd = open_private_fd(
+                self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT
+            )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield

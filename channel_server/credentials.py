@@ -22,8 +22,13 @@ from typing import Any
 
 import yaml
 
-from channel_client.statefile import STATE_DIR_ENV, default_state_dir, private_dir, write_private
 from channel_server.errors import InvalidArgument
+from channel_server.private_files import (
+    STATE_DIR_ENV,
+    default_state_dir,
+    private_dir,
+    write_private,
+)
 
 log = logging.getLogger(__name__)
 __all__ = ["STATE_DIR_ENV", "Credential", "ambient", "ensure_token", "from_file", "state_root"]

@@ -33,8 +33,8 @@ import argon2
 import yaml
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from channel_client.statefile import write_private
 from channel_server.errors import InvalidArgument
+from channel_server.private_files import write_private
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from channel_client.statefile import open_private_append
 from channel_server.errors import StoreError
 from channel_server.events import Event, PartitionKey
+from channel_server.private_files import open_private_append
 from channel_server.store.base import (
     ChannelRecord,
     ChannelSnapshot,

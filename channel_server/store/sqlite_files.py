@@ -15,8 +15,8 @@ import sqlite3
 from pathlib import Path
 from typing import IO
 
-from channel_client.statefile import open_private_append, private_dir, tighten_private
 from channel_server.errors import StoreError
+from channel_server.private_files import open_private_append, private_dir, tighten_private
 from channel_server.store.sqlite_schema import SCHEMA, migrate
 from channel_server.store.sqlite_sql import CACHED_STATEMENTS
 

@@ -114,6 +114,7 @@ def test_a_poison_event_counts_its_nacks_redeliveries_and_dead_letter(cluster: C
     with publisher_for(cluster, "orders") as pub:
         pub.publish([pub.event(i) for i in range(5)])
     orders = (("channel", "orders"),)
+
     def settled() -> dict | None:
         m = monitor.metrics()
         done = m[("pubsub_channel_dead_letters", orders)] == 1

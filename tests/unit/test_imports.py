@@ -136,3 +136,16 @@ def test_every_module_of_a_client_package_loads_no_broker_code(client: str) -> N
 
     assert f"{client}.cli" in loaded or f"{client}.remote" in loaded  # the walk did import
     assert within(loaded, BROKER_CODE) == []
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["channel_server.store.sqlite", "channel_server.credentials", "channel_server.users"],
+)
+def test_the_brokers_files_need_no_client_package(module: str) -> None:
+    """Private files (store, token, users) come from ``channel_server.private_files``,
+    which both sides share, not from the clients' package."""
+    loaded = modules_loaded_by(f"import {module}")
+
+    assert module in loaded and "channel_server.private_files" in loaded
+    assert within(loaded, ["channel_client", "publisher", "subscriber"]) == []
