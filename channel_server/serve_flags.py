@@ -4,7 +4,7 @@ they make."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,120 +21,10 @@ from channel_server.wire import DEFAULT_HOST, check_name
 DEFAULT_DATA_DIR = "pubsub-data"
 
 
-CHANNEL_FLAGS = (
-    ("--capacity", cc.positive_int, "capacity", "most unacknowledged events per channel"),
-    (
-        "--ack-timeout",
-        cc.positive_float,
-        "ack_timeout_s",
-        "seconds a push (handing a batch over) may take before it counts as failed; also "
-        "how long a subscriber holding events may stay silent before it is pinged",
-    ),
-    (
-        "--handler-timeout",
-        cc.positive_float,
-        "handler_timeout_s",
-        "seconds a subscriber may hold one event while it answers pings (a hung handler)",
-    ),
-    (
-        "--heartbeat",
-        cc.positive_float,
-        "heartbeat_s",
-        "seconds between a push subscriber's heartbeats (it learns whether it was dropped)",
-    ),
-    (
-        "--pull-timeout",
-        cc.positive_float,
-        "pull_timeout_s",
-        "seconds without a get before a pull subscriber is marked inactive",
-    ),
-    (
-        "--window-hold",
-        cc.positive_float,
-        "window_hold_s",
-        "seconds of its own work a push subscriber holds at most (its prefetch caps it)",
-    ),
-    (
-        "--max-attempts",
-        cc.positive_int,
-        "max_attempts",
-        "failed pushes in a row before a subscriber is inactive; handler failures before an "
-        "event is dead-lettered",
-    ),
-    (
-        "--partition-weight",
-        cc.non_negative_int,
-        "partition_weight",
-        "load of owning one partition, in events",
-    ),
-    (
-        "--partition-idle",
-        cc.positive_float,
-        "partition_idle_s",
-        "seconds an empty partition is kept",
-    ),
-    (
-        "--dispatch-linger",
-        cc.non_negative_float,
-        "dispatch_linger_s",
-        "seconds a dispatcher waits to fill a batch smaller than the free prefetch (0: none)",
-    ),
-    (
-        "--small-delay",
-        cc.positive_float,
-        "small_delay_s",
-        "a push slower than this many seconds is a small delay",
-    ),
-    (
-        "--long-delay",
-        cc.positive_float,
-        "long_delay_s",
-        "a push slower than this many seconds is a long delay",
-    ),
-    (
-        "--long-delay-count",
-        cc.positive_int,
-        "long_delay_count",
-        "long delays within the window that move a member's queued partitions",
-    ),
-    (
-        "--long-delay-window",
-        cc.positive_float,
-        "long_delay_window_s",
-        "seconds over which long delays are counted",
-    ),
-    (
-        "--rebalance-threshold",
-        cc.non_negative_int,
-        "rebalance_threshold",
-        "a joining member takes idle partitions from members owning more than this many above it",
-    ),
-    (
-        "--member-expiry",
-        cc.non_negative_float,
-        "member_expiry_s",
-        "seconds an inactive member (declared dead, timed out) may give no sign of life "
-        "before it is forgotten, as if it unsubscribed; the last member of a group other "
-        "than default is kept (0: never)",
-    ),
-    (
-        "--rate-window",
-        cc.positive_float,
-        "rate_window_s",
-        "seconds over which status reports events/s accepted and acknowledged",
-    ),
-    (
-        "--dedupe-max-ids",
-        cc.positive_int,
-        "dedupe_max_ids",
-        "ids remembered for duplicate detection",
-    ),
-    (
-        "--dedupe-max-age",
-        cc.positive_float,
-        "dedupe_max_age_s",
-        "seconds an id is remembered for duplicate detection",
-    ),
+CHANNEL_FLAGS = tuple(
+    (f.metadata["flag"], getattr(cc, f.metadata["kind"]), f.name, f.metadata["help"])
+    for f in fields(ChannelConfig)
+    if "flag" in f.metadata
 )
 """(flag, parser, ChannelConfig field, help) of every channel setting ``serve`` takes."""
 

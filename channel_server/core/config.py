@@ -6,19 +6,37 @@ whose :class:`~channel_server.config.BrokerConfig` needs the transport (and so P
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from channel_server.core.group import GroupPolicy
 from channel_server.core.health import DelayPolicy
 from channel_server.core.member import WindowPolicy
 from channel_server.events import DEFAULT_MAX_PAYLOAD_BYTES, MAX_ID_CHARS
 
+FLAG_KINDS = ("positive_int", "non_negative_int", "positive_float", "non_negative_float")
+"""How a setting's ``serve`` flag is parsed (the functions of that name in cli_common)."""
+
+
+def setting(default: Any, flag: str, kind: str, text: str) -> Any:
+    """A field ``serve`` takes as ``flag`` (parsed as ``kind``, one of FLAG_KINDS), with
+    ``text`` as its help: the flag table is made from these, so a setting, its default
+    and its flag are written once."""
+    if kind not in FLAG_KINDS:
+        raise ValueError(f"unknown flag kind {kind!r}")
+    return field(default=default, metadata={"flag": flag, "kind": kind, "help": text})
+
 
 @dataclass(frozen=True)
 class ChannelConfig:
     """How one channel queues, assigns and delivers."""
 
-    capacity: int = 1_000_000
+    capacity: int = setting(
+        1_000_000,
+        "--capacity",
+        "positive_int",
+        "most unacknowledged events per channel",
+    )
     """Most unacknowledged events held; publishing past it raises QueueFull."""
     max_queued_bytes: int = 256 << 20
     """Most bytes of unacknowledged events held (ids and payloads, as
@@ -27,7 +45,14 @@ class ChannelConfig:
     max_members: int = 1000
     """Most subscribers (push and pull, of every group) a channel keeps; at the cap a
     new one takes the place of the one inactive longest, or gets LimitReached."""
-    member_expiry_s: float = 600.0
+    member_expiry_s: float = setting(
+        600.0,
+        "--member-expiry",
+        "non_negative_float",
+        "seconds an inactive member (declared dead, timed out) may give no sign of life "
+        "before it is forgotten, as if it unsubscribed; the last member of a group other than"
+        " default is kept (0: never)",
+    )
     """A member inactive (declared dead, timed out) with no sign of life for this long is
     forgotten: removed from its group and the store, so crashed subscribers do not stay
     listed; one that comes back subscribes again as a new member. Ten minutes rides out
@@ -37,53 +62,140 @@ class ChannelConfig:
     callback_hosts: tuple[str, ...] = ()
     """Hosts a push subscriber's callback may name besides the address its subscribe
     call came from ("*": any). In-process calls (no connection) are not checked."""
-    partition_weight: int = 10
+    partition_weight: int = setting(
+        10,
+        "--partition-weight",
+        "non_negative_int",
+        "load of owning one partition, in events",
+    )
     """Load of owning one partition, in events (DESIGN §5)."""
     default_prefetch: int = 100
     """Most unacknowledged events a subscriber holds when it does not say."""
     window_initial: int = 10
     """Events a push member may hold before its pace is known."""
-    window_hold_s: float = 1.0
+    window_hold_s: float = setting(
+        1.0,
+        "--window-hold",
+        "positive_float",
+        "seconds of its own work a push subscriber holds at most (its prefetch caps it)",
+    )
     """A push member holds about this many seconds of its own work (at most its
     prefetch): a slow handler holds few events, so the rest can go to free members."""
     max_prefetch: int = 10_000
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     max_publish_batch: int = 100_000
-    ack_timeout_s: float = 5.0
+    ack_timeout_s: float = setting(
+        5.0,
+        "--ack-timeout",
+        "positive_float",
+        "seconds a push (handing a batch over) may take before it counts as failed; also how "
+        "long a subscriber holding events may stay silent before it is pinged",
+    )
     """Timeout of one push round trip (handing a batch over, not processing it); also how
     long a member holding events may stay silent before it is pinged."""
-    handler_timeout_s: float = 1800.0
+    handler_timeout_s: float = setting(
+        1800.0,
+        "--handler-timeout",
+        "positive_float",
+        "seconds a subscriber may hold one event while it answers pings (a hung handler)",
+    )
     """Longest a member may hold one event while it answers pings (a handler that hangs);
     then it is marked inactive and the event moves on. Like RabbitMQ's consumer timeout."""
-    heartbeat_s: float = 2.0
+    heartbeat_s: float = setting(
+        2.0,
+        "--heartbeat",
+        "positive_float",
+        "seconds between a push subscriber's heartbeats (it learns whether it was dropped)",
+    )
     """How often a push subscriber tells the channel it is alive (and learns whether it
     was dropped, to subscribe again)."""
-    pull_timeout_s: float = 60.0
+    pull_timeout_s: float = setting(
+        60.0,
+        "--pull-timeout",
+        "positive_float",
+        "seconds without a get before a pull subscriber is marked inactive",
+    )
     """A pull member with no ``get`` for this long is marked inactive; its partitions and
     the message it held move on (it is readmitted by its next ``get``)."""
-    max_attempts: int = 3
+    max_attempts: int = setting(
+        3,
+        "--max-attempts",
+        "positive_int",
+        "failed pushes in a row before a subscriber is inactive; handler failures before an "
+        "event is dead-lettered",
+    )
     """Consecutive failed pushes before a member is inactive; handler failures before an
     event goes to the dead-letter queue."""
     retry_backoff_s: float = 0.05
     """First pause after a failed push; doubles with each further failure."""
-    small_delay_s: float = 0.25
-    long_delay_s: float = 1.0
-    long_delay_count: int = 3
-    long_delay_window_s: float = 30.0
-    rebalance_threshold: int = 1
+    small_delay_s: float = setting(
+        DelayPolicy.small_delay_s,
+        "--small-delay",
+        "positive_float",
+        "a push slower than this many seconds is a small delay",
+    )
+    long_delay_s: float = setting(
+        DelayPolicy.long_delay_s,
+        "--long-delay",
+        "positive_float",
+        "a push slower than this many seconds is a long delay",
+    )
+    long_delay_count: int = setting(
+        DelayPolicy.long_delay_count,
+        "--long-delay-count",
+        "positive_int",
+        "long delays within the window that move a member's queued partitions",
+    )
+    long_delay_window_s: float = setting(
+        DelayPolicy.long_delay_window_s,
+        "--long-delay-window",
+        "positive_float",
+        "seconds over which long delays are counted",
+    )
+    rebalance_threshold: int = setting(
+        1,
+        "--rebalance-threshold",
+        "non_negative_int",
+        "a joining member takes idle partitions from members owning more than this many above it",
+    )
     """A joining member takes idle partitions from any member owning more than this many
     partitions above its own count."""
-    partition_idle_s: float = 30.0
+    partition_idle_s: float = setting(
+        30.0,
+        "--partition-idle",
+        "positive_float",
+        "seconds an empty partition is kept",
+    )
     """An empty partition with nothing in flight is dropped after this long."""
-    dedupe_max_ids: int = 1_000_000
-    dedupe_max_age_s: float = 24 * 3600.0
+    dedupe_max_ids: int = setting(
+        1_000_000,
+        "--dedupe-max-ids",
+        "positive_int",
+        "ids remembered for duplicate detection",
+    )
+    dedupe_max_age_s: float = setting(
+        24 * 3600.0,
+        "--dedupe-max-age",
+        "positive_float",
+        "seconds an id is remembered for duplicate detection",
+    )
     queue_full_retry_s: float = 0.5
     """Retry hint given with QueueFull."""
-    dispatch_linger_s: float = 0.002
+    dispatch_linger_s: float = setting(
+        0.002,
+        "--dispatch-linger",
+        "non_negative_float",
+        "seconds a dispatcher waits to fill a batch smaller than the free prefetch (0: none)",
+    )
     """How long a dispatcher waits for more events before sending a batch smaller than
     the member's free prefetch (like Kafka's linger.ms): fewer, fuller pushes under load,
     for at most this much latency. 0 sends at once."""
-    rate_window_s: float = 10.0
+    rate_window_s: float = setting(
+        10.0,
+        "--rate-window",
+        "positive_float",
+        "seconds over which status reports events/s accepted and acknowledged",
+    )
     """``stats`` reports the events/s accepted and acknowledged over about this long
     (sampled by the housekeeping round)."""
     liveness_timeout_s: float = 1.0

@@ -6,6 +6,7 @@ says."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tomllib
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from channel_client import cli_common as cc
 from channel_server import cli, config_file
 from channel_server.config import BrokerConfig
+from channel_server.core.config import ChannelConfig, setting
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "broker.example.toml"
 
@@ -152,3 +154,15 @@ def test_print_config_writes_a_file_that_reads_back_the_same(
     assert cli.config_from_args(parse(["serve", "--config", str(path)])) == cli.config_from_args(
         parse(argv)
     )
+
+
+def test_serve_flags_are_made_from_the_channel_settings() -> None:
+    """Each ChannelConfig field marked as a setting is one serve flag with its default."""
+    settings = [f for f in dataclasses.fields(ChannelConfig) if "flag" in f.metadata]
+    assert len(settings) >= 19
+    args = cli.build_parser().parse_args(["serve"])
+    for f in settings:
+        dest = f.metadata["flag"].lstrip("-").replace("-", "_")
+        assert getattr(args, dest) == f.default, f.name
+    with pytest.raises(ValueError, match="unknown flag kind"):
+        setting(1, "--x", "any_int", "x")
