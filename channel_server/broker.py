@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
 from typing import Any
 
@@ -25,6 +24,7 @@ from channel_server.channel import EventChannel
 from channel_server.config import BrokerConfig
 from channel_server.core.records import ChannelKind
 from channel_server.credentials import OWNER, Credential
+from channel_server.daemon_loop import DaemonLoop
 from channel_server.dispatch import DispatchPool
 from channel_server.errors import (
     BrokerUnavailable,
@@ -71,7 +71,7 @@ class Broker:
         self._credential = Credential(OWNER, token)
         self._hosted = HostedChannels(config.max_channels, config.broker_id)
         self._daemon: Pyro5.server.Daemon | None = None
-        self._loop: threading.Thread | None = None
+        self._serving: DaemonLoop | None = None
         self._pool = DispatchPool(config.push_threads)
         self._stopping = False
         self.ns: NameService | None = None
@@ -108,6 +108,7 @@ class Broker:
             )
         except OSError as exc:
             raise bind_failure(exc, "broker", self.config.host, self.config.port) from exc
+        self._serving = DaemonLoop(self._daemon, "broker-daemon")
         service = BrokerService(self)
         self.uri = str(
             self._daemon.register(service, objectId=broker_ns_name(self.config.broker_id))
@@ -121,10 +122,7 @@ class Broker:
         for name in self.config.channels:
             self.create_channel(name)
             self._note_kept_scope(name)
-        self._loop = threading.Thread(
-            target=self._daemon.requestLoop, name="broker-daemon", daemon=True
-        )
-        self._loop.start()
+        self._serving.start()
         self._pool.submit(self._housekeep, self.config.housekeeping_s)
         if self.leases is not None:
             self._pool.submit(self._keep_leases, self.leases.interval_s)
@@ -191,11 +189,8 @@ class Broker:
         if self.leases is not None:
             self.leases.release_all()
         self._pool.stop()
-        if self._daemon is not None:
-            self._daemon.shutdown()
-            if self._loop is not None:
-                self._loop.join(STOP_TIMEOUT_S)
-            self._daemon.close()
+        if self._serving is not None:
+            self._serving.stop(STOP_TIMEOUT_S)
         if self.ns is not None:
             self.ns.close()
         self.store.close()

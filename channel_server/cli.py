@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import threading
 from pathlib import Path
 
 import Pyro5.errors
@@ -23,6 +22,7 @@ from channel_server.admin_cli import (
     list_channels,
     show_status,
 )
+from channel_server.daemon_loop import DaemonLoop
 from channel_server.errors import ChannelError, InvalidArgument, NotAuthorized, StoreError
 from channel_server.move_cli import add_move_commands, move_channel, rebalance
 from channel_server.serve_flags import DEFAULT_DATA_DIR, add_serve_command, config_from_args
@@ -141,15 +141,13 @@ def run_nameserver(args: argparse.Namespace) -> int:
     except OSError as exc:
         exc = bind_failure(exc, "name server", args.ns_host, args.ns_port)
         return cc.fail(f"cannot start the name server: {exc}", cc.EXIT_UNAVAILABLE)
-    loop = threading.Thread(target=daemon.requestLoop, name="nameserver", daemon=True)
-    loop.start()
+    serving = DaemonLoop(daemon, "nameserver")
+    serving.start()
     print(f"name server ready at {args.ns_host}:{daemon.sock.getsockname()[1]}", flush=True)
     try:
         cc.serve_until_stopped(stop)
     finally:
-        daemon.shutdown()
-        loop.join(STOP_POLL_S * 5)
-        daemon.close()
+        serving.stop(STOP_POLL_S * 5)
     return cc.EXIT_OK
 
 

@@ -14,7 +14,6 @@ Pyro5 proxy belongs to the thread that made it.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import Pyro5.api
@@ -26,6 +25,7 @@ from channel_server import tls
 from channel_server.access import Access
 from channel_server.boundary import check_flag, is_text
 from channel_server.credentials import Credential
+from channel_server.daemon_loop import DaemonLoop
 from channel_server.errors import BrokerUnavailable, InvalidArgument, NotAuthorized
 from channel_server.strict_calls import checked_arity
 from channel_server.transport import HardenedDaemon, bind_failure
@@ -142,7 +142,7 @@ class NameService:
         self.embedded = False
         self._credential = credential
         self._ns_daemon: GuardedNameServerDaemon | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: DaemonLoop | None = None
 
     @classmethod
     def connect_or_start(
@@ -175,8 +175,8 @@ class NameService:
         self._ns_daemon = daemon
         self.port = daemon.sock.getsockname()[1]
         self.embedded = True
-        self._thread = threading.Thread(target=daemon.requestLoop, name="nameserver", daemon=True)
-        self._thread.start()
+        self._serving = DaemonLoop(daemon, "nameserver")
+        self._serving.start()
         log.info("started an embedded name server at %s:%d", self.host, self.port)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -207,9 +207,6 @@ class NameService:
             log.warning("could not remove %s from the name server: %s", name, exc)
 
     def close(self) -> None:
-        if self._ns_daemon is not None:
-            self._ns_daemon.shutdown()
-            if self._thread is not None:
-                self._thread.join(STOP_TIMEOUT_S)
-            self._ns_daemon.close()
-            self._ns_daemon = None
+        if self._serving is not None:
+            self._serving.stop(STOP_TIMEOUT_S)
+            self._serving = self._ns_daemon = None

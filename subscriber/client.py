@@ -27,6 +27,7 @@ import Pyro5.server
 
 from channel_client.lookup import resolve_channel
 from channel_client.remote import polling
+from channel_server.daemon_loop import DaemonLoop
 from channel_server.errors import BrokerUnavailable, ChannelError, InvalidArgument, UnknownChannel
 from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
@@ -124,7 +125,7 @@ class Subscriber:
         self._working = False
         """The worker has events taken from the inbox in hand (not yet in the outbox)."""
         """When the handler in hand started (monotonic), None when idle."""
-        self._daemon: GuardedDaemon | None = None
+        self._serving: DaemonLoop | None = None
         self._threads: dict[str, threading.Thread] = {}
         self._session: ChannelSession | None = None
         self.uri = ""
@@ -140,8 +141,9 @@ class Subscriber:
             self._find_channel()
         secret = secrets.token_urlsafe(CALLBACK_SECRET_BYTES)
         gate = secret_gate(secret, f"subscriber {self.subscriber_id}")
-        self._daemon = GuardedDaemon(gate, host=self._bind[0], port=self._bind[1])
-        self.uri = str(self._daemon.register(_Receiver(self), f"subscriber.{self.subscriber_id}"))
+        daemon = GuardedDaemon(gate, host=self._bind[0], port=self._bind[1])
+        self._serving = DaemonLoop(daemon, f"subscriber-{self.subscriber_id}-loop")
+        self.uri = str(daemon.register(_Receiver(self), f"subscriber.{self.subscriber_id}"))
         who = Identity(
             *self._ns,
             self.channel,
@@ -155,7 +157,7 @@ class Subscriber:
         self._session = ChannelSession(
             who, self._inbox, self._outbox, self._processed, self._stuck_s, self._holding
         )
-        self._spawn("loop", self._daemon.requestLoop)
+        self._serving.start()
         self._spawn("worker", self._work)
         self._spawn("control", self._session.run)
         if not self._session.ready.wait(self._timeouts[1] + self._timeouts[0]):
@@ -218,10 +220,8 @@ class Subscriber:
         if self._session is not None:
             self._session.finish(unsubscribe)
             self._join("control")
-        if self._daemon is not None:
-            self._daemon.shutdown()
-            self._join("loop")
-            self._daemon.close()
+        if self._serving is not None:
+            self._serving.stop(STOP_TIMEOUT_S)
         if self._recorder is not None:
             self._recorder.close()
         self._processed.close()
