@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from channel_client.per_topic import PerTopic
 from channel_client.remote import ClientOptions
 from publisher.client import Publisher
 from publisher.state import PublisherState
@@ -24,27 +25,26 @@ class Putter:
         self.publisher_id = publisher_id
         self.state = state
         self.options = options
-        self._publishers: dict[str, Publisher] = {}
-        self._drops_left = options.drop_replies
+        self._publishers = PerTopic(self._make, Publisher.close, options.drop_replies)
+
+    def _make(self, topic: str, drop_replies: int, _create: bool) -> Publisher:
+        o = self.options
+        return Publisher(
+            topic,
+            self.publisher_id,
+            ns_host=o.ns_host,
+            ns_port=o.ns_port,
+            create=True,  # a put creates its topic
+            kind=TOPIC_KIND,
+            partitions=1,  # one partition: gets return a topic's messages in put order
+            timeout_s=o.timeout_s,
+            state=self.state,
+            retry_for_s=(o.attempts - 1) * 0.2,
+            drop_replies=drop_replies,
+        )
 
     def _publisher(self, topic: str) -> Publisher:
-        if topic not in self._publishers:
-            o = self.options
-            self._publishers[topic] = Publisher(
-                topic,
-                self.publisher_id,
-                ns_host=o.ns_host,
-                ns_port=o.ns_port,
-                create=True,
-                kind=TOPIC_KIND,
-                partitions=1,  # one partition: gets return a topic's messages in put order
-                timeout_s=o.timeout_s,
-                state=self.state,
-                retry_for_s=(o.attempts - 1) * 0.2,
-                drop_replies=self._drops_left,
-            )
-            self._drops_left = 0
-        return self._publishers[topic]
+        return self._publishers.get(topic)
 
     def resend_pending(self) -> str | None:
         """Send again a plain put a crash interrupted; returns its outcome line, if any."""
@@ -79,5 +79,4 @@ class Putter:
         return f"{event['id']} not stored: {topic} has no subscribers"
 
     def close(self) -> None:
-        for publisher in self._publishers.values():
-            publisher.close()
+        self._publishers.close()

@@ -15,6 +15,7 @@ from typing import Any
 
 import Pyro5.errors
 
+from channel_client.per_topic import PerTopic
 from channel_client.remote import ClientOptions, RemoteChannel
 from channel_client.statefile import StateFile, state_path
 from channel_server.wire import NS_CHANNEL_PREFIX, check_name, locate_ns, make_proxy
@@ -37,24 +38,23 @@ class PullClient:
         """Scenario progress."""
         journal = state_path(state_dir, "subscriber", subscriber_id, suffix=".received")
         self.received = ReceivedJournal(journal)
-        self._remotes: dict[str, RemoteChannel] = {}
-        self._drops_left = options.drop_replies
+        self._remotes = PerTopic(self._make, RemoteChannel.release, options.drop_replies)
+
+    def _make(self, topic: str, drop_replies: int, create: bool) -> RemoteChannel:
+        o = self.options
+        return RemoteChannel(
+            o.ns_host,
+            o.ns_port,
+            topic,
+            create=create,
+            kind=TOPIC_KIND,
+            timeout_s=o.timeout_s,
+            attempts=o.attempts,
+            drop_replies=drop_replies,
+        )
 
     def _remote(self, topic: str, create: bool = False) -> RemoteChannel:
-        if topic not in self._remotes:
-            o = self.options
-            self._remotes[topic] = RemoteChannel(
-                o.ns_host,
-                o.ns_port,
-                topic,
-                create=create,
-                kind=TOPIC_KIND,
-                timeout_s=o.timeout_s,
-                attempts=o.attempts,
-                drop_replies=self._drops_left,
-            )
-            self._drops_left = 0
-        return self._remotes[topic]
+        return self._remotes.get(topic, create)
 
     def subscribe(self, topic: str, group: str | None = None) -> dict[str, Any]:
         """Subscribe (idempotent); the topic is created when new."""
@@ -90,6 +90,5 @@ class PullClient:
         return found
 
     def close(self) -> None:
-        for remote in self._remotes.values():
-            remote.release()
+        self._remotes.close()
         self.received.close()

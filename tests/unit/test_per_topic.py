@@ -1,0 +1,23 @@
+"""PerTopic: one client per topic, the reply-dropping fault only on the first, all closed."""
+
+from __future__ import annotations
+
+from channel_client.per_topic import PerTopic
+
+
+def test_one_client_per_topic_made_once_and_all_closed_once() -> None:
+    made: list[tuple[str, int, bool]] = []
+    closed: list[str] = []
+
+    def make(topic: str, drops: int, create: bool) -> str:
+        made.append((topic, drops, create))
+        return f"client-{topic}"
+
+    clients = PerTopic(make, closed.append, drop_replies=2)
+    assert clients.get("a", create=True) == "client-a"
+    assert clients.get("a") == "client-a"
+    assert clients.get("b") == "client-b"
+    assert made == [("a", 2, True), ("b", 0, False)]  # the fault goes to the first only
+    clients.close()
+    clients.close()
+    assert sorted(closed) == ["client-a", "client-b"]
