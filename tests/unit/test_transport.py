@@ -13,8 +13,7 @@ from Pyro5 import protocol
 from Pyro5.serializers import MarshalSerializer, SerpentSerializer
 
 from channel_server.errors import InvalidArgument
-from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
-from channel_server.transport import (
+from channel_server.frames import (
     CALL_KINDS,
     HANDSHAKE_KINDS,
     HANDSHAKE_MAX_BYTES,
@@ -26,6 +25,7 @@ from channel_server.transport import (
     FrameRefused,
     read_header,
 )
+from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
 
 LIMIT = 1 << 20
 
