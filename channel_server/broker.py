@@ -36,7 +36,8 @@ from channel_server.errors import (
 from channel_server.events import IdScope
 from channel_server.hosted import HostedChannels
 from channel_server.lease_keeper import LeaseKeeper
-from channel_server.monitor.server import BrokerHandle, MonitorServer
+from channel_server.monitor.app import BrokerHandle
+from channel_server.monitor.server import MonitorServer
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.store.leases import LeaseStore

@@ -7,7 +7,7 @@ import base64
 from typing import Any
 
 from channel_server.access import Access
-from channel_server.monitor.server import BrokerHandle
+from channel_server.monitor.app import BrokerHandle
 from channel_server.users import Grant, UsersFile, parse_grant
 
 TOKEN = "local-token"

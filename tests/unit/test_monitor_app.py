@@ -10,9 +10,9 @@ import pytest
 
 from channel_server import users as um
 from channel_server.errors import InvalidArgument, NotAuthorized
+from channel_server.monitor.app import MonitorApp
 from channel_server.monitor.flags import http_from_args
 from channel_server.monitor.http_auth import authenticate
-from channel_server.monitor.server import MonitorApp
 from channel_server.monitor.settings import BadAddress, HttpConfig, parse_address
 from channel_server.users import owner
 from tests.unit.monitor_fakes import TOKEN, FakeChannel, basic, handle
