@@ -13,8 +13,10 @@ header without a CORS preflight this server never grants.
 
 from __future__ import annotations
 
+import hmac
 import json
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import resources
@@ -72,16 +74,24 @@ def error(status: int, reason: str) -> Response:
 class MonitorApp:
     """The routes, without sockets: a path and an authenticated user in, a Response out."""
 
-    def __init__(self, handle: BrokerHandle) -> None:
+    def __init__(self, handle: BrokerHandle, hosts: frozenset[str] = frozenset()) -> None:
         self._handle = handle
+        self.hosts = hosts
+        """The ``host:port`` names a POST may be addressed to (its ``Host`` header), so a
+        page of another name that resolves here (DNS rebinding) cannot post; empty: any
+        (the server sets them once it knows its port)."""
         folder = resources.files(__package__) / "static"
         self._static = {name: (folder / name).read_bytes() for name in STATIC_FILES}
         """The page's files, read once at start: a request never touches the disk."""
+        self.csrf_token = secrets.token_urlsafe(32)
+        """What a POST must carry in ``X-CSRF-Token``; ``/api/session`` gives it to this
+        server's authenticated users (new at each start)."""
 
     def respond(self, target: str, user: User) -> Response:
-        path = urlsplit(target).path
-        parts = [unquote(p) for p in path.strip("/").split("/")] if path != "/" else []
+        path, parts = _route(target)
         match parts:
+            case ["api", "session"]:
+                return _json(HTTPStatus.OK, {"user": user.name, "csrf": self.csrf_token})
             case []:
                 return self._file("index.html")
             case ["static", name]:
@@ -96,6 +106,60 @@ class MonitorApp:
             case ["api", "channels", name, "dead-letters"]:
                 return self._dead_letters(name, user)
         return error(HTTPStatus.NOT_FOUND, f"no such page: {path}")
+
+    def respond_post(
+        self, target: str, user: User, headers: Mapping[str, str], body: bytes
+    ) -> Response:
+        """A POST: only from this server's page (token, origin, host), then the route."""
+        path, parts = _route(target)
+        if refused := self._cross_site(headers):
+            return error(HTTPStatus.FORBIDDEN, refused)
+        match parts:
+            case ["api", "channels", name, "dead-letters", "replay"]:
+                return self._replay(name, user, body)
+        return error(HTTPStatus.NOT_FOUND, f"no such action: {path}")
+
+    def _cross_site(self, headers: Mapping[str, str]) -> str | None:
+        """Why a POST may come from another site's page, or None."""
+        if not hmac.compare_digest(headers.get("X-CSRF-Token", ""), self.csrf_token):
+            return "a POST needs the X-CSRF-Token that GET /api/session gives"
+        host = headers.get("Host", "")
+        if self.hosts and host not in self.hosts:
+            return f"a POST addressed to {host!r}, not to this server"
+        origin = headers.get("Origin")
+        if origin is not None and origin != f"http://{host}":
+            return f"a POST from a page of {origin!r}, not of this server"
+        return None
+
+    def _replay(self, name: str, user: User, body: bytes) -> Response:
+        channel = self._admin_channel(name, user)
+        if isinstance(channel, Response):
+            return channel  # the refusal
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            return error(HTTPStatus.BAD_REQUEST, "the body must be JSON")
+        ids = request.get("ids") if isinstance(request, dict) else 0
+        if ids is not None and (
+            not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)
+        ):
+            return error(HTTPStatus.BAD_REQUEST, 'the body must be {} or {"ids": [string, ...]}')
+        if ids is not None and len(ids) > MAX_REPLAY_IDS:
+            return error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_REPLAY_IDS} ids")
+        try:
+            return _json(HTTPStatus.OK, {"replayed": channel.replay_dead_letters(ids)})
+        except ChannelError as exc:
+            return error(HTTPStatus.BAD_REQUEST, str(exc))
+
+    def _admin_channel(self, name: str, user: User) -> MonitoredChannel | Response:
+        """The channel when the user may administer it, else the refusal."""
+        channel = self._visible(user).get(name)
+        if channel is None:
+            return error(HTTPStatus.NOT_FOUND, f"unknown channel: {name}")
+        if not user.allows(Action.ADMIN, name):
+            reason = f"user {user.name!r} may not: admin on channel {name!r}"
+            return error(HTTPStatus.FORBIDDEN, reason)
+        return channel
 
     def _file(self, name: str) -> Response:
         if name not in self._static:
@@ -124,16 +188,19 @@ class MonitorApp:
         return _json(HTTPStatus.OK, channel_status(self._handle.broker_id, stats))
 
     def _dead_letters(self, name: str, user: User) -> Response:
-        channel = self._visible(user).get(name)
-        if channel is None:
-            return error(HTTPStatus.NOT_FOUND, f"unknown channel: {name}")
-        if not user.allows(Action.ADMIN, name):
-            reason = f"user {user.name!r} may not: admin on channel {name!r}"
-            return error(HTTPStatus.FORBIDDEN, reason)
+        channel = self._admin_channel(name, user)
+        if isinstance(channel, Response):
+            return channel  # the refusal
         try:
             return _json(HTTPStatus.OK, channel.dead_letters())
         except ChannelError as exc:
             return error(HTTPStatus.SERVICE_UNAVAILABLE, str(exc))
+
+
+def _route(target: str) -> tuple[str, list[str]]:
+    """A request target's path and its decoded parts (none for ``/``)."""
+    path = urlsplit(target).path
+    return path, [unquote(p) for p in path.strip("/").split("/")] if path != "/" else []
 
 
 def _stats_of(channel: MonitoredChannel) -> dict[str, Any] | None:

@@ -1,17 +1,19 @@
-"""The broker's HTTP monitor: ``/metrics``, ``/api/channels[/NAME[/dead-letters]]`` and
-the live page at ``/``, on a small bounded HTTP server the broker owns.
+"""The broker's HTTP monitor (the routes are in :mod:`.app`) on a small bounded HTTP
+server the broker owns.
 
 Threads: one accept loop (``serve_forever``), started by :meth:`MonitorServer.start` and
 stopped by :meth:`MonitorServer.stop`, and one short-lived thread per request, at most
 ``max_connections`` at once (one more is answered 503 by the accept loop, at once). Every
 request authenticates (see ``http_auth``) and sees only the channels its user has some
-permission on; dead letters need ``admin`` on the channel, as over Pyro5. Every request is
-a GET without a body; its head is capped in bytes and time (``HttpConfig``). HTTP/1.0: one
-request per connection, so no idle keep-alive connection holds a thread.
+permission on; dead letters need ``admin`` on the channel, as over Pyro5. A GET has no
+body; a POST (the page's replay) a small one sized by its Content-Length; a request is
+capped in bytes and time (``HttpConfig``). HTTP/1.0: one request per connection, so no
+idle keep-alive connection holds a thread.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import socketserver
@@ -26,6 +28,7 @@ from channel_server.monitor.app import BrokerHandle, MonitorApp, Response, error
 from channel_server.monitor.http_auth import authenticate
 from channel_server.monitor.settings import HttpConfig
 from channel_server.transport import bind_failure
+from channel_server.users import User
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
@@ -106,15 +109,35 @@ class _Handler(BaseHTTPRequestHandler):
         ):
             self._send(error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "a GET takes no body"))
             return
+        if (user := self._user()) is not None:
+            self._send(self.server.app.respond(self.path, user))
+
+    def do_POST(self) -> None:
+        """An action of the page (replay dead letters): a small JSON body, sized up front."""
+        length = self.headers.get("Content-Length", "").strip()
+        if self.headers.get("Transfer-Encoding") or not length.isdigit():
+            self._send(error(HTTPStatus.LENGTH_REQUIRED, "a POST needs a Content-Length"))
+            return
+        if int(length) > self.server.config.max_request_bytes:
+            self._send(error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "the body is too large"))
+            return
+        if (user := self._user()) is not None:
+            body = self.rfile.read(int(length))
+            headers = {k: self.headers.get(k, "") for k in ("X-CSRF-Token", "Host")}
+            if (origin := self.headers.get("Origin")) is not None:
+                headers["Origin"] = origin
+            self._send(self.server.app.respond_post(self.path, user, headers, body))
+
+    def _user(self) -> User | None:
+        """The authenticated user, or None once the 401 is sent."""
         try:
-            user = authenticate(self.server.handle.access, self.headers.get("Authorization"))
+            return authenticate(self.server.handle.access, self.headers.get("Authorization"))
         except NotAuthorized as exc:
             log.warning("refused HTTP %s from %s: %s", self.path, self._peer(), exc.reason)
             response = error(HTTPStatus.UNAUTHORIZED, str(exc))
             response.headers["WWW-Authenticate"] = f'Basic realm="{REALM}", charset="UTF-8"'
             self._send(response)
-            return
-        self._send(self.server.app.respond(self.path, user))
+            return None
 
     def _send(self, response: Response) -> None:
         self.send_response(response.status)
@@ -206,8 +229,27 @@ class _HttpServer(ThreadingHTTPServer):
         finally:
             self.slots.leave()
 
-    def handleerror(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("HTTP request from %s failed", client_address, exc_info=True)
+
+
+def own_hosts(host: str, port: int) -> frozenset[str]:
+    """The ``Host`` names a POST may carry: the bound address (and localhost for a
+    loopback one); any for a wildcard bind, where no one name is the server's."""
+    if host in ("0.0.0.0", "::", ""):
+        return frozenset()
+    names = {f"[{host}]" if ":" in host else host}
+    if ipaddress.ip_address(host).is_loopback if _is_ip(host) else host == "localhost":
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    return frozenset(f"{name}:{port}" for name in names)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 class MonitorServer:
@@ -221,10 +263,12 @@ class MonitorServer:
 
     def start(self) -> None:
         """Bind and serve; OSError (naming the address) when it cannot bind."""
+        app = MonitorApp(self._handle)
         try:
-            self._server = _HttpServer(self.config, self._handle, MonitorApp(self._handle))
+            self._server = _HttpServer(self.config, self._handle, app)
         except OSError as exc:
             raise bind_failure(exc, "HTTP monitor", self.config.host, self.config.port) from exc
+        app.hosts = own_hosts(self.config.host, self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(POLL_S,), name="http-monitor", daemon=True
         )

@@ -23,8 +23,8 @@ class HttpConfig:
     """A connection must have sent its whole request within this, and each send or
     receive on it must progress within this (a slow or silent client is dropped)."""
     max_request_bytes: int = 16 << 10
-    """Largest request head (request line and headers); a request with a body is refused
-    (every route is a GET)."""
+    """Largest request, head and body (a GET has none; the page's replay POST a small
+    JSON one)."""
 
 
 class BadAddress(ValueError):

@@ -1,17 +1,21 @@
 """The live page in a real browser: it shows the channels and their counts, the members
 and the partition-owner map of one, follows new events by itself, marks a crashed member
-inactive and lists dead letters; a screenshot is kept in the test's tmp dir."""
+inactive, lists dead letters and replays one; a screenshot is kept in the test's tmp dir."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import signal
+import threading
+import urllib.request
 from typing import Any
 
 import pytest
 
 from channel_server.credentials import read_token
 from tests.integration.conftest import publisher_for
-from tests.integration.procs import Cluster, free_port
+from tests.integration.procs import Cluster, free_port, wait_until
 
 pytestmark = pytest.mark.browser
 WAIT_MS = 10_000
@@ -66,6 +70,12 @@ def test_the_page_follows_two_channels_live(cluster: Cluster, browser: Any, tmp_
         # When the subscriber crashes, it turns inactive on the page within seconds
         sub.popen.send_signal(signal.SIGKILL)
         expect(member).to_have_attribute("data-active", "false", timeout=WAIT_MS)
+        # When the owner replays the dead letter from the page, it is queued again
+        page.locator('#dead-letters button[data-replay$="/PUB-3"]').click()
+        status = page.locator("#replay-status")
+        expect(status).to_have_text("1 dead letter(s) of orders queued again", timeout=WAIT_MS)
+        expect(cell(page, "orders", DEAD)).to_have_text("0", timeout=WAIT_MS)
+        expect(page.locator("#replay-all")).to_be_hidden(timeout=WAIT_MS)
         assert errors == []
     finally:
         context.close()
@@ -76,3 +86,68 @@ def _expect() -> Any:
     from playwright.sync_api import expect
 
     return expect
+
+
+EVIL_PAGE = """<!doctype html><html><body>
+<form id="f" method="POST" action="{target}" enctype="text/plain">
+<input name='{{"ids": ["x' value='"]}}'></form>
+<script>
+fetch("{target}", {{method: "POST", credentials: "include", mode: "no-cors",
+  headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}}).finally(() => {{
+  fetch("{target}", {{method: "POST", credentials: "include",
+    headers: {{"X-CSRF-Token": "guess", "Content-Type": "application/json"}}, body: "{{}}"}})
+    .catch(() => null).finally(() => document.getElementById("f").submit());
+}});
+</script></body></html>"""
+
+
+def test_another_sites_page_cannot_replay_dead_letters(cluster: Cluster, browser: Any) -> None:
+    # Given a dead letter on orders, and the owner's credentials in the browser
+    port = free_port()
+    cluster.broker("orders", extra=("--memory", "--http", f"127.0.0.1:{port}"))
+    cluster.subscriber("orders", "s1", "--fault", "fail-on:PUB-1")
+    publish(cluster, "orders", 1)
+    token = read_token(cluster.tmp / "state")
+    wait_until(lambda: _dead_letters(port, token) == 1, what="a dead letter")
+    target = f"http://127.0.0.1:{port}/api/channels/orders/dead-letters/replay"
+    evil = _serve_once(EVIL_PAGE.format(target=target).encode())
+    context = browser.new_context(http_credentials={"username": "owner", "password": token})
+    try:
+        # When a page of another origin posts to the replay route (a form, a no-cors
+        # fetch, and a fetch with a guessed token, which needs a preflight)
+        page = context.new_page()
+        page.goto(evil)
+        page.wait_for_url(target, timeout=WAIT_MS)  # the fetches went first, then the form
+        assert "X-CSRF-Token" in page.content()  # the form's POST arrived and was refused
+        # Then nothing was replayed: the dead letter is still there
+        assert _dead_letters(port, token) == 1
+    finally:
+        context.close()
+
+
+def _dead_letters(port: int, token: str) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/channels/orders", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        return json.loads(reply.read())["dead_letters"]
+
+
+def _serve_once(page: bytes) -> str:
+    """Serve ``page`` from another origin (a port of its own) in a thread; its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://localhost:{server.server_address[1]}/"

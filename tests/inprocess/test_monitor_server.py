@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -137,3 +138,44 @@ def test_stop_closes_the_port_within_its_budget() -> None:
     with pytest.raises(OSError):
         socket.create_connection(address, timeout=1).close()
     monitor.stop()  # twice is harmless
+
+
+def post(
+    server: MonitorServer, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
+    conn.request("POST", path, body=body, headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, data
+
+
+def test_a_replay_post_needs_credentials_the_session_token_and_its_own_host() -> None:
+    orders = FakeChannel("orders")
+    monitor = MonitorServer(CONFIG, handle(orders))
+    monitor.start()
+    try:
+        owner = {"Authorization": basic("owner", TOKEN)}
+        session = get_json(monitor, "/api/session", owner["Authorization"])
+        path = "/api/channels/orders/dead-letters/replay"
+        token = {"X-CSRF-Token": session["csrf"]}
+        assert post(monitor, path, b"{}", token)[0] == 401  # no credential
+        assert post(monitor, path, b"{}", owner)[0] == 403  # no token
+        evil = {**owner, **token, "Origin": "http://evil.example"}
+        assert post(monitor, path, b"{}", evil)[0] == 403
+        status, reply = post(monitor, path, b'{"ids": ["PUB-3"]}', {**owner, **token})
+        assert (status, json.loads(reply)) == (200, {"replayed": 1})
+        too_big = b'{"ids": ["' + b"x" * CONFIG.max_request_bytes + b'"]}'
+        assert post(monitor, path, too_big, {**owner, **token})[0] == 413
+        assert orders.replayed == [["PUB-3"]]
+    finally:
+        monitor.stop()
+
+
+def get_json(server: MonitorServer, path: str, auth: str) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
+    conn.request("GET", path, headers={"Authorization": auth})
+    data = conn.getresponse().read()
+    conn.close()
+    return json.loads(data)

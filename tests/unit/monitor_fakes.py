@@ -95,6 +95,7 @@ def stats(name: str, accepted: int = 12, acked: int = 7, **groups: Any) -> dict[
 class FakeChannel:
     def __init__(self, name: str, **kwargs: Any) -> None:
         self.stats_dict = stats(name, **kwargs)
+        self.replayed: list[list[str] | None] = []
         self.letters = [
             {
                 "id": "<b>x</b>",
@@ -111,6 +112,10 @@ class FakeChannel:
 
     def dead_letters(self) -> list[dict[str, Any]]:
         return self.letters
+
+    def replay_dead_letters(self, ids: list[str] | None = None) -> int:
+        self.replayed.append(ids)
+        return len(self.letters) if ids is None else len(ids)
 
 
 def users() -> UsersFile:

@@ -159,3 +159,64 @@ def test_a_non_loopback_http_address_needs_insecure() -> None:
         http_from_args(flags("0.0.0.0:9100"))
     assert refused.value.argument == "--http" and "--insecure" in refused.value.reason
     assert http_from_args(flags("0.0.0.0:9100", insecure=True)).host == "0.0.0.0"
+
+
+# -- the page's replay POST --------------------------------------------------------------
+HOST = "127.0.0.1:9100"
+
+
+def post(
+    app: MonitorApp, path: str, payload: bytes = b"{}", user: um.User | None = None, **headers: str
+) -> tuple[int, object]:
+    sent = {"X-CSRF-Token": app.csrf_token, "Host": HOST, "Origin": f"http://{HOST}"} | {
+        k.replace("_", "-"): v for k, v in headers.items()
+    }
+    response = app.respond_post(path, user or owner(), sent, payload)
+    return response.status, json.loads(response.body)
+
+
+REPLAY = "/api/channels/orders/dead-letters/replay"
+
+
+def test_the_session_gives_the_user_and_the_token_a_post_needs(app: MonitorApp) -> None:
+    status, session = body(app, "/api/session")
+    assert status == 200 and session == {"user": "owner", "csrf": app.csrf_token}
+    assert len(app.csrf_token) >= 32
+
+
+def test_replay_all_or_named_dead_letters() -> None:
+    orders = FakeChannel("orders")
+    app = MonitorApp(handle(orders), frozenset({HOST}))
+    assert post(app, REPLAY) == (200, {"replayed": 1})
+    assert post(app, REPLAY, b'{"ids": ["PUB-3", "P/PUB-4"]}') == (200, {"replayed": 2})
+    assert orders.replayed == [None, ["PUB-3", "P/PUB-4"]]
+
+
+@pytest.mark.parametrize(
+    "headers, reason",
+    [
+        ({"X_CSRF_Token": ""}, "X-CSRF-Token"),
+        ({"X_CSRF_Token": "guessed"}, "X-CSRF-Token"),
+        ({"Origin": "http://evil.example"}, "not of this server"),
+        ({"Host": "rebound.example:9100", "Origin": "http://rebound.example:9100"}, "not to this"),
+    ],
+)
+def test_a_post_from_another_sites_page_is_refused(headers: dict[str, str], reason: str) -> None:
+    orders = FakeChannel("orders")
+    app = MonitorApp(handle(orders), frozenset({HOST}))
+    status, reply = post(app, REPLAY, **headers)
+    assert status == 403 and reason in str(reply)
+    assert orders.replayed == []
+
+
+def test_replay_needs_admin_on_the_channel_and_a_well_formed_body() -> None:
+    orders = FakeChannel("orders")
+    app = MonitorApp(handle(orders, FakeChannel("hr")), frozenset({HOST}))
+    alice = authenticate(handle().access, basic("alice", "alice-pw"))
+    assert post(app, REPLAY, user=alice)[0] == 403
+    assert post(app, "/api/channels/hr/dead-letters/replay", user=alice)[0] == 404
+    assert post(app, REPLAY, b"not json")[0] == 400
+    assert post(app, REPLAY, b'{"ids": [1, 2]}')[0] == 400
+    assert post(app, REPLAY, b'{"ids": "PUB-3"}')[0] == 400
+    assert post(app, "/api/channels/orders/nothing")[0] == 404
+    assert orders.replayed == []

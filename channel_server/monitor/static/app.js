@@ -164,18 +164,53 @@ async function renderDetail(name) {
     const letters = await getJSON(`api/channels/${encodeURIComponent(name)}/dead-letters`);
     note.textContent = letters.length ? "" : "none";
     document.getElementById("dead-letters").hidden = !letters.length;
+    document.getElementById("replay-all").hidden = !letters.length;
     fill(tbody, letters.map((d) => {
       const tr = row([[d.id], [d.publisher_id], [d.partition], [d.group], [d.failures, true], [d.error]]);
       tr.lastChild.className = "error";
+      const button = el("button", "", "replay");
+      button.type = "button";
+      button.dataset.replay = `${d.publisher_id}/${d.id}`;
+      button.addEventListener("click", () => replay(name, [button.dataset.replay]));
+      tr.append(el("td", "", button));
       return tr;
     }));
   } catch (error) {
     if (error.status !== 403) throw error;
     note.textContent = "only a user with admin on this channel may see them";
     document.getElementById("dead-letters").hidden = true;
+    document.getElementById("replay-all").hidden = true;
     fill(tbody, []);
   }
 }
+
+let csrf = null; // this server's token for a POST (GET api/session gives it)
+
+async function replay(channel, ids) {
+  // queue dead letters again: these uids, or all of the channel's (ids null)
+  const status = document.getElementById("replay-status");
+  try {
+    csrf = csrf || (await getJSON("api/session")).csrf;
+    const reply = await fetch(`api/channels/${encodeURIComponent(channel)}/dead-letters/replay`, {
+      method: "POST",
+      cache: "no-store",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      body: JSON.stringify(ids ? { ids } : {}),
+    });
+    const answer = await reply.json();
+    status.textContent = reply.ok
+      ? `${answer.replayed} dead letter(s) of ${channel} queued again`
+      : `replay refused: ${answer.error || reply.status}`;
+  } catch (error) {
+    status.textContent = `replay failed: ${error.message}`;
+  }
+  refresh();
+}
+
+document.getElementById("replay-all").addEventListener("click", () => {
+  if (selected) replay(selected, null);
+});
 
 let running = false;
 let again = false;
