@@ -136,6 +136,7 @@ def pipeline_run(
             t_published = time.time()
             t_acked = wait_acked(channel, baseline + count, max(60.0, count / 500))
             cpu_after = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
+            broker_status = read_rss_kib(broker.pid)
         sub_procs = [p for p, _ in subs]
         procs.stop(sub_procs)
         summaries = read_summaries(subs)
@@ -162,6 +163,9 @@ def pipeline_run(
         "cpu_broker_s": round(cpu[0], 2),
         "cpu_subscribers_s": round(sum(cpu[1:-1]), 2),
         "cpu_publisher_s": round(cpu[-1], 2),
+        "broker_rss_mib": round(broker_status["VmRSS"] / 1024, 1),
+        "broker_peak_mib": round(broker_status["VmHWM"] / 1024, 1),
+        "broker_threads": broker_status["Threads"],
         "load1": load,
     }
     if received < count:

@@ -222,12 +222,12 @@ def free_port() -> int:
 
 
 def read_rss_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of a process, in KiB (from /proc/<pid>/status)."""
+    """VmRSS and VmHWM of a process, in KiB, and its Threads (from /proc/<pid>/status)."""
     values: dict[str, int] = {}
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
             key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
+            if key in ("VmRSS", "VmHWM", "Threads"):
                 values[key] = int(rest.split()[0])
     return values
 

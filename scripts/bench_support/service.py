@@ -122,13 +122,14 @@ def start_bench_subscribers(
     ids: Sequence[str],
     prefetch: int | None = None,
     extra_args: Sequence[str] = (),
+    channel: str = CHANNEL,
 ) -> list[tuple[Proc, Path]]:
-    """Bench subscribers (started in parallel, then waited for); each writes its JSON
-    summary to ``<workdir>/<id>.json`` when stopped."""
+    """Bench subscribers of ``channel`` (started in parallel, then waited for); each
+    writes its JSON summary to ``<workdir>/<id>.json`` when stopped."""
     subs = []
     for sub_id in ids:
         out = procs.workdir / f"{sub_id}.json"
-        argv = bench_subscriber_argv(python, ns_port, sub_id, out, prefetch, extra_args)
+        argv = bench_subscriber_argv(python, ns_port, sub_id, out, prefetch, extra_args, channel)
         subs.append((procs.start(sub_id, argv, rf"bench-sub {sub_id} ready"), out))
     for proc, _ in subs:
         proc.wait_ready()

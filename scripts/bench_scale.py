@@ -1,0 +1,288 @@
+#!/usr/bin/env python
+"""How the service's cost grows: one end-to-end run per row, sweeping one dimension.
+
+Sweeps (pick with ``--sweep``; fresh processes every row, SQLite store in a temp dir):
+
+  subscribers  4 / 16 / 64 / 256 bench subscribers, 256 partitions
+  partitions   16 / 1,000 / 10,000 / 100,000 partitions, 4 subscribers
+  channels     1 / 10 / 100 channels on one broker, the events spread round robin, one
+               bench subscriber per channel (4 for a single channel)
+  backlog      0 / 1,000,000 / 5,000,000 events published before any subscriber joins;
+               the broker is restarted (SIGTERM, start on the same data) with the backlog
+               queued, then the subscribers drain it
+
+Each row: events/s (first publish, or for a backlog the subscribers' start, to the last
+ack), publish-to-handler p99, broker RSS at the end and its peak, broker threads, broker
+CPU per event, and events/s as a share of the sweep's first row. Run it with the
+project's venv:  .venv/bin/python scripts/bench_scale.py  (see --help).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import bench
+from bench_support.procs import BenchError, ProcGroup, cpu_seconds, load_average, read_rss_kib
+from bench_support.report import ms, percentile
+from bench_support.service import (
+    EventMaker,
+    channel_proxy,
+    fresh_store_args,
+    publish_count,
+    read_summaries,
+    start_bench_subscribers,
+    start_broker,
+    wait_acked,
+)
+
+SWEEPS = ("subscribers", "partitions", "channels", "backlog")
+DEFAULTS = {
+    "subscribers": [4, 16, 64, 256],
+    "partitions": [16, 1_000, 10_000, 100_000],
+    "channels": [1, 10, 100],
+    "backlog": [0, 1_000_000, 5_000_000],
+}
+QUICK = {
+    "subscribers": [4, 16],
+    "partitions": [16, 1_000],
+    "channels": [1, 4],
+    "backlog": [0, 50_000],
+}
+SWEEP_PARTITIONS = 256  # the subscribers sweep's partitions
+BATCH = 100
+RESTART_TIMEOUT_S = 600.0
+"""Longest a broker may take to stop, or to restore a backlog and say it is ready."""
+
+
+def value_list(text: str) -> list[int]:
+    """``4,16,64`` (underscores allowed) as a list of positive integers."""
+    try:
+        values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text}"
+        ) from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"needs non-negative integers: {text}")
+    return values
+
+
+def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's events/s as a share of the first row's (the sweep's baseline)."""
+    base = rows[0]["events_per_s"] if rows else None
+    return [r | {"ratio": round(r["events_per_s"] / base, 3) if base else None} for r in rows]
+
+
+def row_of(value: int, result: dict[str, Any], events: int) -> dict[str, Any]:
+    return {
+        "value": value,
+        "events_per_s": result["events_per_s"],
+        "p99_ms": result.get("p99_ms"),
+        "rss_mib": result.get("broker_rss_mib"),
+        "peak_mib": result.get("broker_peak_mib"),
+        "threads": result.get("broker_threads"),
+        "cpu_us_per_event": round(result["cpu_broker_s"] / events * 1e6, 1),
+    } | {k: result[k] for k in ("restart_s", "published_per_s") if k in result}
+
+
+# -- sweeps ------------------------------------------------------------------------------
+def pipeline(settings: bench.Settings, label: str, **changes: int) -> dict[str, Any]:
+    s = replace(settings, **changes)
+    return bench.pipeline_run(s, label, 1, s.events, s.batch_size)
+
+
+def sweep_subscribers(s: bench.Settings, value: int) -> dict[str, Any]:
+    return pipeline(s, f"subs{value}", subscribers=value, partitions=SWEEP_PARTITIONS)
+
+
+def sweep_partitions(s: bench.Settings, value: int) -> dict[str, Any]:
+    return pipeline(s, f"parts{value}", partitions=value, subscribers=4)
+
+
+def sweep_channels(s: bench.Settings, value: int) -> dict[str, Any]:
+    """``value`` channels on one broker, a bench subscriber each (4 for one channel), the
+    events published round robin over them in batches, from this process."""
+    from publisher.client import Publisher
+
+    names = [f"c{i}" for i in range(value)]
+    per_channel = 4 if value == 1 else 1
+    with ProcGroup(s.workdir / f"channels{value}") as procs:
+        extra = [arg for name in names[1:] for arg in ("--channel", name)]
+        broker, ns_port = start_broker(
+            procs,
+            s.python,
+            fresh_store_args(procs, s.store),
+            capacity=max(1_000_000, 2 * s.events),
+            extra_args=[*extra, *s.broker_args],
+            channel=names[0],
+        )
+        subs = []
+        for name in names:
+            ids = [f"{name}-s{k}" for k in range(per_channel)]
+            subs += start_bench_subscribers(procs, s.python, ns_port, ids, s.prefetch, (), name)
+        publishers = [Publisher(name, "bench", ns_port=ns_port, state_dir=None) for name in names]
+        makers = [EventMaker(f"p{name}", 16, s.payload_size) for name in names]
+        cpu0, t0 = cpu_seconds(broker.pid), time.time()
+        per = s.events // value
+        for _ in range(max(1, per // s.batch_size)):
+            for pub, maker in zip(publishers, makers, strict=True):
+                publish_count(pub, maker, s.batch_size, s.batch_size)
+        sent = max(1, per // s.batch_size) * s.batch_size
+        t_end = max(wait_acked(channel_proxy(ns_port, n), sent, 120.0) for n in names)
+        status, cpu = read_rss_kib(broker.pid), cpu_seconds(broker.pid) - cpu0
+        for pub in publishers:
+            pub.close()
+        procs.stop([p for p, _ in subs])
+        latencies = sorted(x for sm in read_summaries(subs) for x in sm["latencies"])
+    return _result(sent * value, t_end - t0, cpu, status, latencies)
+
+
+def sweep_backlog(s: bench.Settings, value: int) -> dict[str, Any]:
+    """``value`` events queued with no subscriber, a broker restart with them queued, then
+    4 subscribers drain them (``s.events`` when ``value`` is 0: the plain pipeline)."""
+    if value == 0:
+        return pipeline(s, "backlog0", subscribers=4, partitions=16)
+    from publisher.client import Publisher
+
+    with ProcGroup(s.workdir / f"backlog{value}") as procs:
+        store = fresh_store_args(procs, s.store)
+        broker, ns_port = start_broker(procs, s.python, store, capacity=value + 1, name="broker-a")
+        maker = EventMaker("backlog", 16, s.payload_size)
+        with Publisher(bench.CHANNEL, "bench", ns_port=ns_port, state_dir=None) as pub:
+            t0 = time.time()
+            publish_count(pub, maker, value, 1_000)
+            published_s = time.time() - t0
+        queued = read_rss_kib(broker.pid)
+        procs.stop([broker], timeout_s=RESTART_TIMEOUT_S)  # SIGTERM: a clean stop
+        t_restart = time.monotonic()
+        broker, _ = start_broker(
+            procs, s.python, store, capacity=value + 1, ns_port=ns_port, name="broker-b", wait=False
+        )
+        broker.wait_ready(RESTART_TIMEOUT_S)
+        restart_s = time.monotonic() - t_restart
+        cpu0, t1 = cpu_seconds(broker.pid), time.time()
+        subs = start_bench_subscribers(procs, s.python, ns_port, [f"s{k}" for k in range(4)])
+        t_end = wait_acked(channel_proxy(ns_port), value, max(120.0, value / 2_000))
+        status, cpu = read_rss_kib(broker.pid), cpu_seconds(broker.pid) - cpu0
+        procs.stop([p for p, _ in subs])
+        latencies: list[float] = []  # a backlog's waits say nothing of the service's pace
+    result = _result(value, t_end - t1, cpu, status, latencies)
+    result["peak_mib"] = round(queued["VmHWM"] / 1024, 1)  # the first broker's, queued
+    return result | {
+        "restart_s": round(restart_s, 2),
+        "published_per_s": round(value / published_s),
+    }
+
+
+def _result(
+    events: int, seconds: float, cpu: float, status: dict[str, int], latencies: list[float]
+) -> dict[str, Any]:
+    return {
+        "events_per_s": round(events / seconds, 1),
+        "p99_ms": ms(percentile(latencies, 99)),
+        "cpu_broker_s": cpu,
+        "broker_rss_mib": round(status["VmRSS"] / 1024, 1),
+        "broker_peak_mib": round(status["VmHWM"] / 1024, 1),
+        "broker_threads": status["Threads"],
+    }
+
+
+SWEEP: dict[str, Callable[[bench.Settings, int], dict[str, Any]]] = {
+    "subscribers": sweep_subscribers,
+    "partitions": sweep_partitions,
+    "channels": sweep_channels,
+    "backlog": sweep_backlog,
+}
+
+
+# -- the command line --------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench_scale",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sweep", default=",".join(SWEEPS), help="comma-separated subset")
+    for name in SWEEPS:
+        parser.add_argument(
+            f"--{name}-values", type=value_list, default=None, metavar="N,N,...",
+            help=f"default {','.join(map(str, DEFAULTS[name]))}",
+        )  # fmt: skip
+    parser.add_argument("--events", type=int, default=100_000, help="events per row (100000)")
+    parser.add_argument("--quick", action="store_true", help="small sweeps: a smoke run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--python", default=sys.executable, help="for the child processes")
+    return parser
+
+
+def settings(args: argparse.Namespace, workdir: Path) -> bench.Settings:
+    parsed = bench.build_parser().parse_args(["--python", args.python])
+    s = bench.settings_from_args(parsed, workdir)
+    return replace(s, events=10_000 if args.quick else args.events, batch_size=BATCH)
+
+
+def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    chosen = [name.strip() for name in args.sweep.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(SWEEPS))
+    if unknown:
+        raise BenchError(f"unknown sweep(s) {unknown}: choose from {', '.join(SWEEPS)}")
+    report: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        s = settings(args, Path(tmp))
+        for name in chosen:
+            values = getattr(args, f"{name}_values") or (QUICK if args.quick else DEFAULTS)[name]
+            rows = []
+            for value in values:
+                print(f"[scale] {name} = {value:,} (load {load_average()})", file=sys.stderr)
+                events = value if name == "backlog" and value else s.events
+                rows.append(row_of(value, SWEEP[name](s, value), events))
+            report[name] = with_ratios(rows)
+    return report
+
+
+COLUMNS = (
+    ("value", "{:,}"), ("events_per_s", "{:,.0f}"), ("ratio", "{:.2f}"), ("p99_ms", "{:.1f}"),
+    ("rss_mib", "{:,.0f}"), ("peak_mib", "{:,.0f}"), ("threads", "{}"),
+    ("cpu_us_per_event", "{:.1f}"), ("restart_s", "{:.1f}"), ("published_per_s", "{:,.0f}"),
+)  # fmt: skip
+
+
+def markdown(report: dict[str, list[dict[str, Any]]]) -> str:
+    """The report as Markdown tables (docs/benchmarks.md takes them as they are)."""
+    lines = []
+    for name, rows in report.items():
+        columns = [(key, fmt) for key, fmt in COLUMNS if any(r.get(key) is not None for r in rows)]
+        lines += [f"\n{name}\n", "| " + " | ".join(k for k, _ in columns) + " |"]
+        lines.append("|" + "---|" * len(columns))
+        for r in rows:
+            cells = [fmt.format(r[k]) if r.get(k) is not None else "" for k, fmt in columns]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = load_average()
+    try:
+        report = run(args)
+    except BenchError as exc:
+        print(f"bench_scale: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"load1_at_start": started, "sweeps": report}))
+    else:
+        print(markdown(report))
+        print(f"\n1-minute load average at start: {started} (other work skews every figure)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

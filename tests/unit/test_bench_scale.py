@@ -1,0 +1,41 @@
+"""scripts/bench_scale.py's pure helpers: the values flags, the ratio column, the tables
+(the benchmark itself runs by hand: timing is for benchmarks, not tests)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+@pytest.fixture
+def scale(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    return importlib.import_module("bench_scale")
+
+
+def test_values_are_comma_separated_integers(scale: ModuleType) -> None:
+    assert scale.value_list("4,16, 64") == [4, 16, 64]
+    assert scale.value_list("0,1_000_000") == [0, 1_000_000]
+    for bad in ("", "4,x", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            scale.value_list(bad)
+
+
+def test_each_row_is_compared_with_the_first(scale: ModuleType) -> None:
+    rows = scale.with_ratios([{"events_per_s": 40_000.0}, {"events_per_s": 30_000.0}])
+    assert [r["ratio"] for r in rows] == [1.0, 0.75]
+    assert scale.with_ratios([]) == []
+
+
+def test_markdown_shows_only_the_columns_some_row_has(scale: ModuleType) -> None:
+    row = {"value": 1_000, "events_per_s": 1234.5, "ratio": 1.0, "p99_ms": None}
+    text = scale.markdown({"partitions": [row]})
+    assert "| value | events_per_s | ratio |" in text
+    assert "| 1,000 | 1,234 | 1.00 |" in text  # round half to even: 1234.5 -> 1,234
+    assert "p99_ms" not in text and "restart_s" not in text
