@@ -74,8 +74,11 @@ def error(status: int, reason: str) -> Response:
 class MonitorApp:
     """The routes, without sockets: a path and an authenticated user in, a Response out."""
 
-    def __init__(self, handle: BrokerHandle, hosts: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, handle: BrokerHandle, hosts: frozenset[str] = frozenset(), scheme: str = "http"
+    ) -> None:
         self._handle = handle
+        self._scheme = scheme
         self.hosts = hosts
         """The ``host:port`` names a POST may be addressed to (its ``Host`` header), so a
         page of another name that resolves here (DNS rebinding) cannot post; empty: any
@@ -127,7 +130,7 @@ class MonitorApp:
         if self.hosts and host not in self.hosts:
             return f"a POST addressed to {host!r}, not to this server"
         origin = headers.get("Origin")
-        if origin is not None and origin != f"http://{host}":
+        if origin is not None and origin != f"{self._scheme}://{host}":
             return f"a POST from a page of {origin!r}, not of this server"
         return None
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from channel_client import cli_common as cc
+from channel_server import tls
 from channel_server.errors import InvalidArgument
 from channel_server.monitor.settings import BadAddress, HttpConfig, parse_address
 
@@ -31,7 +32,8 @@ def add_http_flags(parser: argparse.ArgumentParser) -> None:
         help="serve Prometheus /metrics, the JSON API /api/channels and a live page at / "
         "on this address (PORT 0: any free one), for callers with the broker's credentials "
         "(HTTP Basic: a user and password of --users, or owner and the local token; or "
-        "Bearer TOKEN); a non-loopback HOST needs --insecure (plain HTTP); default: off",
+        "Bearer TOKEN); HTTPS with the broker's --tls-cert/--tls-key, else plain HTTP, "
+        "where a non-loopback HOST needs --insecure; default: off",
     )
     group.add_argument(
         "--http-max-connections",
@@ -51,11 +53,22 @@ def add_http_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def http_from_args(args: argparse.Namespace) -> HttpConfig | None:
-    """The monitor's config, or None without ``--http``. A non-loopback address without
-    ``--insecure`` is an InvalidArgument (the broker's own bind rule; HTTP is never TLS)."""
+    """The monitor's config, or None without ``--http``. With the broker's TLS certificate
+    (``--tls-cert``/``--tls-key`` or their env vars) it speaks HTTPS; without, a
+    non-loopback address needs ``--insecure`` (the broker's own bind rule)."""
     if args.http is None:
         return None
     host, port = parse_address(args.http)
+    options = tls.from_args(args)
+    if options.cert is not None and options.key is not None:
+        return HttpConfig(
+            host=host,
+            port=port,
+            max_connections=args.http_max_connections,
+            request_timeout_s=args.http_timeout,
+            cert=str(options.cert),
+            key=str(options.key),
+        )
     if not cc.is_loopback(host):
         if not args.insecure:
             raise InvalidArgument(

@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from http import HTTPStatus
@@ -90,8 +91,11 @@ class _Handler(BaseHTTPRequestHandler):
         # each send and receive on the socket; per connection, from the config
         self.timeout = config.request_timeout_s  # type: ignore[misc]
         self.command, self.request_version = "", self.default_request_version
-        super().setup()
         deadline = time.monotonic() + config.request_timeout_s
+        if isinstance(self.request, ssl.SSLSocket):  # in this thread, not the accept loop
+            self.request.settimeout(config.request_timeout_s)
+            self.request.do_handshake()
+        super().setup()
         raw = cast(BinaryIO, self.rfile)
         # duck-typed: http.server only calls readline and read on it
         self.rfile = _LimitedReader(raw, config.max_request_bytes, deadline)  # type: ignore[assignment]
@@ -202,6 +206,14 @@ class _HttpServer(ThreadingHTTPServer):
         if ":" in config.host:
             self.address_family = socket.AF_INET6
         super().__init__((config.host, config.port), _Handler)
+        if config.cert is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(config.cert, config.key)
+            # each connection's handshake runs in its request thread, under its timeout
+            self.socket = context.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)  # not HTTPServer's: no reverse DNS lookup
@@ -263,7 +275,7 @@ class MonitorServer:
 
     def start(self) -> None:
         """Bind and serve; OSError (naming the address) when it cannot bind."""
-        app = MonitorApp(self._handle)
+        app = MonitorApp(self._handle, scheme=self.config.scheme)
         try:
             self._server = _HttpServer(self.config, self._handle, app)
         except OSError as exc:
@@ -277,12 +289,12 @@ class MonitorServer:
 
     @property
     def url(self) -> str:
-        """``http://HOST:PORT/`` with the port actually bound."""
+        """``http[s]://HOST:PORT/`` with the port actually bound."""
         if self._server is None:
             return ""
         host = self.config.host
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self._server.server_address[1]}/"
+        return f"{self.config.scheme}://{host}:{self._server.server_address[1]}/"
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop accepting, let the requests being served finish (until ``timeout_s``),

@@ -12,8 +12,8 @@ class HttpConfig:
     """Where the monitor listens and how much one caller may make it hold."""
 
     host: str = "127.0.0.1"
-    """Bind address; a non-loopback one needs ``--insecure`` (HTTP here is never TLS, so
-    credentials would cross the network in clear text)."""
+    """Bind address; a non-loopback one needs TLS (``cert``) or ``--insecure`` (plain
+    HTTP: credentials would cross the network in clear text)."""
     port: int = 0
     """0 picks a free port (the broker logs and prints the address it got)."""
     max_connections: int = 16
@@ -25,6 +25,14 @@ class HttpConfig:
     max_request_bytes: int = 16 << 10
     """Largest request, head and body (a GET has none; the page's replay POST a small
     JSON one)."""
+    cert: str | None = None
+    """PEM certificate (chain) for HTTPS: the broker's ``--tls-cert``; None: plain HTTP."""
+    key: str | None = None
+    """Its unencrypted PEM key (``--tls-key``)."""
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.cert else "http"
 
 
 class BadAddress(ValueError):

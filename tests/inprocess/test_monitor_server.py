@@ -3,6 +3,7 @@ authenticates, bounds what one client may make it hold, and stops within its bud
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import io
 import json
@@ -179,3 +180,39 @@ def get_json(server: MonitorServer, path: str, auth: str) -> dict:
     data = conn.getresponse().read()
     conn.close()
     return json.loads(data)
+
+
+def test_with_the_brokers_certificate_the_monitor_speaks_https_only(tmp_path) -> None:
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    config = dataclasses.replace(CONFIG, cert=str(cert_path), key=str(key_path))
+    monitor = MonitorServer(config, handle(FakeChannel("orders")))
+    monitor.start()
+    try:
+        assert monitor.url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        conn = http.client.HTTPSConnection("127.0.0.1", port(monitor), context=context, timeout=5)
+        conn.request("GET", "/api/channels", headers={"Authorization": f"Bearer {TOKEN}"})
+        reply = conn.getresponse()
+        assert reply.status == 200 and json.loads(reply.read())[0]["channel"] == "orders"
+        conn.close()
+        # a plain-HTTP client gets no page (the TLS handshake fails, in its request thread)
+        with pytest.raises((http.client.HTTPException, OSError)):
+            get(monitor, "/api/channels", f"Bearer {TOKEN}")
+        # and an HTTPS client that does not trust the CA refuses the server
+        strange = http.client.HTTPSConnection(
+            "127.0.0.1", port(monitor), context=ssl.create_default_context(), timeout=5
+        )
+        with pytest.raises(ssl.SSLCertVerificationError):
+            strange.request("GET", "/metrics")
+        strange.close()
+    finally:
+        monitor.stop()

@@ -181,3 +181,23 @@ def test_tls_flags_that_cannot_work_are_one_line(
     assert result.returncode == EXIT_USAGE
     line = one_line(result.stderr)
     assert line.startswith("error: tls: ") and reason in line, line
+
+
+def test_the_monitor_of_a_tls_broker_speaks_https(cluster: Cluster, certs: Certs) -> None:
+    """The broker's certificate serves its HTTP monitor too: HTTPS, on any address."""
+    import http.client
+    import ssl
+
+    from channel_server.credentials import read_token
+    from tests.integration.procs import free_port
+
+    port = free_port()
+    broker = cluster.broker("c1", extra=("--memory", *certs.flags, "--http", f"127.0.0.1:{port}"))
+    assert f"; http https://127.0.0.1:{port}/" in broker.output()
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+    token = read_token(cluster.tmp / "state")
+    conn.request("GET", "/api/channels", headers={"Authorization": f"Bearer {token}"})
+    reply = conn.getresponse()
+    assert reply.status == 200 and b'"channel": "c1"' in reply.read()
+    conn.close()

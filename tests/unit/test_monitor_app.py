@@ -161,6 +161,15 @@ def test_a_non_loopback_http_address_needs_insecure() -> None:
     assert http_from_args(flags("0.0.0.0:9100", insecure=True)).host == "0.0.0.0"
 
 
+def test_with_the_brokers_certificate_the_monitor_is_https_anywhere() -> None:
+    args = flags("0.0.0.0:9100")
+    args.tls_cert, args.tls_key = "/etc/b/cert.pem", "/etc/b/key.pem"
+    config = http_from_args(args)
+    assert config is not None and config.scheme == "https"
+    assert (config.host, config.cert, config.key) == ("0.0.0.0", args.tls_cert, args.tls_key)
+    assert HttpConfig().scheme == "http"
+
+
 # -- the page's replay POST --------------------------------------------------------------
 HOST = "127.0.0.1:9100"
 
