@@ -77,7 +77,7 @@ def value_list(text: str) -> list[int]:
 
 def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row's events/s as a share of the first row's (the sweep's baseline)."""
-    base = rows[0]["events_per_s"] if rows else None
+    base = rows[0]["events_per_s"] if rows else None  # 0 when the first row failed
     return [r | {"ratio": round(r["events_per_s"] / base, 3) if base else None} for r in rows]
 
 
@@ -100,6 +100,10 @@ def pipeline(settings: bench.Settings, label: str, **changes: int) -> dict[str, 
 
 
 def sweep_subscribers(s: bench.Settings, value: int) -> dict[str, Any]:
+    """Each subscriber holds a connection to the broker (acks, heartbeats): past the
+    default ``--max-connections`` (256) the broker gets room for all of them."""
+    room = ["--max-connections", str(max(256, 2 * value + 64))]
+    s = replace(s, broker_args=[*s.broker_args, *room])
     return pipeline(s, f"subs{value}", subscribers=value, partitions=SWEEP_PARTITIONS)
 
 
@@ -243,7 +247,11 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
             for value in values:
                 print(f"[scale] {name} = {value:,} (load {load_average()})", file=sys.stderr)
                 events = value if name == "backlog" and value else s.events
-                rows.append(row_of(value, SWEEP[name](s, value), events))
+                try:
+                    rows.append(row_of(value, SWEEP[name](s, value), events))
+                except Exception as exc:  # a row that cannot run is reported, not fatal
+                    print(f"[scale] {name} = {value:,} failed: {exc}", file=sys.stderr)
+                    rows.append({"value": value, "events_per_s": 0.0, "error": str(exc)[:200]})
             report[name] = with_ratios(rows)
     return report
 
@@ -252,6 +260,7 @@ COLUMNS = (
     ("value", "{:,}"), ("events_per_s", "{:,.0f}"), ("ratio", "{:.2f}"), ("p99_ms", "{:.1f}"),
     ("rss_mib", "{:,.0f}"), ("peak_mib", "{:,.0f}"), ("threads", "{}"),
     ("cpu_us_per_event", "{:.1f}"), ("restart_s", "{:.1f}"), ("published_per_s", "{:,.0f}"),
+    ("error", "{}"),
 )  # fmt: skip
 
 
