@@ -58,6 +58,9 @@ QUICK = {
 }
 SWEEP_PARTITIONS = 256  # the subscribers sweep's partitions
 BATCH = 100
+BACKLOG_BYTES = "4G"
+"""``--max-queued-bytes`` of a backlog run (the default 256 MiB holds about 1.9 million
+events of 100 B)."""
 RESTART_TIMEOUT_S = 600.0
 """Longest a broker may take to stop, or to restore a backlog and say it is ready."""
 
@@ -157,7 +160,7 @@ def sweep_backlog(s: bench.Settings, value: int) -> dict[str, Any]:
     from publisher.client import Publisher
 
     with ProcGroup(s.workdir / f"backlog{value}") as procs:
-        store = fresh_store_args(procs, s.store)
+        store = [*fresh_store_args(procs, s.store), "--max-queued-bytes", BACKLOG_BYTES]
         broker, ns_port = start_broker(procs, s.python, store, capacity=value + 1, name="broker-a")
         maker = EventMaker("backlog", 16, s.payload_size)
         with Publisher(bench.CHANNEL, "bench", ns_port=ns_port, state_dir=None) as pub:

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from channel_client import cli_common
-from channel_server import tls
+from channel_server import tls, tls_sockets
 from channel_server.errors import InvalidArgument
 from channel_server.tls import TlsOptions
 
@@ -196,7 +196,7 @@ def test_the_contexts_pyro5_builds_get_our_sockets(files: Files, monkeypatch) ->
     monkeypatch.setattr(Pyro5.socketutil, "__ssl_client_context", None)
     TlsOptions(ca=files.ca).apply()
     context = Pyro5.socketutil.get_ssl_context(cacerts=str(files.ca))
-    assert context.sslsocket_class is tls._PyroTlsSocket
+    assert context.sslsocket_class is tls_sockets.PyroTlsSocket
 
 
 # -- the bind check of cli_common.setup ---------------------------------------------------------
