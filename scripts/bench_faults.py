@@ -29,26 +29,27 @@ Every child process is stopped at the end, also on Ctrl-C, SIGTERM or an error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from bench_support.fault_actors import CrashLooper, Streamer
+from bench_support.fault_settings import (
+    DEFAULT_ACK_TIMEOUT_S,
+    FaultSettings,
+    add_fault_flags,
+    settings_from_args,
+)
 from bench_support.procs import (
     ROOT,
     BenchError,
-    Proc,
     ProcGroup,
     load_average,
-    log,
 )
-from bench_support.report import Target, add_store_flag, bench_main, make_parser, positive
+from bench_support.report import Target, bench_main, make_parser
 from bench_support.service import (
     CHANNEL,
     EventMaker,
@@ -63,106 +64,11 @@ from bench_support.service import (
 
 sys.path.insert(0, str(ROOT))  # measure the checkout this script is in, whatever is installed
 MEASUREMENTS = ("recovery-kill", "recovery-stop", "degraded")
-DEFAULT_ACK_TIMEOUT_S = 5.0
-"""The broker's default ``--ack-timeout`` (ChannelConfig.ack_timeout_s)."""
 STREAM_PUBLISHER = "stream"
 POLL_S = 0.01
-CRASH_EXIT_CODE = 137
-MAX_ODD_EXITS = 5
-"""Exits of the crash-looping subscriber that were not its crash, in a row, before the
-run gives up (it would otherwise restart a broken command forever)."""
-
-
-@dataclass
-class FaultSettings:
-    python: str
-    runs: int
-    store: str
-    log_level: str
-    ack_timeout_s: float | None
-    max_attempts: int | None
-    # recovery
-    partitions: int
-    rate: float
-    tick_ms: float
-    prefetch: int
-    settle_s: float
-    after_s: float
-    # degraded throughput
-    subscribers: int
-    events: int
-    batch_size: int
-    degraded_partitions: int
-    payload_size: int
-    crash_after: int
-    degraded_prefetch: int | None
-    workdir: Path = field(default_factory=Path)
-
-    @property
-    def broker_args(self) -> list[str]:
-        args = []
-        if self.ack_timeout_s is not None:
-            args += ["--ack-timeout", str(self.ack_timeout_s)]
-        if self.max_attempts is not None:
-            args += ["--max-attempts", str(self.max_attempts)]
-        return args
-
-    @property
-    def ack_timeout(self) -> float:
-        return DEFAULT_ACK_TIMEOUT_S if self.ack_timeout_s is None else self.ack_timeout_s
 
 
 # -- recovery ----------------------------------------------------------------------------
-class Streamer:
-    """Publishes ``per_tick`` events every ``tick_s`` from a thread of its own (which owns
-    the publisher's proxy) until stopped."""
-
-    def __init__(self, ns_port: int, maker: EventMaker, per_tick: int, tick_s: float) -> None:
-        self._ns_port = ns_port
-        self._maker = maker
-        self._per_tick = per_tick
-        self._tick_s = tick_s
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self.published = 0
-        self._thread = threading.Thread(target=self._run, name="streamer", daemon=True)
-
-    def __enter__(self) -> Streamer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30.0)
-
-    def _run(self) -> None:
-        from publisher.client import Publisher
-
-        try:
-            with Publisher(
-                CHANNEL, self._maker.publisher_id, ns_port=self._ns_port, state_dir=None
-            ) as pub:
-                self.published = publish_count(
-                    pub, self._maker, 10**12, self._per_tick, self._tick_s, self._stop
-                )
-        except BaseException as exc:
-            self._error = exc
-
-    def stop(self) -> int:
-        """Stop publishing; returns how many events were published."""
-        self._stop.set()
-        self._thread.join(30.0)
-        if self._thread.is_alive():
-            raise BenchError("the streaming publisher did not stop")
-        if self._error is not None:
-            raise BenchError(f"streaming publisher failed: {self._error!r}")
-        return self.published
-
-    def check(self) -> None:
-        if self._error is not None:
-            raise BenchError(f"streaming publisher failed: {self._error!r}")
-
-
 def stream_owners(stats: dict[str, Any]) -> dict[Any, str | None]:
     """partition -> owner, for the streaming publisher's partitions."""
     return {
@@ -251,77 +157,6 @@ def measure_recovery(fs: FaultSettings, run: int, sig: signal.Signals) -> dict[s
 
 
 # -- degraded throughput -----------------------------------------------------------------
-class CrashLooper:
-    """Keeps one ``python -m subscriber run --fault crash-after:K`` subscriber running:
-    whenever it exits, a new process with the same id is started, until ``stop``. Every
-    incarnation appends the events it processed to one ``--record`` file."""
-
-    def __init__(self, procs: ProcGroup, fs: FaultSettings, ns_port: int, sub_id: str) -> None:
-        self._procs = procs
-        self.sub_id = sub_id
-        self.record = procs.workdir / f"{sub_id}.jsonl"
-        self._argv = [
-            fs.python, "-m", "subscriber", "run",
-            "--ns-port", str(ns_port),
-            "--channel", CHANNEL,
-            "--id", sub_id,
-            "--fault", f"crash-after:{fs.crash_after}",
-            "--record", str(self.record),
-            "--quiet",
-        ]  # fmt: skip
-        if fs.degraded_prefetch is not None:
-            self._argv += ["--prefetch", str(fs.degraded_prefetch)]
-        self.crashes = 0
-        self.other_exits: list[int] = []
-        self._current: Proc | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="crash-looper", daemon=True)
-        self.error: str | None = None
-
-    def _spawn(self) -> Proc:
-        name = f"{self.sub_id}-{self.crashes + len(self.other_exits) + 1}"
-        return self._procs.start(name, self._argv, rf"subscriber {self.sub_id} ready")
-
-    def start(self) -> None:
-        self._current = self._spawn()
-        self._current.wait_ready()
-        self._thread.start()
-
-    def _watch(self) -> None:
-        odd_in_a_row = 0
-        while not self._stop.wait(POLL_S):
-            assert self._current is not None
-            code = self._current.popen.poll()
-            if code is None:
-                continue
-            if code == CRASH_EXIT_CODE:
-                self.crashes += 1
-                odd_in_a_row = 0
-            else:
-                self.other_exits.append(code)
-                odd_in_a_row += 1
-                log(f"{self._current.name} exited with {code}:\n{self._current.tail(5)}")
-                if odd_in_a_row >= MAX_ODD_EXITS:
-                    self.error = f"{self.sub_id} exited {odd_in_a_row} times without crashing"
-                    return
-            if not self._stop.is_set():
-                self._current = self._spawn()
-
-    def stop(self) -> None:
-        """Stop restarting, then stop the incarnation running now (gracefully)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(10.0)
-        if self._current is not None:
-            self._procs.stop([self._current])
-
-    def processed(self) -> list[dict[str, Any]]:
-        if not self.record.exists():
-            return []
-        with self.record.open(encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-
-
 def throughput_run(fs: FaultSettings, run: int, crash: bool) -> dict[str, Any]:
     """The bench.py throughput workload; with ``crash``, the last subscriber crash-loops.
     Returns events/s and the delivery check (missing ids, duplicate handler calls)."""
@@ -462,53 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with a crash-looping subscriber ≥ 50 % of the healthy one; nothing lost.",
         MEASUREMENTS,
     )
-    add_store_flag(parser)
-    parser.add_argument(
-        "--ack-timeout",
-        type=float,
-        default=None,
-        help="broker --ack-timeout in s (default: the broker's own, 5)",
-    )
-    parser.add_argument(
-        "--max-attempts",
-        type=positive,
-        default=None,
-        help="broker --max-attempts (default: the broker's own, 3)",
-    )
-    rec = parser.add_argument_group("recovery")
-    rec.add_argument("--partitions", type=positive, default=8, help="default 8")
-    rec.add_argument("--rate", type=float, default=200.0, help="events/s streamed (default 200)")
-    rec.add_argument("--tick-ms", type=float, default=10.0, help="publish every N ms (default 10)")
-    rec.add_argument("--prefetch", type=positive, default=1, help="subscriber prefetch (default 1)")
-    rec.add_argument(
-        "--settle", type=float, default=1.0, help="s of streaming before the signal (default 1)"
-    )
-    rec.add_argument(
-        "--after",
-        type=float,
-        default=1.0,
-        help="s of streaming after the partitions moved (default 1)",
-    )
-    deg = parser.add_argument_group("degraded throughput")
-    deg.add_argument("--subscribers", type=positive, default=4, help="default 4")
-    deg.add_argument("--events", type=positive, default=100_000, help="default 100000")
-    deg.add_argument("--batch-size", type=positive, default=100, help="default 100")
-    deg.add_argument(
-        "--degraded-partitions", type=positive, default=16, help="partitions (default 16)"
-    )
-    deg.add_argument("--payload-size", type=int, default=100, help="bytes (default 100)")
-    deg.add_argument(
-        "--crash-after",
-        type=positive,
-        default=500,
-        help="the crash-looping subscriber exits when its K-th event arrives (default 500)",
-    )
-    deg.add_argument(
-        "--degraded-prefetch",
-        type=positive,
-        default=None,
-        help="subscriber prefetch (default: the channel's, 100)",
-    )
+    add_fault_flags(parser)
     return parser
 
 
@@ -527,31 +316,6 @@ def main(argv: list[str] | None = None) -> int:
         targets=targets_for(args.ack_timeout or DEFAULT_ACK_TIMEOUT_S),
         title=f"Fault handling benchmark: {args.store} store, {args.runs} run(s) each, "
         "median first",
-    )
-
-
-def settings_from_args(args: argparse.Namespace, workdir: Path) -> FaultSettings:
-    return FaultSettings(
-        python=args.python,
-        runs=args.runs,
-        store=args.store,
-        log_level=args.log_level,
-        ack_timeout_s=args.ack_timeout,
-        max_attempts=args.max_attempts,
-        partitions=args.partitions,
-        rate=args.rate,
-        tick_ms=args.tick_ms,
-        prefetch=args.prefetch,
-        settle_s=args.settle,
-        after_s=args.after,
-        subscribers=args.subscribers,
-        events=args.events,
-        batch_size=args.batch_size,
-        degraded_partitions=args.degraded_partitions,
-        payload_size=args.payload_size,
-        crash_after=args.crash_after,
-        degraded_prefetch=args.degraded_prefetch,
-        workdir=workdir,
     )
 
 
