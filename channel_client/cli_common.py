@@ -43,6 +43,7 @@ from channel_client.runtime import (
     setup,
     setup_logging,
     setup_tls,
+    signals_to_main_thread,
     stop_on_signals,
     transport_from_args,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "setup",
     "setup_logging",
     "setup_tls",
+    "signals_to_main_thread",
     "stop_on_signals",
     "transport_from_args",
 ]

@@ -4,11 +4,13 @@ stop signals."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,22 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
     return stop
+
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def signals_to_main_thread() -> Iterator[None]:
+    """Threads started inside (and the threads they start) block SIGINT and SIGTERM, so
+    the kernel delivers them to the main thread. Python runs handlers only there: a
+    signal that landed on another thread would wait until the main thread's current wait
+    ends (up to a join's timeout), and a second Ctrl-C would not quit at once."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def exit_on_next_signal(why: str) -> None:

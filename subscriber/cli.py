@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
     )
     stop = cc.stop_on_signals()
     try:
-        info = subscriber.start()
+        with cc.signals_to_main_thread():  # its threads leave the signals to this one
+            info = subscriber.start()
     except BaseException:
         subscriber.stop(unsubscribe=False)
         raise
