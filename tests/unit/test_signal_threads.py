@@ -31,6 +31,6 @@ def test_threads_started_inside_leave_the_stop_signals_to_the_main_thread() -> N
     after.start()
     after.join(5.0)
 
-    assert STOP_SIGNALS <= seen["outer"] and STOP_SIGNALS <= seen["inner"]
+    assert seen["outer"] >= STOP_SIGNALS and seen["inner"] >= STOP_SIGNALS
     assert not STOP_SIGNALS & seen["after"]
     assert not STOP_SIGNALS & blocked_now()
