@@ -106,7 +106,7 @@ class EventChannel:
         Call once, before the channel is published. Returns the events restored."""
         return self._upkeep.restore()
 
-    @Pyro5.api.expose
+    @Pyro5.api.expose  # type: ignore[prop-decorator]  # Pyro5 exposes properties so
     @property
     def name(self) -> str:
         return self._name

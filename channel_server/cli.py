@@ -9,6 +9,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import cast
 
 import Pyro5.errors
 
@@ -84,7 +85,7 @@ def serve(args: argparse.Namespace) -> int:
             store = (
                 PostgresStore(dsn, config.broker_id, PostgresConfig(lease_s=config.lease_s))
                 if dsn
-                else SQLiteStore(data_dir, args.sync)
+                else SQLiteStore(cast(Path, data_dir), args.sync)
             )
         except StoreError as exc:  # damaged, in use by another broker, refused, no psycopg
             return cc.fail(str(exc), cc.EXIT_UNAVAILABLE)
@@ -97,10 +98,12 @@ def serve(args: argparse.Namespace) -> int:
         broker.stop()
         code = cc.EXIT_NOT_AUTHORIZED if isinstance(exc, NotAuthorized) else cc.EXIT_UNAVAILABLE
         return cc.fail(f"cannot start the broker: {exc}", code)
-    ns_kind = "embedded" if broker.ns.embedded else "existing"
+    ns = broker.ns
+    assert ns is not None  # start() connected it or raised
+    ns_kind = "embedded" if ns.embedded else "existing"
     print(
         f"broker {config.broker_id} ready at {broker.uri}; name server "
-        f"{config.ns_host}:{broker.ns.port} ({ns_kind}); channels: "
+        f"{config.ns_host}:{ns.port} ({ns_kind}); channels: "
         f"{', '.join(broker.channel_names()) or '-'}"
         + (f"; http {broker.monitor.url}" if broker.monitor else ""),
         flush=True,

@@ -126,7 +126,7 @@ def _scalar(action: argparse.Action, value: Any) -> Any:
 def _kind(value: Any) -> str:
     if type(value) is bool:
         return "a boolean"
-    names = {dict: "a table", list: "an array", str: "a string"}
+    names: dict[type, str] = {dict: "a table", list: "an array", str: "a string"}
     return names.get(type(value), type(value).__name__)
 
 

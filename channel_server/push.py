@@ -129,7 +129,7 @@ class PushDelivery:
             grp = self._state.core.groups.get(group)
             member = grp.members.get(member_id) if grp else None
             link = self._links.get(key)
-            if member is None or link is None or not member.active:
+            if grp is None or member is None or link is None or not member.active:
                 return None
             now = self._state.now()
             if now < member.retry_at:
@@ -150,7 +150,8 @@ class PushDelivery:
                 raise ValueError(f"malformed reply {reply!r:.80}")
         except Exception as exc:  # transport or remote failure: both are a failed push
             if not _transport(exc) and (faults := _wire_faults(batch)):
-                return self._unpushable(batch, faults)  # ... unless events of it are at fault
+                self._unpushable(batch, faults)  # ... unless events of it are at fault
+                return None
             return self._failed(batch, exc)
         self._delivered(batch, elapsed)
         return None
@@ -208,7 +209,8 @@ class PushDelivery:
         with self._state.lock:
             grp = self._state.core.groups.get(key[0])
             member = grp.members.get(key[1]) if grp else None
-            if member is None or not member.active or self._links.get(key) is not link:
+            replaced = self._links.get(key) is not link
+            if grp is None or member is None or not member.active or replaced:
                 self._probing.discard(key)
                 return
             now = self._state.now()

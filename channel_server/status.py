@@ -126,8 +126,8 @@ def render_dead_letters(console: Console, channel: str, letters: list[dict[str, 
         return
     title = Text(f"{_visible(channel)}: {len(letters)} dead letters")
     table = Table(title=title, show_edge=False)
-    for title, _ in DEAD_LETTER_COLUMNS:
-        table.add_column(title)
+    for heading, _ in DEAD_LETTER_COLUMNS:
+        table.add_column(heading)
     for letter in letters:
         table.add_row(*(_cell(letter[key]) for _, key in DEAD_LETTER_COLUMNS))
     console.print(table)

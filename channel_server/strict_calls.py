@@ -82,7 +82,7 @@ def checked_arity(cls: T) -> T:
     method's signature raises InvalidArgument instead of TypeError."""
     for name in dir(cls):
         member = getattr(cls, name, None)
-        if not name.startswith("_") and callable(member) and getattr(member, "_pyroExposed", 0):
+        if not name.startswith("_") and callable(member) and getattr(member, "_pyroExposed", False):
             setattr(cls, name, _arity_checked(member))
     return cls
 

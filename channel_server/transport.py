@@ -22,7 +22,7 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import Pyro5
 import Pyro5.core
@@ -166,7 +166,7 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             if key.fileobj is self.sock:
                 self._accept()
             else:
-                self._read(key.fileobj)  # type: ignore[arg-type]
+                self._read(cast(socket.socket, key.fileobj))
         self._expire(time.monotonic())
 
     def _select_timeout(self) -> float:
@@ -300,6 +300,9 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
 class HardenedDaemon:
     """Mixin placed before a Pyro5 daemon class: the lobby transport, strict calls, and a
     ``Pyro.Daemon`` object with typed refusals."""
+
+    objectsById: dict[str, Any]  # the Pyro5 daemon's, set by its __init__
+    _sendExceptionResponse: Any  # the Pyro5 daemon's (a mixin cannot name the class)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         current()

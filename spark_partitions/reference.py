@@ -98,7 +98,11 @@ def _validate_and_dedupe(
     kept: dict[str, Clean] = {}
     valid = 0
     for values, reason, source in rows:
-        result = check(values, limit) if reason is None else reason
+        if reason is None:
+            assert values is not None  # the reader gives a row's values or why it has none
+            result = check(values, limit)
+        else:
+            result = reason
         if isinstance(result, Clean):
             valid += 1
             held = kept.get(result.id)

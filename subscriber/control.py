@@ -176,9 +176,15 @@ class ChannelSession:
         self.ready.set()
         return False
 
+    def _channel(self) -> RemoteChannel:
+        """The channel's remote, made by ``run`` before any call."""
+        if self._remote is None:
+            raise RuntimeError("the session's channel is not connected yet")
+        return self._remote
+
     def _subscribe(self) -> None:
         who = self._who
-        info = self._remote.call(
+        info = self._channel().call(
             "subscribe",
             who.subscriber_id,
             who.callback,
@@ -262,7 +268,7 @@ class ChannelSession:
         pause = RETRY_FIRST_S
         while True:
             try:
-                result = self._remote.call(method, *args)
+                result = self._channel().call(method, *args)
             except UNREACHABLE as exc:
                 self._lost(exc)
                 if self._finishing.is_set() and self._away_for() > self._who.connect_timeout_s:
