@@ -84,6 +84,18 @@ class Broker:
         if isinstance(store, LeaseStore):
             self.leases = LeaseKeeper(store, config.lease_s, self._take_over, self._drop)
 
+    def _names(self) -> NameService:
+        """The name server, connected by ``start``."""
+        if self.ns is None:
+            raise BrokerUnavailable(f"broker {self.config.broker_id}", "not started")
+        return self.ns
+
+    def _served(self) -> Pyro5.server.Daemon:
+        """The broker's daemon, made by ``start``."""
+        if self._daemon is None:
+            raise BrokerUnavailable(f"broker {self.config.broker_id}", "not started")
+        return self._daemon
+
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
         register_errors()
@@ -171,9 +183,10 @@ class Broker:
             return
         log.warning("channel %s: no longer served here: %s", name, why)
         self._discard(channel)
-        entry = self.ns.lookup(channel_ns_name(name)) if self.ns is not None else None
-        if entry is not None and BROKER_TAG_PREFIX + self.config.broker_id in entry[1]:
-            self.ns.remove(channel_ns_name(name))
+        ns, ours = self.ns, BROKER_TAG_PREFIX + self.config.broker_id
+        entry = ns.lookup(channel_ns_name(name)) if ns is not None else None
+        if ns is not None and entry is not None and ours in entry[1]:
+            ns.remove(channel_ns_name(name))
 
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
@@ -240,7 +253,7 @@ class Broker:
             if isinstance(found, EventChannel):
                 if asked is not None and asked is not found.id_scope:
                     raise ChannelConflict(name, "ids", found.id_scope.value, asked.value)
-                return str(self._daemon.uriFor(found))
+                return str(self._served().uriFor(found))
             if not found.wait(max(0.0, deadline - time.monotonic())):
                 raise BrokerUnavailable(f"channel {name}", "still being created; try again")
         try:
@@ -255,7 +268,7 @@ class Broker:
         channel = EventChannel(
             name, self.config.channel, self.store, self._pool, self.access, kind, id_scope=scope
         )
-        uri = str(self._daemon.register(channel, objectId=CHANNEL_OBJECT_PREFIX + name))
+        uri = str(self._served().register(channel, objectId=CHANNEL_OBJECT_PREFIX + name))
         try:
             held = self.leases is None or self.leases.take(name)
             winner = self._claim(name, uri, kind, scope) if held else None
@@ -276,7 +289,7 @@ class Broker:
             self._hosted.add(name, channel)
         except BaseException:
             self._discard(channel)
-            self.ns.remove(channel_ns_name(name))  # claimed: no channel behind it now
+            self._names().remove(channel_ns_name(name))  # claimed: no channel behind it now
             self._let_go(name)
             raise
         log.info("channel %s (%s, ids unique per %s) ready", name, kind.value, scope)
@@ -289,7 +302,7 @@ class Broker:
 
     def _discard(self, channel: EventChannel) -> None:
         """A channel made but not hosted: out of the daemon, its links closed."""
-        self._daemon.unregister(channel)
+        self._served().unregister(channel)
         channel.close()
 
     def _note_kept_scope(self, name: str) -> None:
@@ -309,17 +322,17 @@ class Broker:
         what is deferred, release its lease reserved for ``to`` (which takes it at its
         next lease round, within ``lease_s / 3``); returns the epoch given up. Clients
         look the channel up again; the events wait in the database, in order."""
-        if self.leases is None:
+        if self.leases is None or not isinstance(self.store, LeaseStore):
             raise InvalidArgument("store", "moving a channel needs a store shared by brokers")
         check_name("broker-id", to)
-        if to == self.config.broker_id or self.ns.lookup(broker_ns_name(to)) is None:
+        if to == self.config.broker_id or self._names().lookup(broker_ns_name(to)) is None:
             raise InvalidArgument("to", f"no other broker {to!r} in the name server")
         epoch = self.leases.held().get(name)
         channel = self._hosted.remove(name)
         if channel is None or epoch is None:
             raise UnknownChannel(name)
         self._discard(channel)
-        self.ns.remove(channel_ns_name(name))
+        self._names().remove(channel_ns_name(name))
         self.leases.forget(name)
         self.store.release(name, epoch, handoff_to=to)
         log.info("channel %s handed over to broker %s (epoch %d)", name, to, epoch)
@@ -333,7 +346,7 @@ class Broker:
 
     def _served_elsewhere(self, name: str) -> str:
         """The URI of a channel another broker of the database holds the lease of."""
-        entry = self.ns.lookup(channel_ns_name(name))
+        entry = self._names().lookup(channel_ns_name(name))
         if entry is None:
             raise BrokerUnavailable(f"channel {name}", "held by another broker; try again")
         return entry[0]
@@ -344,16 +357,16 @@ class Broker:
             KIND_TAG_PREFIX + kind.value,
             IDS_TAG_PREFIX + id_scope.value,
         }
-        ns_name = channel_ns_name(name)
+        ns_name, ns = channel_ns_name(name), self._names()
         if self.leases is not None:  # the lease is ours: an entry of an earlier owner goes
-            self.ns.register(ns_name, uri, False, tags)
+            ns.register(ns_name, uri, False, tags)
             return uri
         try:
-            self.ns.register(ns_name, uri, True, tags)
+            ns.register(ns_name, uri, True, tags)
             return uri
         except Pyro5.errors.NamingError:
-            existing = self.ns.lookup(ns_name)
+            existing = ns.lookup(ns_name)
         if existing is None or BROKER_TAG_PREFIX + self.config.broker_id in existing[1]:
-            self.ns.register(ns_name, uri, False, tags)  # our own entry from an earlier life
+            ns.register(ns_name, uri, False, tags)  # our own entry from an earlier life
             return uri
         return existing[0]

@@ -52,7 +52,7 @@ class BrokerHandle:
 
     broker_id: str
     access: Access
-    channels: Callable[[], dict[str, MonitoredChannel]]
+    channels: Callable[[], Mapping[str, MonitoredChannel]]
 
 
 @dataclass(frozen=True)
