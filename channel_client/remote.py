@@ -74,25 +74,23 @@ class RemoteChannel:
 
     def __init__(
         self,
-        ns_host: str,
-        ns_port: int,
+        options: ClientOptions,
         channel: str,
         *,
         create: bool = False,
         kind: str = "queue",
         id_scope: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        attempts: int = DEFAULT_ATTEMPTS,
         pause_s: float = DEFAULT_PAUSE_S,
-        drop_replies: int = 0,
     ) -> None:
+        """``options``: the name server and the tries, each ``options.timeout_s`` long;
+        ``create``, ``kind``, ``id_scope``: see :func:`~channel_client.lookup.resolve_channel`."""
         self.channel = check_name("channel", channel)
-        self._ns = (ns_host, ns_port)
+        self._ns = (options.ns_host, options.ns_port)
         self._create, self._kind, self._id_scope = create, kind, id_scope
-        self._timeout_s = timeout_s
-        self._attempts = max(1, attempts)
+        self._timeout_s = options.timeout_s
+        self._attempts = max(1, options.attempts)
         self._pause_s = pause_s
-        self._drop_replies = drop_replies
+        self._drop_replies = options.drop_replies
         self._proxy: Pyro5.client.Proxy | None = None
         self.retries = 0
 

@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from channel_server.errors import InvalidArgument, StoreError
 from channel_server.names import NAME_PATTERN
@@ -44,12 +44,14 @@ __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "STATE_DIR_ENV",
+    "AppendOnlyFile",
     "StateFile",
     "complete_lines",
     "default_state_dir",
     "malformed",
     "open_private_append",
     "private_dir",
+    "read_lines",
     "read_state",
     "state_path",
     "tighten_private",
@@ -101,6 +103,12 @@ def complete_lines(path: Path, text: str) -> list[str]:
     if torn := lines.pop():
         log.warning("%s: ignoring a last line torn by a crash: %.60r", path, torn)
     return lines
+
+
+def read_lines(path: Path) -> list[str]:
+    """The complete lines of an append-only file ([] when there is none; see
+    :func:`complete_lines`)."""
+    return complete_lines(path, read_state(path) or "")
 
 
 _path_locks: dict[Path, threading.Lock] = {}
@@ -176,3 +184,52 @@ class StateFile:
         if not isinstance(value, dict):
             raise self.malformed(f"{key!r} is not a JSON object")
         return value
+
+
+class AppendOnlyFile:
+    """A file of lines that grows by appends and is now and then rewritten whole
+    (compacted): 0600 in a 0700 directory, ``path`` a plain name in its directory, the
+    rewrite atomic (temp file, rename), so a crash leaves the old file or the new one.
+
+    It is closed until the first :meth:`rewrite`. Not thread-safe: its owner locks.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = state_path(path.parent, path.name)
+        self.lines = 0
+        """The lines in the file: those the last rewrite wrote and those appended since."""
+        self.appended = 0
+        """The lines appended since the last rewrite."""
+        self._file: IO[str] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._file is not None
+
+    def read(self) -> list[str]:
+        """The complete lines on disk (a last line torn by a crash left out)."""
+        return read_lines(self.path)
+
+    def rewrite(self, lines: list[str]) -> None:
+        """Replace the file with ``lines`` and open it for appending after them."""
+        self.close()
+        private_dir(self.path.parent)
+        write_private(self.path, "".join(line + "\n" for line in lines))
+        self._file = open_private_append(self.path)
+        self.lines, self.appended = len(lines), 0
+
+    def append(self, lines: list[str], *, sync: bool = False) -> None:
+        """Write ``lines`` and flush them (to the disk too with ``sync``: fsync)."""
+        if self._file is None:
+            raise ValueError(f"{self.path}: the file is closed")
+        self._file.write("".join(line + "\n" for line in lines))
+        self._file.flush()
+        if sync:
+            os.fsync(self._file.fileno())
+        self.lines += len(lines)
+        self.appended += len(lines)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

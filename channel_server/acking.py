@@ -9,7 +9,8 @@ import logging
 from typing import Any
 
 from channel_server.backup import ChannelBackup
-from channel_server.channel_state import ChannelState
+from channel_server.channel_state import ChannelState, MemberSession
+from channel_server.core.acks import AckOutcome
 from channel_server.core.group import ConsumerGroup
 from channel_server.liveness import Liveness
 from channel_server.membership import Membership
@@ -39,47 +40,53 @@ class Acking:
         self._liveness = liveness
 
     def ack(
-        self,
-        subscriber_id: str,
-        group: str,
-        session: int,
-        through_seq: int,
-        acked: list[str],
-        nacked: dict[str, str],
+        self, who: MemberSession, through_seq: int, acked: list[str], nacked: dict[str, str]
     ) -> dict[str, Any]:
         """See EventChannel.ack (arguments checked already)."""
         with self._state.lock:
-            grp = self._members.acting(group, subscriber_id)
+            grp = self._members.acting(who.group, who.subscriber_id)
             if grp is None:
                 return {"status": "stale"}
-            outcome, retired = self._state.core.acknowledge(
-                grp, subscriber_id, session, acked, nacked, through_seq, self._state.now()
-            )
+            outcome = self.settle(grp, who, through_seq, acked, nacked, self._state.now())
             if not outcome.stale:
-                self._liveness.note((group, subscriber_id))
-            self._backup.outcome(group, outcome, retired)
+                self._liveness.note(who.key)
             self._push.changed()
-        self._outcomes.log_ack(subscriber_id, outcome)
+        self._outcomes.log_ack(who.subscriber_id, outcome)
         return {"status": "stale" if outcome.stale else "ok"}
 
-    def heartbeat(
-        self, subscriber_id: str, group: str, session: int, holding: int | None
-    ) -> dict[str, Any]:
+    def settle(
+        self,
+        grp: ConsumerGroup,
+        who: MemberSession,
+        through_seq: int,
+        acked: list[str],
+        nacked: dict[str, str],
+        now: float,
+    ) -> AckOutcome:
+        """Apply an ack to the core and write what it did (under the channel lock): a push
+        member's ack, or the last message a pull member names in its next ``get``."""
+        outcome, retired = self._state.core.acknowledge(
+            grp, who.subscriber_id, who.session, acked, nacked, through_seq, now
+        )
+        self._backup.outcome(grp.name, outcome, retired)
+        return outcome
+
+    def heartbeat(self, who: MemberSession, holding: int | None) -> dict[str, Any]:
         """See EventChannel.heartbeat (arguments checked already)."""
         with self._state.lock:
-            grp = self._members.acting(group, subscriber_id)
+            grp = self._members.acting(who.group, who.subscriber_id)
             if grp is None:
                 return {"status": "unknown"}
-            member = grp.heartbeat(subscriber_id, self._state.now())
+            member = grp.heartbeat(who.subscriber_id, self._state.now())
             if member is None:
                 return {"status": "unknown"}
-            self._liveness.note((group, subscriber_id))
+            self._liveness.note(who.key)
             if not member.active:
                 return {"status": "inactive", "reason": member.inactive_reason}
-            if member.session != session:
+            if member.session != who.session:
                 return {"status": "moved", "session": member.session, "callback": member.callback}
             if holding == 0 and member.flights:
-                self._reclaim(grp, subscriber_id)
+                self._reclaim(grp, who.subscriber_id)
         return {"status": "active"}
 
     def _reclaim(self, grp: ConsumerGroup, subscriber_id: str) -> None:

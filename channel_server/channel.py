@@ -33,7 +33,7 @@ from channel_server import boundary
 from channel_server.access import Access
 from channel_server.acking import Acking
 from channel_server.backup import ChannelBackup
-from channel_server.channel_state import ChannelState
+from channel_server.channel_state import ChannelState, MemberSession
 from channel_server.channel_stats import ChannelStats
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
@@ -91,7 +91,7 @@ class EventChannel:
         self._members = members = Membership(state, self._access, backup, push, liveness)
         self._publishing = Publishing(state, backup, push)
         self._acking = Acking(state, backup, outcomes, members, push, liveness)
-        self._pull = PullSide(state, backup, outcomes, members, push)
+        self._pull = PullSide(state, backup, self._acking, outcomes, members, push)
         self._dead = DeadLetters(state, backup, push)
         self._stats = stats = ChannelStats(state, store)
         self._upkeep = Upkeep(state, backup, members, push, liveness, stats)
@@ -227,12 +227,10 @@ class EventChannel:
         ``through_seq`` was skipped (redelivered). Answers ``{"status": "ok"}``, or
         ``"stale"`` for a session that is over (whose acks still count for events waiting
         for this member: after a broker restart, say)."""
-        boundary.check_name("subscriber_id", subscriber_id)
-        boundary.check_name("group", group)
-        session = boundary.check_seq("session", session)
+        who = _member_session(subscriber_id, group, session)
         through_seq = boundary.check_seq("through_seq", through_seq)
         acked, nacked = boundary.check_acks(acked, nacked, self.config.max_prefetch)
-        return self._acking.ack(subscriber_id, group, session, through_seq, acked, nacked)
+        return self._acking.ack(who, through_seq, acked, nacked)
 
     @Pyro5.api.expose
     def heartbeat(
@@ -244,12 +242,10 @@ class EventChannel:
         again) or ``unknown`` (not a member). ``holding``: how many events of the session
         it still has to handle or acknowledge; when it holds none, events given to it
         long ago were lost on the way and are delivered again."""
-        boundary.check_name("subscriber_id", subscriber_id)
-        boundary.check_name("group", group)
-        session = boundary.check_seq("session", session)
+        who = _member_session(subscriber_id, group, session)
         if holding is not None:
             holding = boundary.check_seq("holding", holding)
-        return self._acking.heartbeat(subscriber_id, group, session, holding)
+        return self._acking.heartbeat(who, holding)
 
     # -- pull ----------------------------------------------------------------------------
     @Pyro5.api.expose
@@ -313,3 +309,10 @@ class EventChannel:
     def close(self) -> None:
         """Stop pushing and close the links to the push members."""
         self._upkeep.close()
+
+
+def _member_session(subscriber_id: str, group: str, session: int) -> MemberSession:
+    """The member an ack or a heartbeat comes from, its arguments checked."""
+    boundary.check_name("subscriber_id", subscriber_id)
+    boundary.check_name("group", group)
+    return MemberSession(subscriber_id, group, boundary.check_seq("session", session))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
@@ -20,6 +21,18 @@ from channel_server.core.histogram import STORE_BUCKETS_S, Histogram
 
 MemberKey = tuple[str, str]
 """(group, member id): how the parts name a member."""
+
+
+class MemberSession(NamedTuple):
+    """A member as it reports back (acks, heartbeats): its id, group and session."""
+
+    subscriber_id: str
+    group: str
+    session: int
+
+    @property
+    def key(self) -> MemberKey:
+        return (self.group, self.subscriber_id)
 
 
 @dataclass(eq=False)

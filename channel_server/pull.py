@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from channel_server.acking import Acking
 from channel_server.backup import ChannelBackup
-from channel_server.channel_state import ChannelState
+from channel_server.channel_state import ChannelState, MemberSession
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK, Flight
 from channel_server.dispatch import wire_fault
@@ -31,12 +32,15 @@ class PullSide:
         self,
         state: ChannelState,
         backup: ChannelBackup,
+        acking: Acking,
         outcomes: Outcomes,
         members: Membership,
         push: PushDelivery,
     ) -> None:
+        """``acking`` settles the last message a ``get`` names, as it does a push ack."""
         self._state = state
         self._backup = backup
+        self._acking = acking
         self._outcomes = outcomes
         self._members = members
         self._push = push
@@ -83,11 +87,8 @@ class PullSide:
         if not held and not grp.flights_of(member_id) and grp.take_event(member_id, last_uid, now):
             held = grp.flights_of(member_id)
         if held:
-            session = grp.members[member_id].session
-            outcome, retired = self._state.core.acknowledge(
-                grp, member_id, session, [last_uid], {}, held[0].seq, now
-            )
-            self._backup.outcome(grp.name, outcome, retired)
+            who = MemberSession(member_id, grp.name, grp.members[member_id].session)
+            self._acking.settle(grp, who, held[0].seq, [last_uid], {}, now)
 
 
 def _message(flight: Flight) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from channel_client.remote import RemoteChannel, polling
+from channel_client.remote import ClientOptions, RemoteChannel, polling
 from channel_client.statefile import default_state_dir
 from channel_server.errors import ClientError, InvalidArgument, ProcessingTimeout, QueueFull
 from channel_server.events import Partition, validate_batch
@@ -134,17 +134,14 @@ class Publisher:
         self._reserved = stored or 0
         """The sequence the state file holds: numbers below it are used."""
         self._warned_duplicates = False
+        attempts = 1 + int(retry_for_s / RETRY_PAUSE_S)
         self._remote = RemoteChannel(
-            ns_host,
-            ns_port,
+            ClientOptions(ns_host, ns_port, attempts, timeout_s, drop_replies),
             channel,
             create=create,
             kind=kind,
             id_scope=id_scope,
-            timeout_s=timeout_s,
-            attempts=1 + int(retry_for_s / RETRY_PAUSE_S),
             pause_s=RETRY_PAUSE_S,
-            drop_replies=drop_replies,
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
 

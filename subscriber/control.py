@@ -20,7 +20,7 @@ from typing import Any
 
 import Pyro5.errors
 
-from channel_client.remote import RemoteChannel
+from channel_client.remote import ClientOptions, RemoteChannel
 from channel_server.errors import BrokerUnavailable, ChannelError, UnknownChannel
 from subscriber.inbox import Inbox, Outbox, Outcome
 from subscriber.processed import ProcessedIds
@@ -99,13 +99,9 @@ class ChannelSession:
 
     # -- the control thread --------------------------------------------------------------
     def run(self) -> None:
-        self._remote = RemoteChannel(
-            self._who.ns_host,
-            self._who.ns_port,
-            self._who.channel,
-            timeout_s=self._who.timeout_s,
-            attempts=1,
-        )
+        who = self._who
+        options = ClientOptions(who.ns_host, who.ns_port, attempts=1, timeout_s=who.timeout_s)
+        self._remote = RemoteChannel(options, who.channel)
         try:
             if self._first_subscribe():
                 self._serve()

@@ -20,22 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
 
-from channel_client.statefile import (
-    complete_lines,
-    malformed,
-    open_private_append,
-    private_dir,
-    read_state,
-    state_path,
-    write_private,
-)
+from channel_client.statefile import AppendOnlyFile, malformed, private_dir, read_lines
 
 log = logging.getLogger(__name__)
 DEFAULT_WINDOW = 100_000
@@ -56,16 +46,15 @@ class ProcessedIds:
 
     def __init__(self, window: int = DEFAULT_WINDOW, path: Path | None = None) -> None:
         self.window = window
-        self.path = None if path is None else state_path(path.parent, path.name)
+        self._file = None if path is None else AppendOnlyFile(path)
+        self.path = None if self._file is None else self._file.path
         self._lock = threading.Lock()
         self._ids: set[str] = set()
         self._order: deque[str] = deque()
         self._unwritten: list[str] = []
-        self._file: IO[str] | None = None
-        self._lines = 0
-        if self.path is not None:
-            private_dir(self.path.parent)
-            self._remember(read_window(self.path))
+        if self._file is not None:
+            private_dir(self._file.path.parent)
+            self._remember(read_window(self._file.path))
             self._compact()
 
     def __contains__(self, event_id: object) -> bool:
@@ -86,20 +75,17 @@ class ProcessedIds:
         """Remember ids (in memory now; on disk at the next ``flush``)."""
         with self._lock:
             fresh = self._remember(event_ids)
-            if self._file is not None:
+            if self._file is not None and self._file.is_open:
                 self._unwritten.extend(fresh)
 
     def flush(self) -> None:
         """Put the ids remembered so far on disk (fsync) before their acks go out."""
         with self._lock:
-            if self._file is None or not self._unwritten:
+            if self._file is None or not self._file.is_open or not self._unwritten:
                 return
-            self._file.write("".join(json.dumps(i) + "\n" for i in self._unwritten))
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._lines += len(self._unwritten)
+            self._file.append([json.dumps(i) for i in self._unwritten], sync=True)
             self._unwritten.clear()
-            if self._lines > COMPACT_FACTOR * self.window:
+            if self._file.lines > COMPACT_FACTOR * self.window:
                 self._compact()
 
     def _remember(self, event_ids: Iterable[str]) -> list[str]:
@@ -116,26 +102,20 @@ class ProcessedIds:
 
     def _compact(self) -> None:
         """Rewrite the file with the live window only (atomically, by rename)."""
-        if self.path is None:
-            return
         if self._file is not None:
-            self._file.close()
-        write_private(self.path, HEADER + "\n" + "".join(json.dumps(i) + "\n" for i in self._order))
-        self._file = open_private_append(self.path)
-        self._lines = len(self._order)
+            self._file.rewrite([HEADER, *(json.dumps(i) for i in self._order)])
 
     def close(self) -> None:
         self.flush()
         with self._lock:
             if self._file is not None:
                 self._file.close()
-                self._file = None
 
 
 def read_window(path: Path) -> list[str]:
     """The ids of a window file, oldest first ([] when there is none); StoreError naming
     the file when it is not a window."""
-    lines = complete_lines(path, read_state(path) or "")
+    lines = read_lines(path)
     if lines and lines[0].startswith("{"):
         _check_header(path, lines[0])
         return [_json_id(path, number, line) for number, line in enumerate(lines[1:], 2)]

@@ -9,6 +9,7 @@ repeats one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -41,17 +42,8 @@ class PullClient:
         self._remotes = PerTopic(self._make, RemoteChannel.release, options.drop_replies)
 
     def _make(self, topic: str, drop_replies: int, create: bool) -> RemoteChannel:
-        o = self.options
-        return RemoteChannel(
-            o.ns_host,
-            o.ns_port,
-            topic,
-            create=create,
-            kind=TOPIC_KIND,
-            timeout_s=o.timeout_s,
-            attempts=o.attempts,
-            drop_replies=drop_replies,
-        )
+        options = dataclasses.replace(self.options, drop_replies=drop_replies)
+        return RemoteChannel(options, topic, create=create, kind=TOPIC_KIND)
 
     def _remote(self, topic: str, create: bool = False) -> RemoteChannel:
         return self._remotes.get(topic, create)

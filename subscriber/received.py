@@ -11,17 +11,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from channel_client.statefile import (
-    complete_lines,
-    malformed,
-    open_private_append,
-    private_dir,
-    read_state,
-    state_path,
-    write_private,
-)
+from channel_client.statefile import AppendOnlyFile, malformed
 from channel_server.events import event_uid
 
 COMPACT_LINES = 10_000
@@ -31,18 +23,16 @@ class ReceivedJournal:
     def __init__(self, path: Path) -> None:
         """Open (or create) the journal ``path``, a plain name in a private directory;
         StoreError names the file when it is not a journal."""
-        self.path = state_path(path.parent, path.name)
+        self._file = AppendOnlyFile(path)
+        self.path = self._file.path
         self._last: dict[str, dict[str, Any] | None] = {}
-        self._lines = 0
-        self._file: IO[str] | None = None
         self._read()
         self._compact()
 
     def _read(self) -> None:
         """A torn last line is left out (that message was never shown); any other line
         that is not a record makes the journal malformed."""
-        lines = complete_lines(self.path, read_state(self.path) or "")
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(self._file.read(), 1):
             try:
                 record = json.loads(line)
             except ValueError:
@@ -70,33 +60,23 @@ class ReceivedJournal:
 
     def record(self, topic: str, event: dict[str, Any] | None) -> None:
         """Remember the message just received (None: forget the topic), on disk."""
-        if self._file is None:
-            raise ValueError(f"{self.path}: the journal is closed")
+        self._file.append([json.dumps({"topic": topic, "event": event})])
         self._last[topic] = event
-        self._file.write(json.dumps({"topic": topic, "event": event}) + "\n")
-        self._file.flush()
-        self._lines += 1
-        if self._lines >= COMPACT_LINES:
+        if self._file.appended >= COMPACT_LINES:
             self._compact()
 
     def _compact(self) -> None:
         """Rewrite the journal with one line per topic (atomically, by rename)."""
-        if self._file is not None:
-            self._file.close()
-        private_dir(self.path.parent)
-        lines = (
-            json.dumps({"topic": topic, "event": event}) + "\n"
-            for topic, event in self._last.items()
-            if event is not None
+        self._file.rewrite(
+            [
+                json.dumps({"topic": topic, "event": event})
+                for topic, event in self._last.items()
+                if event is not None
+            ]
         )
-        write_private(self.path, "".join(lines))
-        self._file = open_private_append(self.path)
-        self._lines = 0
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._file.close()
 
 
 def _is_record(record: Any) -> bool:

@@ -14,7 +14,7 @@ import Pyro5.api
 import Pyro5.server
 import pytest
 
-from channel_client.remote import RemoteChannel
+from channel_client.remote import ClientOptions, RemoteChannel
 from channel_server.access import Access
 from channel_server.credentials import OWNER, STATE_DIR_ENV, Credential, ensure_token
 from channel_server.errors import BrokerUnavailable, UnknownChannel
@@ -52,7 +52,8 @@ def ns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NameService]
 
 
 def remote(ns: NameService, attempts: int = 3) -> RemoteChannel:
-    return RemoteChannel(HOST, ns.port, "jobs", timeout_s=2.0, attempts=attempts, pause_s=0.01)
+    options = ClientOptions(HOST, ns.port, attempts=attempts, timeout_s=2.0)
+    return RemoteChannel(options, "jobs", pause_s=0.01)
 
 
 def test_a_channel_never_seen_is_unknown_at_once(ns: NameService) -> None:
