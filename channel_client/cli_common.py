@@ -65,11 +65,15 @@ __all__ = [
     "HOST_NAME",
     "Parser",
     "add_bind_flags",
+    "add_channel_flags",
     "add_client_command",
     "add_client_flags",
+    "add_group_flag",
+    "add_id_flag",
     "add_ids_flag",
     "add_ns_flags",
     "add_script_command",
+    "add_state_dir_flag",
     "add_transport_flags",
     "exit_on_next_signal",
     "fail",
@@ -158,6 +162,33 @@ def add_ns_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_channel_flags(parser: argparse.ArgumentParser, id_dest: str, id_help: str) -> None:
+    """Who connects to which channel: the name-server flags, ``--channel`` and ``--id``
+    (``args.<id_dest>``), as ``publisher publish`` and ``subscriber run`` take them."""
+    add_ns_flags(parser)
+    parser.add_argument("--channel", required=True, type=plain_name, help="channel name")
+    add_id_flag(parser, id_dest, id_help)
+
+
+def add_id_flag(parser: argparse.ArgumentParser, dest: str, text: str) -> None:
+    """``--id`` (required, a plain name) into ``args.<dest>``."""
+    parser.add_argument("--id", required=True, type=plain_name, dest=dest, help=text)
+
+
+GROUP_HELP = "consumer group (default: 'default' on a queue, the member's own on a topic)"
+
+
+def add_group_flag(parser: argparse.ArgumentParser, text: str = GROUP_HELP) -> None:
+    """``--group`` (a plain name; None when not given: the channel's kind decides)."""
+    parser.add_argument("--group", type=plain_name, default=None, help=text)
+
+
+def add_state_dir_flag(parser: argparse.ArgumentParser, text: str) -> None:
+    """``--state-dir DIR`` (None when not given); ``text`` says what the command keeps
+    there and its default."""
+    parser.add_argument("--state-dir", type=Path, default=None, metavar="DIR", help=text)
+
+
 def add_bind_flags(parser: argparse.ArgumentParser, *bind_dests: str) -> None:
     """``--insecure`` for a command that binds to the addresses in ``bind_dests`` (its
     argument names): :func:`setup` refuses a non-loopback one without TLS unless given."""
@@ -242,12 +273,9 @@ def add_client_flags(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="seconds one try may take (default %(default)s)",
     )
-    parser.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="client state (sequences, last ids, script progress); default "
+    add_state_dir_flag(
+        parser,
+        "client state (sequences, last ids, script progress); default "
         "$PUBSUB_STATE_DIR or ~/.local/state/pubsub-channels",
     )
     parser.add_argument(
@@ -265,7 +293,7 @@ def add_client_command(
 ) -> argparse.ArgumentParser:
     """A classic-client subcommand with ``--id`` and the name-server and client flags."""
     cmd = sub.add_parser(name, help=help_text, description=description)
-    cmd.add_argument("--id", required=True, type=plain_name, dest=id_dest, help="client id")
+    add_id_flag(cmd, id_dest, "client id")
     add_ns_flags(cmd)
     add_client_flags(cmd)
     return cmd

@@ -75,12 +75,7 @@ def add_forget_command(sub: Any) -> None:
     cc.add_ns_flags(forget)
     forget.add_argument("channel", type=cc.plain_name, help="channel name")
     forget.add_argument("member", type=cc.plain_name, help="the member's subscriber id")
-    forget.add_argument(
-        "--group",
-        type=cc.plain_name,
-        default=None,
-        help="its group (default: default on a queue, the member's own on a topic)",
-    )
+    cc.add_group_flag(forget)
     forget.add_argument(
         "--force",
         action="store_true",

@@ -6,7 +6,6 @@ Apart from :mod:`publisher.cli` (the commands) so each stays short; the defaults
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from channel_client import cli_common as cc
 from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, SparkMode
@@ -35,11 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(QueueFull); 7 some rows of --file invalid and not published (their lines are "
         "named); 3 broker unavailable; 2 bad input; 130 interrupted.",
     )
-    cc.add_ns_flags(pub)
-    pub.add_argument("--channel", required=True, type=cc.plain_name, help="channel name")
-    pub.add_argument(
-        "--id", required=True, type=cc.plain_name, dest="publisher_id", help="publisher id (PUB)"
-    )
+    cc.add_channel_flags(pub, "publisher_id", "publisher id (PUB)")
     source = pub.add_mutually_exclusive_group(required=True)
     source.add_argument("--count", type=cc.positive_int, help="synthetic events to publish")
     source.add_argument(
@@ -113,12 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --count only: first sequence number (default: the one after the last "
         "this publisher used on this channel, from its state file; 1 for a new one)",
     )
-    pub.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="where the sequence file lives (default $PUBSUB_STATE_DIR or "
+    cc.add_state_dir_flag(
+        pub,
+        "where the sequence file lives (default $PUBSUB_STATE_DIR or "
         "~/.local/state/pubsub-channels)",
     )
     pub.add_argument(

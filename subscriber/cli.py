@@ -34,17 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a push subscriber until SIGTERM or Ctrl-C, which finishes the "
         "event in hand, acknowledges what was processed and unsubscribes.",
     )
-    cc.add_ns_flags(run)
-    run.add_argument("--channel", required=True, type=cc.plain_name, help="channel name")
-    run.add_argument(
-        "--id", required=True, type=cc.plain_name, dest="subscriber_id", help="subscriber id"
-    )
-    run.add_argument(
-        "--group",
-        default=None,
-        type=cc.plain_name,
-        help="consumer group (default: 'default' on a queue, a group of its own on a topic)",
-    )
+    cc.add_channel_flags(run, "subscriber_id", "subscriber id")
+    cc.add_group_flag(run)
     run.add_argument(
         "--prefetch",
         type=cc.positive_int,
@@ -73,12 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--fault-seed", type=int, default=None, help="seed of the faults' random draws"
     )
-    run.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="keep the processed-ID window on disk here, so a restarted subscriber still "
+    cc.add_state_dir_flag(
+        run,
+        "keep the processed-ID window on disk here, so a restarted subscriber still "
         "acknowledges redelivered events without running the handler again",
     )
     run.add_argument(
@@ -108,9 +96,7 @@ def _add_pull_commands(sub: Any) -> None:
         description = text[0].upper() + text[1:] + "."
         cmd = cc.add_client_command(sub, name, text, description, "subscriber_id")
         cmd.add_argument("topic", type=cc.plain_name, help="topic name")
-        cmd.add_argument(
-            "--group", default=None, type=cc.plain_name, help="group (default: one of its own)"
-        )
+        cc.add_group_flag(cmd, "group (default: one of its own)")
     topics = cc.add_client_command(
         sub,
         "topics",
