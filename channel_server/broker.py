@@ -15,12 +15,12 @@ import time
 from typing import Any
 
 import Pyro5.api
-import Pyro5.errors
 import Pyro5.server
 
 from channel_server.access import Access
 from channel_server.broker_service import BrokerDaemon, BrokerService, check_id_scope, check_kind
 from channel_server.channel import EventChannel
+from channel_server.claims import ChannelClaims
 from channel_server.config import BrokerConfig
 from channel_server.core.records import ChannelKind
 from channel_server.credentials import OWNER, Credential
@@ -44,8 +44,6 @@ from channel_server.store.leases import LeaseStore
 from channel_server.strict_calls import CHANNEL_OBJECT_PREFIX
 from channel_server.transport import bind_failure
 from channel_server.wire import (
-    BROKER_TAG_PREFIX,
-    IDS_TAG_PREFIX,
     broker_ns_name,
     channel_ns_name,
     check_name,
@@ -53,7 +51,6 @@ from channel_server.wire import (
 )
 
 log = logging.getLogger(__name__)
-KIND_TAG_PREFIX = "kind:"
 STOP_TIMEOUT_S = 5.0
 CREATE_WAIT_S = 30.0
 """Longest a create_channel waits for another call creating the same channel (a name-server
@@ -83,6 +80,7 @@ class Broker:
         """With a store shared by several brokers: the channel leases this one holds."""
         if isinstance(store, LeaseStore):
             self.leases = LeaseKeeper(store, config.lease_s, self._take_over, self._drop)
+        self._claims = ChannelClaims(self._names, config.broker_id, self.leases is not None)
 
     def _names(self) -> NameService:
         """The name server, connected by ``start``."""
@@ -183,10 +181,8 @@ class Broker:
             return
         log.warning("channel %s: no longer served here: %s", name, why)
         self._discard(channel)
-        ns, ours = self.ns, BROKER_TAG_PREFIX + self.config.broker_id
-        entry = ns.lookup(channel_ns_name(name)) if ns is not None else None
-        if ns is not None and entry is not None and ours in entry[1]:
-            ns.remove(channel_ns_name(name))
+        if self.ns is not None:
+            self._claims.give_up_if_ours(name)
 
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
@@ -271,14 +267,14 @@ class Broker:
         uri = str(self._served().register(channel, objectId=CHANNEL_OBJECT_PREFIX + name))
         try:
             held = self.leases is None or self.leases.take(name)
-            winner = self._claim(name, uri, kind, scope) if held else None
+            winner = self._claims.claim(name, uri, kind, scope) if held else None
         except BaseException:
             self._discard(channel)
             self._let_go(name)
             raise
         if winner is None:
             self._discard(channel)
-            return self._served_elsewhere(name)
+            return self._claims.elsewhere(name)
         if winner != uri:
             self._discard(channel)
             log.info("channel %s is already hosted at %s", name, winner)
@@ -289,7 +285,7 @@ class Broker:
             self._hosted.add(name, channel)
         except BaseException:
             self._discard(channel)
-            self._names().remove(channel_ns_name(name))  # claimed: no channel behind it now
+            self._claims.give_up(name)  # claimed: no channel behind it now
             self._let_go(name)
             raise
         log.info("channel %s (%s, ids unique per %s) ready", name, kind.value, scope)
@@ -332,7 +328,7 @@ class Broker:
         if channel is None or epoch is None:
             raise UnknownChannel(name)
         self._discard(channel)
-        self._names().remove(channel_ns_name(name))
+        self._claims.give_up(name)
         self.leases.forget(name)
         self.store.release(name, epoch, handoff_to=to)
         log.info("channel %s handed over to broker %s (epoch %d)", name, to, epoch)
@@ -343,30 +339,3 @@ class Broker:
         if not self.config.allow_fault_injection:
             raise FaultInjectionDisabled("kill_queues")
         return self.channel(name).kill_queues()
-
-    def _served_elsewhere(self, name: str) -> str:
-        """The URI of a channel another broker of the database holds the lease of."""
-        entry = self._names().lookup(channel_ns_name(name))
-        if entry is None:
-            raise BrokerUnavailable(f"channel {name}", "held by another broker; try again")
-        return entry[0]
-
-    def _claim(self, name: str, uri: str, kind: ChannelKind, id_scope: IdScope) -> str:
-        tags = {
-            BROKER_TAG_PREFIX + self.config.broker_id,
-            KIND_TAG_PREFIX + kind.value,
-            IDS_TAG_PREFIX + id_scope.value,
-        }
-        ns_name, ns = channel_ns_name(name), self._names()
-        if self.leases is not None:  # the lease is ours: an entry of an earlier owner goes
-            ns.register(ns_name, uri, False, tags)
-            return uri
-        try:
-            ns.register(ns_name, uri, True, tags)
-            return uri
-        except Pyro5.errors.NamingError:
-            existing = ns.lookup(ns_name)
-        if existing is None or BROKER_TAG_PREFIX + self.config.broker_id in existing[1]:
-            ns.register(ns_name, uri, False, tags)  # our own entry from an earlier life
-            return uri
-        return existing[0]
