@@ -1,7 +1,7 @@
 """The push side of one channel: a link per push member, pushes run on the dispatch pool.
 
 :class:`PushDelivery` owns the links and the scheduling state (``_links``, ``_queued``,
-``_again``, ``_lingered``, ``_probing``), guarded by the channel lock like the rest of the
+``_again``, ``_last_push``, ``_probing``), guarded by the channel lock like the rest of the
 channel. A member is queued on the pool at most once at a time; a wake-up that comes while
 it is queued or being pushed to marks it ``_again``, so nothing is missed and no two
 threads push to one member. The push itself runs outside the channel lock, under the
@@ -42,8 +42,9 @@ class PushDelivery:
         """Members with a push task on the pool, or being pushed to (at most one each)."""
         self._again: set[MemberKey] = set()
         """Queued members woken meanwhile: look for work again when the task ends."""
-        self._lingered: set[MemberKey] = set()
-        """Members whose next short batch already waited ``dispatch_linger_s``."""
+        self._last_push: dict[MemberKey, float] = {}
+        """When each member was last sent a batch (the channel clock): a short batch waits
+        until ``dispatch_linger_s`` after it."""
         self._probing: set[MemberKey] = set()
         """Members being pinged (a ping task on the pool)."""
 
@@ -69,7 +70,7 @@ class PushDelivery:
         link = self._links.pop(key, None)
         if link is not None:
             self._pool.submit(link.close)
-        self._lingered.discard(key)
+        self._last_push.pop(key, None)
         self._probing.discard(key)
 
     def wake(self, key: MemberKey) -> None:
@@ -134,14 +135,12 @@ class PushDelivery:
             now = self._state.now()
             if now < member.retry_at:
                 return member.retry_at - now
-            linger = self._config.dispatch_linger_s
-            if linger > 0 and key not in self._lingered and grp.ready_short(member_id):
-                self._lingered.add(key)  # once per batch: a moment for more events
-                return linger
-            self._lingered.discard(key)
+            if (wait := self._linger(key, now)) > 0 and grp.ready_short(member_id):
+                return wait
             batch = grp.take_batch(member_id, now)
             if batch is None:
                 return None
+            self._last_push[key] = now
         try:
             reply, elapsed = link.push(batch.to_wire())
             if isinstance(reply, dict) and reply.get("leaving") is True:
@@ -155,6 +154,14 @@ class PushDelivery:
             return self._failed(batch, exc)
         self._delivered(batch, elapsed)
         return None
+
+    def _linger(self, key: MemberKey, now: float) -> float:
+        """How long a short batch for this member waits for more events: until
+        ``dispatch_linger_s`` after its last push. So a member that was not pushed to for
+        that long gets an event at once, and one with events streaming in gets them
+        together, at most one push per linger (fewer RPCs and acks when busy, no added
+        latency when not)."""
+        return self._last_push.get(key, -1e18) + self._config.dispatch_linger_s - now
 
     def _unpushable(self, batch: Batch, faults: dict[str, str]) -> None:
         """The push failed for the fault of some of its events: they are dead-lettered and

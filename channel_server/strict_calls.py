@@ -28,6 +28,9 @@ _serving = threading.local()
 """The daemon whose worker thread is decoding a call (set by ``serving``)."""
 NO_STREAMS = "no item streams are served here"
 _PROPERTY_CALLS = frozenset({"__getattr__", "__setattr__"})
+EXPOSED_CACHE_SIZE = 4096
+"""Answers kept of "is this an exposed method": every served class's methods and some
+names callers made up (bounded: a caller sending random names only evicts answers)."""
 
 
 def serving(daemon: Any) -> None:
@@ -69,12 +72,19 @@ def _check_target(target: str, method: str) -> None:
             channel = target[len(CHANNEL_OBJECT_PREFIX) :][:80]
             raise BrokerUnavailable(f"channel {channel}", "not served here: look it up again")
         raise InvalidArgument("object", f"no object {target[:80]!r} here")
-    if (
+    if not _exposed(type(obj), method):
+        raise InvalidArgument("method", f"{target[:80]} has no method {method[:80]!r}")
+
+
+@functools.lru_cache(maxsize=EXPOSED_CACHE_SIZE)
+def _exposed(cls: type, method: str) -> bool:
+    """Whether ``method`` is an exposed method of the class (asked once per class and
+    name: the served objects' methods are class attributes, and do not change)."""
+    return not (
         method in _PROPERTY_CALLS
         or Pyro5.server.is_private_attribute(method)
-        or not getattr(inspect.getattr_static(obj, method, None), "_pyroExposed", False)
-    ):
-        raise InvalidArgument("method", f"{target[:80]} has no method {method[:80]!r}")
+        or not getattr(inspect.getattr_static(cls, method, None), "_pyroExposed", False)
+    )
 
 
 def checked_arity(cls: T) -> T:

@@ -185,11 +185,13 @@ class ChannelConfig:
         0.002,
         "--dispatch-linger",
         "non_negative_float",
-        "seconds a dispatcher waits to fill a batch smaller than the free prefetch (0: none)",
+        "least seconds between two pushes to one subscriber unless the batch fills its free "
+        "prefetch: events arriving sooner wait to go together (0: push at once)",
     )
-    """How long a dispatcher waits for more events before sending a batch smaller than
-    the member's free prefetch (like Kafka's linger.ms): fewer, fuller pushes under load,
-    for at most this much latency. 0 sends at once."""
+    """How long after a push to a member a batch smaller than its free prefetch waits
+    for more events (Kafka's linger.ms, counted from the member's last push): a member
+    not pushed to for this long gets an event at once; one with events streaming in gets
+    them in fuller pushes, at most one short push per linger. 0 sends at once."""
     rate_window_s: float = setting(
         10.0,
         "--rate-window",

@@ -13,7 +13,7 @@ import pytest
 from channel_server import push
 from channel_server.channel import EventChannel
 from channel_server.events import event_uid
-from tests.inprocess.conftest import ChannelFactory, event
+from tests.inprocess.conftest import ChannelFactory, FakeClock, event
 from tests.integration.procs import wait_until
 
 SECRET = "a-callback-secret-of-the-test"
@@ -156,3 +156,30 @@ def test_a_heartbeat_holding_nothing_gets_lost_deliveries_again(
 
     wait_until(given_again, 5, "the lost events delivered again")
     assert [ev["attempt"] for ev in fake.deliveries[0]["events"]] == [2, 2]
+
+
+def test_a_member_not_pushed_to_for_the_linger_gets_an_event_at_once(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
+) -> None:
+    """The linger counts from the member's last push: a first event does not wait it."""
+    channel = make_channel(dispatch_linger_s=60.0)
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0")])
+    wait_until(lambda: fake.ids() == ["e0"], timeout_s=10.0, what="e0, long before the linger")
+
+
+def test_events_arriving_within_the_linger_of_a_push_go_together(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
+) -> None:
+    """On the channel's clock (standing still, then moved past the linger): the events
+    published after a push wait, then go in one push."""
+    channel = make_channel(clock=clock, dispatch_linger_s=0.05)
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0", partition=0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="the first event")
+    channel.publish([event("e1", partition=1)])
+    channel.publish([event("e2", partition=2)])
+    assert fake.ids() == ["e0"]  # within the linger of the last push: the clock stands
+    clock.advance(0.05)
+    wait_until(lambda: len(fake.deliveries) == 2, what="the lingering events")
+    assert [ev["id"] for ev in fake.deliveries[1]["events"]] == ["e1", "e2"]
