@@ -72,7 +72,7 @@ def _check_target(target: str, method: str) -> None:
             channel = target[len(CHANNEL_OBJECT_PREFIX) :][:80]
             raise BrokerUnavailable(f"channel {channel}", "not served here: look it up again")
         raise InvalidArgument("object", f"no object {target[:80]!r} here")
-    if not _exposed(type(obj), method):
+    if not _exposed(obj.__class__, method):
         raise InvalidArgument("method", f"{target[:80]} has no method {method[:80]!r}")
 
 
