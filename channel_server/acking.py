@@ -50,6 +50,7 @@ class Acking:
             outcome = self.settle(grp, who, through_seq, acked, nacked, self._state.now())
             if not outcome.stale:
                 self._liveness.note(who.key)
+                self._push.acknowledged(who.key)
             self._push.changed()
         self._outcomes.log_ack(who.subscriber_id, outcome)
         return {"status": "stale" if outcome.stale else "ok"}

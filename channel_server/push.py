@@ -1,15 +1,21 @@
 """The push side of one channel: a link per push member, pushes run on the dispatch pool.
 
 :class:`PushDelivery` owns the links and the scheduling state (``_links``, ``_queued``,
-``_again``, ``_last_push``, ``_probing``), guarded by the channel lock like the rest of the
-channel. A member is queued on the pool at most once at a time; a wake-up that comes while
-it is queued or being pushed to marks it ``_again``, so nothing is missed and no two
-threads push to one member. The push itself runs outside the channel lock, under the
-link's own lock only.
+``_again``, ``_lingering``, ``_task``, ``_last_push``, ``_probing``), guarded by the
+channel lock like the rest of the channel. A member is queued on the pool at most once at a
+time; a wake-up that comes while it is queued or being pushed to marks it ``_again``, so
+nothing is missed and no two threads push to one member. The push itself runs outside the
+channel lock, under the link's own lock only.
+
+Batching is Nagle's rule: a batch smaller than the member's room goes at once when the
+member holds nothing unacknowledged; otherwise it waits for the member's next ack, at most
+``dispatch_linger_s`` after its last push. So an idle channel adds no latency, and a busy
+one sends fuller pushes (fewer RPCs and acks) at the pace the members acknowledge.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -28,6 +34,10 @@ LEAVING_PAUSE_S = 1.0
 """No push to a member that said it is leaving for this long (it unsubscribes soon)."""
 
 
+class Linger(float):
+    """A pause that waits for more events (an ack ends it early), not a back-off."""
+
+
 class PushDelivery:
     """Pushes a channel's events to its push members, on the broker's dispatch pool."""
 
@@ -42,9 +52,15 @@ class PushDelivery:
         """Members with a push task on the pool, or being pushed to (at most one each)."""
         self._again: set[MemberKey] = set()
         """Queued members woken meanwhile: look for work again when the task ends."""
+        self._lingering: set[MemberKey] = set()
+        """Queued members whose task waits for an ack or the end of the linger."""
+        self._task: dict[MemberKey, int] = {}
+        """The number of each queued member's current pool task (numbers never repeat): a
+        lingering task whose member was woken by an ack is superseded by a new one, and
+        ends without a look when its time comes."""
+        self._numbers = itertools.count(1)
         self._last_push: dict[MemberKey, float] = {}
-        """When each member was last sent a batch (the channel clock): a short batch waits
-        until ``dispatch_linger_s`` after it."""
+        """When each member was last sent a batch (the channel clock)."""
         self._probing: set[MemberKey] = set()
         """Members being pinged (a ping task on the pool)."""
 
@@ -64,6 +80,7 @@ class PushDelivery:
             self._links[key] = MemberLink(
                 callback, secret, self._config.ack_timeout_s, self._config.liveness_timeout_s
             )
+        self._end_linger(key)
         self.wake(key)
 
     def member_left(self, key: MemberKey) -> None:
@@ -81,7 +98,25 @@ class PushDelivery:
             self._again.add(key)
             return
         self._queued.add(key)
-        self._pool.submit(lambda: self._service(key))
+        self._schedule(key)
+
+    def acknowledged(self, key: MemberKey) -> None:
+        """The member acknowledged events: a batch lingering for it goes now, if it holds
+        nothing else unacknowledged."""
+        grp = self._state.core.groups.get(key[0])
+        member = grp.members.get(key[1]) if grp else None
+        if member is not None and not member.flights:
+            self._end_linger(key)
+
+    def _end_linger(self, key: MemberKey) -> None:
+        """A task waiting out a linger is superseded by one that looks now."""
+        if key in self._lingering:
+            self._lingering.discard(key)
+            self._schedule(key)
+
+    def _schedule(self, key: MemberKey, delay: float = 0.0) -> None:
+        number = self._task[key] = next(self._numbers)
+        self._pool.submit(lambda: self._service(key, number), delay)
 
     def probe(self, key: MemberKey) -> None:
         """Ping a silent member that holds events (frozen, or gone?)."""
@@ -98,8 +133,12 @@ class PushDelivery:
         return links
 
     # -- pool tasks ----------------------------------------------------------------------
-    def _service(self, key: MemberKey) -> None:
+    def _service(self, key: MemberKey, number: int) -> None:
         """One push to the member, if it has work; then queue it again if it has more."""
+        with self._state.lock:
+            if self._task.get(key) != number:
+                return  # superseded: an ack ended its linger
+            self._lingering.discard(key)
         delay: float | None = None
         try:
             delay = self._push_once(key)
@@ -112,15 +151,26 @@ class PushDelivery:
 
     def _finish(self, key: MemberKey, delay: float | None) -> None:
         grp = self._state.core.groups.get(key[0])
+        member = grp.members.get(key[1]) if grp else None
         if key not in self._links or grp is None:
-            self._queued.discard(key)
+            self._let_go(key)
+        elif isinstance(delay, Linger) and member is not None and member.flights:
+            self._lingering.add(key)
+            self._schedule(key, delay)
+        elif isinstance(delay, Linger):  # acknowledged meanwhile: look again now
+            self._schedule(key)
         elif delay is not None:
-            self._pool.submit(lambda: self._service(key), delay)
+            self._schedule(key, delay)
         elif key in self._again or grp.has_ready(key[1]):
             self._again.discard(key)
-            self._pool.submit(lambda: self._service(key))
+            self._schedule(key)
         else:
-            self._queued.discard(key)
+            self._let_go(key)
+
+    def _let_go(self, key: MemberKey) -> None:
+        """The member's task ends with nothing to do: a wake-up queues it anew."""
+        self._queued.discard(key)
+        self._task.pop(key, None)
 
     def _push_once(self, key: MemberKey) -> float | None:
         """Take a batch and push it. Returns seconds to wait before trying again (a
@@ -135,8 +185,12 @@ class PushDelivery:
             now = self._state.now()
             if now < member.retry_at:
                 return member.retry_at - now
-            if (wait := self._linger(key, now)) > 0 and grp.ready_short(member_id):
-                return wait
+            if (
+                member.flights
+                and (wait := self._linger(key, now)) > 0
+                and grp.ready_short(member_id)
+            ):
+                return Linger(wait)
             batch = grp.take_batch(member_id, now)
             if batch is None:
                 return None
@@ -156,11 +210,8 @@ class PushDelivery:
         return None
 
     def _linger(self, key: MemberKey, now: float) -> float:
-        """How long a short batch for this member waits for more events: until
-        ``dispatch_linger_s`` after its last push. So a member that was not pushed to for
-        that long gets an event at once, and one with events streaming in gets them
-        together, at most one push per linger (fewer RPCs and acks when busy, no added
-        latency when not)."""
+        """How much longer a short batch for a member holding unacknowledged events may
+        wait for its ack: until ``dispatch_linger_s`` after its last push."""
         return self._last_push.get(key, -1e18) + self._config.dispatch_linger_s - now
 
     def _unpushable(self, batch: Batch, faults: dict[str, str]) -> None:

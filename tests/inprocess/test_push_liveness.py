@@ -158,21 +158,39 @@ def test_a_heartbeat_holding_nothing_gets_lost_deliveries_again(
     assert [ev["attempt"] for ev in fake.deliveries[0]["events"]] == [2, 2]
 
 
-def test_a_member_not_pushed_to_for_the_linger_gets_an_event_at_once(
+def test_a_member_holding_nothing_unacknowledged_gets_an_event_at_once(
     make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
 ) -> None:
-    """The linger counts from the member's last push: a first event does not wait it."""
+    """Nagle's rule: nothing to wait for, so a first event does not wait the linger."""
     channel = make_channel(dispatch_linger_s=60.0)
     fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
     channel.publish([event("e0")])
     wait_until(lambda: fake.ids() == ["e0"], timeout_s=10.0, what="e0, long before the linger")
 
 
-def test_events_arriving_within_the_linger_of_a_push_go_together(
+def test_events_for_a_member_holding_unacknowledged_ones_wait_for_its_ack(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
+) -> None:
+    """The events published while the member holds e0 go together once it acks e0, long
+    before the 60 s linger ends."""
+    channel = make_channel(dispatch_linger_s=60.0)
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0", partition=0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="the first event")
+    channel.publish([event("e1", partition=1)])
+    channel.publish([event("e2", partition=2)])
+    assert fake.ids() == ["e0"]  # e0 is not acknowledged: the others wait
+    ack_all(channel, "s1", fake)
+    wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the events after the ack")
+    assert fake.ids() == ["e1", "e2"]  # one push
+    assert len(fake.deliveries) == 1
+
+
+def test_events_waiting_for_an_ack_go_when_the_linger_ends(
     make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
 ) -> None:
-    """On the channel's clock (standing still, then moved past the linger): the events
-    published after a push wait, then go in one push."""
+    """On the channel's clock (standing still, then moved past the linger): the member
+    never acks e0, and the events published after it go together when the linger ends."""
     channel = make_channel(clock=clock, dispatch_linger_s=0.05)
     fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
     channel.publish([event("e0", partition=0)])
@@ -183,3 +201,22 @@ def test_events_arriving_within_the_linger_of_a_push_go_together(
     clock.advance(0.05)
     wait_until(lambda: len(fake.deliveries) == 2, what="the lingering events")
     assert [ev["id"] for ev in fake.deliveries[1]["events"]] == ["e1", "e2"]
+
+
+def test_a_member_that_rejoins_while_its_events_wait_for_an_ack_gets_them_at_once(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon
+) -> None:
+    """Leaving ends the wait for the ack it will never send: the events it held and the
+    one that waited go to its new session long before the 60 s linger ends."""
+    channel = make_channel(dispatch_linger_s=60.0)
+    fake, info = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0", partition=0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="the first event")
+    channel.publish([event("e1", partition=1)])  # waits for e0's ack
+    lingering = channel._publishing._push._lingering  # the push side's record (white box)
+    wait_until(lambda: ("default", "s1") in lingering, what="e1 waiting for e0's ack")
+    assert channel.unsubscribe("s1", "default")
+    fake.deliveries.clear()
+    again = channel.subscribe("s1", str(daemon.uriFor(fake)), callback_secret=SECRET, prefetch=10)
+    assert again["session"] != info["session"]
+    wait_until(lambda: sorted(fake.ids()) == ["e0", "e1"], timeout_s=10.0, what="both again")
