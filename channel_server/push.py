@@ -7,16 +7,19 @@ time; a wake-up that comes while it is queued or being pushed to marks it ``_aga
 nothing is missed and no two threads push to one member. The push itself runs outside the
 channel lock, under the link's own lock only.
 
-Batching is Nagle's rule: a batch smaller than the member's room goes at once when the
-member holds nothing unacknowledged; otherwise it waits for the member's next ack, at most
-``dispatch_linger_s`` after its last push. So an idle channel adds no latency, and a busy
-one sends fuller pushes (fewer RPCs and acks) at the pace the members acknowledge.
+Batching: a batch smaller than the member's room waits while the member holds events
+not yet acknowledged, for the ack that empties its hands, at most ``dispatch_linger_s``
+after its last push (Nagle's rule); for a member holding nothing it goes at once, unless
+the member was pushed to within ``stream_window_s``: then it waits ``stream_linger_s``
+once for more events (a linger only while events stream in). So a channel that is not busy
+adds no latency, and a busy one sends fuller pushes (fewer RPCs and acks).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 from typing import Any
 
 import Pyro5.errors
@@ -25,7 +28,7 @@ from channel_server.channel_state import ChannelState, MemberKey
 from channel_server.core import rebalance
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
-from channel_server.core.member import Batch
+from channel_server.core.member import Batch, Member
 from channel_server.dispatch import DispatchPool, MemberLink, wire_fault
 from channel_server.outcomes import Outcomes
 
@@ -61,6 +64,8 @@ class PushDelivery:
         self._numbers = itertools.count(1)
         self._last_push: dict[MemberKey, float] = {}
         """When each member was last sent a batch (the channel clock)."""
+        self._streamed: set[MemberKey] = set()
+        """Members whose next short batch already waited ``stream_linger_s``."""
         self._probing: set[MemberKey] = set()
         """Members being pinged (a ping task on the pool)."""
 
@@ -88,6 +93,7 @@ class PushDelivery:
         if link is not None:
             self._pool.submit(link.close)
         self._last_push.pop(key, None)
+        self._streamed.discard(key)
         self._probing.discard(key)
 
     def wake(self, key: MemberKey) -> None:
@@ -185,12 +191,8 @@ class PushDelivery:
             now = self._state.now()
             if now < member.retry_at:
                 return member.retry_at - now
-            if (
-                member.flights
-                and (wait := self._linger(key, now)) > 0
-                and grp.ready_short(member_id)
-            ):
-                return Linger(wait)
+            if (wait := self._wait(key, grp, member, now)) is not None:
+                return wait
             batch = grp.take_batch(member_id, now)
             if batch is None:
                 return None
@@ -209,10 +211,23 @@ class PushDelivery:
         self._delivered(batch, elapsed)
         return None
 
-    def _linger(self, key: MemberKey, now: float) -> float:
-        """How much longer a short batch for a member holding unacknowledged events may
-        wait for its ack: until ``dispatch_linger_s`` after its last push."""
-        return self._last_push.get(key, -1e18) + self._config.dispatch_linger_s - now
+    def _wait(self, key: MemberKey, grp: ConsumerGroup, member: Member, now: float) -> float | None:
+        """How long the member's next batch waits to be fuller, if it would be short (the
+        rules are in the module docstring); None: it goes now."""
+        config = self._config
+        last = self._last_push.get(key, -math.inf)
+        wait: float | None = None
+        if member.flights:
+            if (left := last + config.dispatch_linger_s - now) > 0:
+                wait = Linger(left)
+        elif config.stream_linger_s > 0 and now < last + config.stream_window_s:
+            wait = None if key in self._streamed else config.stream_linger_s
+        if wait is None or not grp.ready_short(key[1]):
+            self._streamed.discard(key)
+            return None
+        if not isinstance(wait, Linger):
+            self._streamed.add(key)
+        return wait
 
     def _unpushable(self, batch: Batch, faults: dict[str, str]) -> None:
         """The push failed for the fault of some of its events: they are dead-lettered and

@@ -220,3 +220,24 @@ def test_a_member_that_rejoins_while_its_events_wait_for_an_ack_gets_them_at_onc
     again = channel.subscribe("s1", str(daemon.uriFor(fake)), callback_secret=SECRET, prefetch=10)
     assert again["session"] != info["session"]
     wait_until(lambda: sorted(fake.ids()) == ["e0", "e1"], timeout_s=10.0, what="both again")
+
+
+def test_events_streaming_to_a_member_holding_nothing_wait_the_stream_linger_together(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
+) -> None:
+    """A member pushed to within the stream window (the clock stands) and holding
+    nothing: the next events wait the stream linger once and go in one push; without it
+    e1 would go alone at once and e2 wait for e1's ack (a 60 s linger)."""
+    channel = make_channel(
+        clock=clock, dispatch_linger_s=60.0, stream_linger_s=1.0, stream_window_s=60.0
+    )
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0", partition=0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="the first event, at once")
+    ack_all(channel, "s1", fake)
+    channel.publish([event("e1", partition=1)])
+    streamed = channel._publishing._push._streamed  # the push side's record (white box)
+    wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting the stream linger")
+    channel.publish([event("e2", partition=2)])
+    wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the streamed events")
+    assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
