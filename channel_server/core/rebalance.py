@@ -8,7 +8,8 @@ nothing overtakes an event being processed) and no restored event still owed to 
   members owning the most, until no one is more than ``rebalance_threshold`` partitions
   ahead of it; as partitions become movable later, progress carries the same rebalance on.
 - A member with nothing to do takes a ready partition from a busy member that has other
-  work in hand (work stealing), so no batch waits behind a long job it could go around.
+  work in hand and no room for it (work stealing), so no batch waits behind a long job it
+  could go around.
 - A slow member (long delays) hands its movable queued partitions to the others.
 """
 
@@ -81,7 +82,9 @@ def rebalance(group: ConsumerGroup) -> list[PartitionKey]:
 
 def steal(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
     """When ``member`` has nothing to do, give it the oldest ready partition of the busiest
-    member that has other work in hand, if that leaves the stealer owning no more."""
+    member that has other work in hand and no room to take it, if that leaves the stealer
+    owning no more. (A member with room gets its ready work pushed; moving a partition whose
+    push only lingers for an ack would split a run of events between members for nothing.)"""
     if not member.active or member.flights or member.ready or member.offloaded:
         return []
     best: tuple[PartitionQueue, Member] | None = None
@@ -90,6 +93,8 @@ def steal(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
             continue
         if not donor.flights and len(donor.ready) < 2:
             continue  # its only work: moving it would just move the wait
+        if donor.room > 0:
+            continue  # it has room for its ready work: the push is coming (or lingers)
         for key in donor.ready:
             pq = group.partitions[key]
             if pq.movable and (best is None or pq.pending[0] < best[0].pending[0]):

@@ -494,6 +494,24 @@ def test_an_idle_member_steals_a_ready_partition_from_a_busy_one() -> None:
     check_group(d.g)
 
 
+def test_an_idle_member_does_not_steal_from_a_busy_one_with_room_for_its_ready_work() -> None:
+    """The busy member's ready partition is only waiting for its push (a linger for the
+    ack of what it holds): moving it would split the partition's run between members."""
+    d = Driver(window=1000)
+    d.join("a", prefetch=10)
+    d.join("b", prefetch=10)
+    d.g.enqueue([make_event(i, partition=i % 3) for i in range(3)])
+    assert sorted(owners(d.g).values()) == ["a", "a", "b"]
+    a_batch = d.take("a")  # a holds an event of each of its two partitions
+    done, held = a_batch.events
+    d.ack(a_batch, acked=uids([done]), through=a_batch.first_seq)
+    d.g.enqueue([make_event(3, partition=done.key[1])])  # ready at a, which has room
+    assert d.g.members["a"].flights and d.g.members["a"].room > 0
+    d.ack(d.take("b"))  # b is idle: it does not take a's ready partition
+    assert owners(d.g)[done.key] == "a" and owners(d.g)[held.key] == "a"
+    check_group(d.g)
+
+
 def test_offload_moves_movable_partitions_now_and_the_rest_as_they_free_up() -> None:
     d = Driver()
     d.join("a", prefetch=1)
