@@ -109,10 +109,14 @@ class PushDelivery:
     def acknowledged(self, key: MemberKey) -> None:
         """The member acknowledged events: a batch lingering for it goes now, if it holds
         nothing else unacknowledged."""
+        if not self._holding(key):
+            self._end_linger(key)
+
+    def _holding(self, key: MemberKey) -> bool:
+        """Whether the member holds events it has not acknowledged."""
         grp = self._state.core.groups.get(key[0])
         member = grp.members.get(key[1]) if grp else None
-        if member is not None and not member.flights:
-            self._end_linger(key)
+        return member is not None and bool(member.flights)
 
     def _end_linger(self, key: MemberKey) -> None:
         """A task waiting out a linger is superseded by one that looks now."""
@@ -157,10 +161,9 @@ class PushDelivery:
 
     def _finish(self, key: MemberKey, delay: float | None) -> None:
         grp = self._state.core.groups.get(key[0])
-        member = grp.members.get(key[1]) if grp else None
         if key not in self._links or grp is None:
             self._let_go(key)
-        elif isinstance(delay, Linger) and member is not None and member.flights:
+        elif isinstance(delay, Linger) and self._holding(key):
             self._lingering.add(key)
             self._schedule(key, delay)
         elif isinstance(delay, Linger):  # acknowledged meanwhile: look again now
