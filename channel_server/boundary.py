@@ -15,7 +15,8 @@ import Pyro5.errors
 
 from channel_server.config import ChannelConfig
 from channel_server.errors import InvalidArgument
-from channel_server.events import MAX_UID_CHARS, NOT_UTF8, is_utf8
+from channel_server.events import MAX_UID_CHARS
+from channel_server.payloads import NOT_UTF8, is_utf8
 from channel_server.wire import check_name
 
 __all__ = [

@@ -13,6 +13,8 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import Any
 
+from msgspec.structs import replace
+
 from channel_server.core import restore, roster
 from channel_server.core.config import ChannelConfig
 from channel_server.core.dedupe import DeliveredIds
@@ -149,11 +151,11 @@ class ChannelCore:
         """Number a validated batch, drop known ids, and pick what fits; changes nothing
         but the offset counter, so a store failure before :meth:`enqueue` leaves no trace.
 
-        ``events``: fresh from :func:`~channel_server.events.validate_batch` (offset -1)
-        and not shared yet. Refusals for capacity are counted in the outcome; the facade
+        ``events``: from :func:`~channel_server.events.validate_batch` (offset -1).
+        Refusals for capacity are counted in the outcome; the facade
         turns them into QueueFull after storing what was accepted.
         """
-        _number(events, self.next_offset, accepted_at)
+        events = _numbered(events, self.next_offset, accepted_at)
         self.next_offset += len(events)  # offsets of refused events are never reused
         outcome = PublishOutcome()
         fresh: list[Event] = []
@@ -313,14 +315,10 @@ class ChannelCore:
         return sum(group.lost() for group in self.groups.values())
 
 
-def _number(events: list[Event], first_offset: int, accepted_at: float) -> None:
-    """Give validated events their offsets in place (event i gets ``first_offset + i``)
-    and the time they were accepted.
-
-    Events are frozen for everyone who shares them; a batch fresh from validation is not
-    shared yet, and numbering it happens under the channel lock, where building new
-    Events would cost about as much as the validation that was moved out of it."""
-    set_field = object.__setattr__
-    for index, ev in enumerate(events):
-        set_field(ev, "offset", first_offset + index)
-        set_field(ev, "accepted_at", accepted_at)
+def _numbered(events: list[Event], first_offset: int, accepted_at: float) -> list[Event]:
+    """Validated events with their offsets (event i gets ``first_offset + i``) and the
+    time they were accepted: copies, since events are frozen (0.1 µs each)."""
+    return [
+        replace(ev, offset=offset, accepted_at=accepted_at)
+        for offset, ev in enumerate(events, first_offset)
+    ]

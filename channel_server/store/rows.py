@@ -13,7 +13,8 @@ from typing import Any
 
 import msgpack
 
-from channel_server.events import Event, payload_size
+from channel_server.events import Event
+from channel_server.payloads import payload_size
 
 GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 """(table, group column) of every table with rows per group, the same in both stores:

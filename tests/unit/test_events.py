@@ -14,11 +14,10 @@ from channel_server.events import (
     INT64_MIN,
     MAX_ID_CHARS,
     Event,
-    is_utf8,
-    payload_size,
     validate_batch,
     validate_event,
 )
+from channel_server.payloads import is_utf8, payload_size
 
 
 def raw(**fields: object) -> dict:

@@ -5,8 +5,9 @@ long since imported everything, and reads ``sys.modules`` afterwards, so what a 
 in transitively counts, not only what it names.
 
 What the core may load besides itself: ``channel_server.errors``, ``channel_server.events``
-and ``channel_server.names``, and the third-party ``msgpack`` (``events`` measures payload
-sizes with it) and ``sortedcontainers`` (the partition queues). Neither is Pyro5, a thread,
+(with ``channel_server.payloads``) and ``channel_server.names``, and the third-party
+``msgpack`` (payload sizes), ``msgspec`` (events are its structs) and ``sortedcontainers``
+(the partition queues). Neither is Pyro5, a thread,
 a socket or a store. The stdlib's ``threading`` is not asserted on, since stdlib modules
 may load it on their own; instead no core module may import a thread, socket or database
 module itself (read from its source).
@@ -28,7 +29,12 @@ import channel_server
 PACKAGE_ROOT = Path(channel_server.__file__).resolve().parents[1]
 CORE_DIR = PACKAGE_ROOT / "channel_server" / "core"
 
-CORE_MAY_LOAD = ("channel_server.core", "channel_server.errors", "channel_server.events")
+CORE_MAY_LOAD = (
+    "channel_server.core",
+    "channel_server.errors",
+    "channel_server.events",
+    "channel_server.payloads",
+)
 """Our modules the core may load (besides the ``channel_server`` package and ``names``)."""
 NEVER_IN_CORE = ("Pyro5", "socket", "ssl", "select", "selectors", "sqlite3")
 BROKER_CODE = (
