@@ -11,8 +11,9 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 log = logging.getLogger(__name__)
 ACK_BATCH_MAX = 500
@@ -21,8 +22,10 @@ ACK_LINGER_S = 0.005
 """While the worker is busy, outcomes wait at most this long to be sent together."""
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(msgspec.Struct, frozen=True, gc=False):
+    """One pushed event in the inbox (a struct: one is built per event, 10x cheaper than
+    a frozen dataclass)."""
+
     session: int
     seq: int
     event: dict[str, Any]
@@ -102,8 +105,9 @@ class Inbox:
             self._cond.notify_all()
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True, gc=False):
+    """What became of one event, waiting in the outbox to be sent."""
+
     session: int
     seq: int
     uid: str
