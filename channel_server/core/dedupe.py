@@ -53,14 +53,9 @@ class DeliveredIds:
 
     def add_many(self, event_ids: Iterable[str], now: float) -> None:
         """Remember ids accepted at ``now``; callers add only ids not already present."""
-        for event_id in event_ids:
-            chunk = self._chunks[-1] if self._chunks else None
-            if chunk is None or len(chunk.ids) >= CHUNK_IDS or now - chunk.first > self._span_s:
-                chunk = _Chunk(now)
-                self._chunks.append(chunk)
-            chunk.ids.append(event_id)
-            chunk.last = max(chunk.last, now)
-            self._ids.add(event_id)
+        fresh = list(event_ids)
+        self._ids.update(fresh)
+        self._append(fresh, now)
         self.expire(now)
 
     def expire(self, now: float) -> int:
@@ -73,8 +68,7 @@ class DeliveredIds:
                 break
             ids = chunk.ids
             excess = len(ids) if too_old else min(len(ids), len(self._ids) - self.max_ids)
-            for event_id in ids[:excess]:
-                self._ids.discard(event_id)
+            self._ids.difference_update(ids[:excess])
             del ids[:excess]
             dropped += excess
             if not ids:
@@ -91,16 +85,20 @@ class DeliveredIds:
                 i for i in dict.fromkeys(event_id for event_id, _ in run) if i not in self._ids
             ]
             self._ids.update(fresh)
-            start = 0
-            while start < len(fresh):
-                chunk = self._chunks[-1] if self._chunks else None
-                room = CHUNK_IDS - len(chunk.ids) if chunk else 0
-                if chunk is None or room <= 0 or accepted_at - chunk.first > self._span_s:
-                    chunk = _Chunk(accepted_at)
-                    self._chunks.append(chunk)
-                    room = CHUNK_IDS
-                chunk.ids.extend(fresh[start : start + room])
-                chunk.last = max(chunk.last, accepted_at)
-                start += room
+            self._append(fresh, accepted_at)
         if self._chunks:
             self.expire(max(chunk.last for chunk in self._chunks))
+
+    def _append(self, fresh: list[str], accepted_at: float) -> None:
+        """Put ids accepted at one time into chunks, a chunk's worth at a time."""
+        start = 0
+        while start < len(fresh):
+            chunk = self._chunks[-1] if self._chunks else None
+            room = CHUNK_IDS - len(chunk.ids) if chunk else 0
+            if chunk is None or room <= 0 or accepted_at - chunk.first > self._span_s:
+                chunk = _Chunk(accepted_at)
+                self._chunks.append(chunk)
+                room = CHUNK_IDS
+            chunk.ids.extend(fresh[start : start + room])
+            chunk.last = max(chunk.last, accepted_at)
+            start += room

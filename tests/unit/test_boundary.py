@@ -37,6 +37,22 @@ def test_acks_name_events_by_uid_not_by_bare_id(bare: str) -> None:
     refused("last_uid", boundary.check_last_uid, bare)
 
 
+class Text(str):
+    pass
+
+
+UID_LIKE = ["p/e", "p/é", "p/", "/e", "e", "", "p//e", "p/" + "e" * 383, "p/" + "e" * 384]
+UID_LIKE += [POISON, f"p/{POISON}", Text("p/e"), b"p/e", None, 7, ["p/e"]]
+
+
+@pytest.mark.parametrize("odd", UID_LIKE, ids=repr)
+def test_a_list_of_uids_is_judged_as_each_uid_is(odd: object) -> None:
+    """all_uids (passes in C over plain ASCII strings) says what _is_uid says of each."""
+    for values in ([odd], ["p/1", odd], [odd, "p/2", "p/3"]):
+        assert boundary.all_uids(values) == all(boundary._is_uid(v) for v in values)
+    assert boundary.all_uids([])
+
+
 def test_other_ids_secrets_and_callbacks_must_be_utf8() -> None:
     refused("last_uid", boundary.check_last_uid, POISON)
     refused("ids", boundary.check_id_list, "ids", ["ok", POISON])
