@@ -9,7 +9,9 @@ Observing costs a bisect per value.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 LATENCY_BUCKETS_S = (
@@ -41,8 +43,13 @@ class Histogram:
         self.sum += value
 
     def observe_many(self, values: Iterable[float]) -> None:
-        for value in values:
-            self.observe(value)
+        """An ack's events at once: the bisects and the counting run in C (the events of
+        one publish share their latency, so few buckets change)."""
+        observed = list(values)
+        for index, n in Counter(map(bisect_left, repeat(self.bounds), observed)).items():
+            self.counts[index] += n
+        self.count += len(observed)
+        self.sum += sum(observed)
 
     def to_dict(self) -> dict[str, Any]:
         """Cumulative counts per upper bound, Prometheus's ``le`` (the last is ``+Inf``)."""

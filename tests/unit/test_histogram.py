@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from channel_server.core.histogram import LATENCY_BUCKETS_S, STORE_BUCKETS_S, Histogram
 
@@ -31,3 +33,13 @@ def test_bounds_must_increase(bounds: tuple[float, ...]) -> None:
 
 def test_default_bounds_are_valid() -> None:
     assert Histogram(LATENCY_BUCKETS_S).bounds[0] == 0.001
+
+
+@given(st.lists(st.floats(min_value=0, max_value=100), max_size=50))
+def test_observing_many_at_once_is_observing_each(values: list[float]) -> None:
+    at_once, each = Histogram(LATENCY_BUCKETS_S), Histogram(LATENCY_BUCKETS_S)
+    at_once.observe_many(iter(values))
+    for value in values:
+        each.observe(value)
+    assert (at_once.counts, at_once.count) == (each.counts, each.count)
+    assert at_once.sum == pytest.approx(each.sum)
