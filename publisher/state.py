@@ -1,7 +1,9 @@
 """The publisher's state file: id sequences per channel and an interrupted put.
 
-Before a batch is sent, the sequence number after it is saved, so a restarted publisher
-never reuses an id (a crash mid-batch skips numbers rather than repeating them). A put is
+Before a batch is sent, a sequence number beyond it is saved (numbers reserved ahead, so
+the file is not written before every batch), so a restarted publisher never reuses an id: a
+crash skips numbers rather than repeating them, and a clean close gives back the ones it did
+not use. A put is
 journaled with its id before it is sent; a restarted client sends it again first, and the
 channel's duplicate detection makes sure it is stored once.
 """
@@ -23,13 +25,28 @@ class PublisherState:
     def next_seq(self, channel: str) -> int | None:
         return self._load()[1].get(channel)
 
-    def reserve(self, channel: str, next_seq: int) -> None:
+    def reserve(self, channel: str, next_seq: int) -> int:
         """Record that numbers below ``next_seq`` are (about to be) used on ``channel``.
         Never lowers what is recorded: a publisher started at an earlier number
-        (``--start-seq``, ``next_seq=``) does not make the numbers above it free again."""
+        (``--start-seq``, ``next_seq=``) does not make the numbers above it free again.
+        Returns what was recorded before (0: nothing)."""
         with self.file.locked():
             data, seq = self._load()
-            seq[channel] = max(next_seq, seq.get(channel, 0))
+            before = seq.get(channel, 0)
+            seq[channel] = max(next_seq, before)
+            data["seq"] = seq
+            self.file.save(data)
+        return int(before)
+
+    def release(self, channel: str, reserved: int, next_seq: int) -> None:
+        """Give back numbers reserved ahead and not used: what is recorded goes down from
+        ``reserved`` to ``next_seq``, only if it still is ``reserved`` (nobody reserved
+        after this publisher, and no put journaled since)."""
+        with self.file.locked():
+            data, seq = self._load()
+            if seq.get(channel) != reserved or next_seq >= reserved:
+                return
+            seq[channel] = next_seq
             data["seq"] = seq
             self.file.save(data)
 

@@ -14,7 +14,8 @@ from channel_client import remote
 from channel_client.statefile import STATE_DIR_ENV
 from channel_server.errors import InvalidArgument, ProcessingTimeout
 from publisher import client
-from publisher.client import DEFAULT_PARTITIONS, Publisher
+from publisher.client import DEFAULT_PARTITIONS, RESERVE_AHEAD, Publisher
+from publisher.state import PublisherState
 
 
 class FakeRemote:
@@ -101,8 +102,8 @@ def test_partitions_is_settable_and_checked(fake: FakeRemote, tmp_path: Path) ->
 
 # -- ids across runs -----------------------------------------------------------------------
 def test_a_second_run_goes_on_with_new_ids(fake: FakeRemote, tmp_path: Path) -> None:
-    first = Publisher("c", "P", state_dir=tmp_path)
-    assert first.publish([first.event(n) for n in range(3)])["accepted"] == 3
+    with Publisher("c", "P", state_dir=tmp_path) as first:
+        assert first.publish([first.event(n) for n in range(3)])["accepted"] == 3
     again = Publisher("c", "P", state_dir=tmp_path)
     summary = again.publish([again.event(n) for n in range(3)])
     assert summary == {"accepted": 3, "duplicates": [], "refused": 0, "unrouted": 0}
@@ -114,8 +115,8 @@ def test_the_default_state_dir_is_the_clis(
     fake: FakeRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path / "env"))
-    pub = Publisher("c", "P")
-    pub.publish([pub.event()])
+    with Publisher("c", "P") as pub:
+        pub.publish([pub.event()])
     assert pub.state_file == tmp_path / "env" / "publisher-P.json"
     assert Publisher("c", "P").event()["id"] == "P-2"
 
@@ -134,11 +135,52 @@ def test_no_state_dir_keeps_nothing_and_starts_at_one(
 def test_an_earlier_start_never_lowers_the_stored_sequence(
     fake: FakeRemote, tmp_path: Path
 ) -> None:
-    ahead = Publisher("c", "P", state_dir=tmp_path, next_seq=50)
-    ahead.publish([ahead.event()])
-    behind = Publisher("c", "P", state_dir=tmp_path, next_seq=1)
-    behind.publish([behind.event()])
+    with Publisher("c", "P", state_dir=tmp_path, next_seq=50) as ahead:
+        ahead.publish([ahead.event()])
+    with Publisher("c", "P", state_dir=tmp_path, next_seq=1) as behind:
+        behind.publish([behind.event()])
     assert Publisher("c", "P", state_dir=tmp_path).event()["id"] == "P-51"
+
+
+def test_ids_are_reserved_ahead_so_the_state_file_is_written_once_per_block(
+    fake: FakeRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[int] = []
+    reserve = PublisherState.reserve
+
+    def counted(self: PublisherState, channel: str, next_seq: int) -> int:
+        writes.append(next_seq)
+        return reserve(self, channel, next_seq)
+
+    monkeypatch.setattr(PublisherState, "reserve", counted)
+    with Publisher("c", "P", state_dir=tmp_path) as pub:
+        for _ in range(RESERVE_AHEAD + 5):  # one event per publish
+            pub.publish([pub.event()])
+    assert writes == [2 + RESERVE_AHEAD, 3 + 2 * RESERVE_AHEAD]
+    assert Publisher("c", "P", state_dir=tmp_path).event()["id"] == f"P-{RESERVE_AHEAD + 6}"
+
+
+def test_a_run_that_dies_without_closing_skips_ids_and_reuses_none(
+    fake: FakeRemote, tmp_path: Path
+) -> None:
+    died = Publisher("c", "P", state_dir=tmp_path)
+    died.publish([died.event(n) for n in range(3)])  # and no close: killed
+    again = Publisher("c", "P", state_dir=tmp_path)
+    assert again.event()["id"] == f"P-{4 + RESERVE_AHEAD}"
+
+
+def test_a_close_gives_back_only_its_own_reservation(fake: FakeRemote, tmp_path: Path) -> None:
+    """Two runs of one publisher id at once: the first to close must not hand the
+    second's reserved numbers to a third."""
+    first = Publisher("c", "P", state_dir=tmp_path)
+    first.publish([first.event()])  # P-1, reserves up to 2 + RESERVE_AHEAD
+    second = Publisher("c", "P", state_dir=tmp_path)
+    second.publish([second.event()])  # P-(2 + RESERVE_AHEAD), reserves a block more
+    first.close()
+    third = Publisher("c", "P", state_dir=tmp_path)
+    assert third.event()["id"] == f"P-{3 + 2 * RESERVE_AHEAD}"
+    second.close()  # gives back down to its own next id, never below the first's block
+    assert Publisher("c", "P", state_dir=tmp_path).event()["id"] == f"P-{3 + RESERVE_AHEAD}"
 
 
 def test_a_batch_of_only_duplicates_says_why_once(
