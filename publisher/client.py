@@ -167,10 +167,12 @@ class Publisher:
     def close(self) -> None:
         """Give back the sequence numbers reserved and not used (a re-run goes on where
         this one stopped), and the connection."""
-        if self.state is not None and self._reserved > self.next_seq:
-            self.state.release(self.channel, self._reserved, max(self.next_seq, self._floor))
-            self._reserved = self.next_seq
-        self._remote.release()
+        try:
+            if self.state is not None and self._reserved > self.next_seq:
+                reserved, self._reserved = self._reserved, self.next_seq
+                self.state.release(self.channel, reserved, max(self.next_seq, self._floor))
+        finally:
+            self._remote.release()
 
     def event(
         self,

@@ -12,7 +12,7 @@ import pytest
 
 from channel_client import remote
 from channel_client.statefile import STATE_DIR_ENV
-from channel_server.errors import InvalidArgument, ProcessingTimeout
+from channel_server.errors import InvalidArgument, ProcessingTimeout, StoreError
 from publisher import client
 from publisher.client import DEFAULT_PARTITIONS, RESERVE_AHEAD, Publisher
 from publisher.state import PublisherState
@@ -40,7 +40,7 @@ class FakeRemote:
         return None
 
     def release(self) -> None:
-        pass
+        self.calls.append(("release", ()))
 
 
 class FakeClock:
@@ -167,6 +167,21 @@ def test_a_run_that_dies_without_closing_skips_ids_and_reuses_none(
     died.publish([died.event(n) for n in range(3)])  # and no close: killed
     again = Publisher("c", "P", state_dir=tmp_path)
     assert again.event()["id"] == f"P-{4 + RESERVE_AHEAD}"
+
+
+def test_a_close_that_cannot_write_its_state_still_lets_the_connection_go(
+    fake: FakeRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pub = Publisher("c", "P", state_dir=tmp_path)
+    pub.publish([pub.event()])
+
+    def broken(*_: object) -> None:
+        raise StoreError("state file", "disk full")
+
+    monkeypatch.setattr(PublisherState, "release", broken)
+    with pytest.raises(StoreError):
+        pub.close()
+    assert fake.calls[-1] == ("release", ())
 
 
 def test_a_close_gives_back_only_its_own_reservation(fake: FakeRemote, tmp_path: Path) -> None:
