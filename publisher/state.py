@@ -3,9 +3,8 @@
 Before a batch is sent, a sequence number beyond it is saved (numbers reserved ahead, so
 the file is not written before every batch), so a restarted publisher never reuses an id: a
 crash skips numbers rather than repeating them, and a clean close gives back the ones it did
-not use. A put is
-journaled with its id before it is sent; a restarted client sends it again first, and the
-channel's duplicate detection makes sure it is stored once.
+not use. A put is journaled with its id before it is sent; a restarted client sends it
+again first, and the channel's duplicate detection makes sure it is stored once.
 """
 
 from __future__ import annotations
