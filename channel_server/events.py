@@ -144,7 +144,7 @@ def validate_batch(
     if max_batch is not None and len(batch) > max_batch:
         raise InvalidEvent("batch", f"{len(batch)} events exceed the limit of {max_batch}")
     step = 1 if first_offset >= 0 else 0
-    known: dict[str, str] = {}  # publisher ids checked in this batch (usually one)
+    known: dict[str, str] = {}
     try:
         shaped = msgspec.convert(batch, _PUBLISHED_BATCH)
         return [
@@ -152,9 +152,20 @@ def validate_batch(
             for index, raw in enumerate(shaped)
         ]
     except (msgspec.MsgspecError, ValueError, TypeError, InvalidEvent):
-        # msgspec refused (or stumbled on a lone surrogate): the checks below say which
-        # event and field is wrong
-        known.clear()
+        # msgspec refused (or stumbled on a lone surrogate): the rule says which event
+        # and field is wrong
+        return validate_each(batch, max_payload_bytes, first_offset)
+
+
+def validate_each(
+    batch: list[Any] | tuple[Any, ...],
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    first_offset: int = -1,
+) -> list[Event]:
+    """The rule :func:`validate_batch` answers to: :func:`validate_event` on each event in
+    turn (event i gets offset ``first_offset + i``, or -1); the first bad one raises."""
+    step = 1 if first_offset >= 0 else 0
+    known: dict[str, str] = {}  # publisher ids checked in this batch (usually one)
     return [
         validate_event(raw, max_payload_bytes, index, first_offset + index * step, known)
         for index, raw in enumerate(batch)

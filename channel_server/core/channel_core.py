@@ -152,8 +152,8 @@ class ChannelCore:
         but the offset counter, so a store failure before :meth:`enqueue` leaves no trace.
 
         ``events``: from :func:`~channel_server.events.validate_batch` (offset -1).
-        Refusals for capacity are counted in the outcome; the facade
-        turns them into QueueFull after storing what was accepted.
+        Refusals for capacity are counted in the outcome; the facade turns them into
+        QueueFull after storing what was accepted.
         """
         events = _numbered(events, self.next_offset, accepted_at)
         self.next_offset += len(events)  # offsets of refused events are never reused

@@ -26,6 +26,7 @@ from channel_server.events import (
     MAX_PARTITION_CHARS,
     Event,
     validate_batch,
+    validate_each,
     validate_event,
 )
 
@@ -121,12 +122,8 @@ def fields(event: Event) -> tuple[Any, ...]:
 
 def by_the_rule(batch: list[Any], first_offset: int) -> list[Event] | InvalidEvent:
     """What the field-by-field checks say about ``batch``: its events, or the error."""
-    known: dict[str, str] = {}
     try:
-        return [
-            validate_event(raw, LIMIT, index, first_offset + index, known)
-            for index, raw in enumerate(batch)
-        ]
+        return validate_each(batch, LIMIT, first_offset)
     except InvalidEvent as error:
         return error
 
