@@ -17,6 +17,12 @@ from tests.integration.procs import Cluster
 from tests.pgcluster import PgCluster
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules marked ``slow`` first (a stable sort): run in parallel (scripts/test.sh,
+    ``--dist loadfile``), the long ones start at once instead of ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:

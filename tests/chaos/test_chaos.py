@@ -13,7 +13,7 @@ import pytest
 
 from tests.chaos.harness import run_once
 
-pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 EVENTS = 1000
 STREAM_S = 10.0
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.procs import Cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BASE_TS = 1_700_000_000.0
 EXIT_PARTIAL = 7
 """Some rows were invalid and not published (the batch has one)."""

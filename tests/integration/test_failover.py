@@ -14,7 +14,7 @@ import pytest
 from tests.chaos.harness import read_records
 from tests.integration.procs import Cluster, Proc, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 LEASE_S = 1.5
 TAKE_OVER_S = 3 * LEASE_S + 10.0
 """A lease's term, the standby's round, the restore, and a loaded 2-core machine."""

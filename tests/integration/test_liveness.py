@@ -12,7 +12,7 @@ import pytest
 from tests.integration.conftest import channel_stats
 from tests.integration.procs import Cluster, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB_S = 0.24
 ACK_TIMEOUT_S = 1.0
 """A job takes 24 % of the ack timeout: the ratio of a 1.2 s job to the default 5 s."""

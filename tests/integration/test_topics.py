@@ -11,7 +11,7 @@ import pytest
 from tests.integration.conftest import channel_stats
 from tests.integration.procs import Cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def sub(cluster: Cluster, *args: str):

@@ -24,6 +24,8 @@ from spark_partitions.config import PlanConfig
 from spark_partitions.formats import Format
 from spark_partitions.reference import run_reference
 
+pytestmark = pytest.mark.slow
+
 PATH_EXAMPLES = 120
 SPARK_EXAMPLES = 15
 PAYLOAD_LIMIT = 8

@@ -21,7 +21,7 @@ from spark_partitions.formats import Format
 from tests.integration.procs import PROJECT_ROOT, Cluster, free_port, wait_until
 from tests.integration.test_batch_file import check_delivery, publish_file, write_batch
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 START_TIMEOUT_S = 90.0
 """JVM start-up of a master or a worker on a busy 2-core machine."""
