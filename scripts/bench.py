@@ -51,7 +51,9 @@ from bench_support.service import (
     SUPPORT,
     WARMUP_PUBLISHER,
     EventMaker,
+    batch_counts,
     channel_proxy,
+    per_batch,
     publish_checked,
     publish_count,
     read_summaries,
@@ -105,11 +107,13 @@ def pipeline_run(
             maker = EventMaker(f"{label}{run}", s.partitions, s.payload_size)
             pids = [broker.pid] + [p.pid for p, _ in subs]
             cpu_before = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
+            batches_before = batch_counts(channel)
             t0 = time.time()
             publish_count(publisher, maker, count, batch_size, tick_s)
             t_published = time.time()
             t_acked = wait_acked(channel, baseline + count, max(60.0, count / 500))
             cpu_after = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
+            pushes = per_batch(batches_before, batch_counts(channel))
             broker_status = read_rss_kib(broker.pid)
         sub_procs = [p for p, _ in subs]
         procs.stop(sub_procs)
@@ -132,6 +136,7 @@ def pipeline_run(
         "received": received,
         "duplicates": sum(sm["duplicates"] for sm in summaries),
         "per_subscriber": [sm["count"] for sm in summaries],
+        **pushes,
         # CPU seconds used while measuring (the stats polling included), and the machine's
         # 1-minute load average when the run started (other work skews every figure)
         "cpu_broker_s": round(cpu[0], 2),
@@ -247,6 +252,7 @@ SHOWN: dict[str, list[tuple[str, str, str]]] = {
         ("cpu_broker_s", "CPU s: broker", ".2f"),
         ("cpu_subscribers_s", "CPU s: subscribers (all)", ".2f"),
         ("cpu_publisher_s", "CPU s: publisher (this process)", ".2f"),
+        ("events_per_push", "events per push (each costs an RPC and an ack)", ".1f"),
     ],
     "batch1": [
         ("events_per_s", "events/s, first publish → last ack", ",.0f"),

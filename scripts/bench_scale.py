@@ -10,10 +10,15 @@ Sweeps (pick with ``--sweep``; fresh processes every row, SQLite store in a temp
   backlog      0 / 1,000,000 / 5,000,000 events published before any subscriber joins;
                the broker is restarted (SIGTERM, start on the same data) with the backlog
                queued, then the subscribers drain it
+  prefetch     subscriber prefetch 10 / 25 / 100 / 1,000 (4 subscribers, 256 partitions):
+               how full the pushes are. Below the table, the CPU per event is split
+               into a part per event and a part per push (a least-squares line through
+               the rows: CPU per event = per event + per push / events per push)
 
 Each row: events/s (first publish, or for a backlog the subscribers' start, to the last
 ack), publish-to-handler p99, broker RSS at the end and its peak, broker threads, broker
-CPU per event, and events/s as a share of the sweep's first row. Run it with the
+CPU per event (and the subscribers' together), events per push, and events/s as a share
+of the sweep's first row. Run it with the
 project's venv:  .venv/bin/python scripts/bench_scale.py  (see --help).
 """
 
@@ -43,18 +48,20 @@ from bench_support.service import (
     wait_acked,
 )
 
-SWEEPS = ("subscribers", "partitions", "channels", "backlog")
+SWEEPS = ("subscribers", "partitions", "channels", "backlog", "prefetch")
 DEFAULTS = {
     "subscribers": [4, 16, 64, 256],
     "partitions": [16, 1_000, 10_000, 100_000],
     "channels": [1, 10, 100],
     "backlog": [0, 1_000_000, 5_000_000],
+    "prefetch": [10, 25, 100, 1_000],
 }
 QUICK = {
     "subscribers": [4, 16],
     "partitions": [16, 1_000],
     "channels": [1, 4],
     "backlog": [0, 50_000],
+    "prefetch": [10, 100],
 }
 SWEEP_PARTITIONS = 256  # the subscribers sweep's partitions
 BATCH = 100
@@ -93,7 +100,32 @@ def row_of(value: int, result: dict[str, Any], events: int) -> dict[str, Any]:
         "peak_mib": result.get("broker_peak_mib"),
         "threads": result.get("broker_threads"),
         "cpu_us_per_event": round(result["cpu_broker_s"] / events * 1e6, 1),
+        "subs_cpu_us_per_event": _per_event(result.get("cpu_subscribers_s"), events),
+        "events_per_push": result.get("events_per_push"),
     } | {k: result[k] for k in ("restart_s", "published_per_s") if k in result}
+
+
+def _per_event(cpu_s: float | None, events: int) -> float | None:
+    return None if cpu_s is None else round(cpu_s / events * 1e6, 1)
+
+
+def push_cost(rows: list[dict[str, Any]], column: str) -> tuple[float, float] | None:
+    """``column`` (CPU µs per event) as ``per_event + per_push / events_per_push``, the
+    least-squares line through the rows; None with fewer than two distinct push sizes."""
+    points = [
+        (1 / r["events_per_push"], r[column])
+        for r in rows
+        if r.get("events_per_push") and r.get(column) is not None
+    ]
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum(
+        (x - mean_x) ** 2 for x, _ in points
+    )
+    return mean_y - slope * mean_x, slope
 
 
 # -- sweeps ------------------------------------------------------------------------------
@@ -112,6 +144,11 @@ def sweep_subscribers(s: bench.Settings, value: int) -> dict[str, Any]:
 
 def sweep_partitions(s: bench.Settings, value: int) -> dict[str, Any]:
     return pipeline(s, f"parts{value}", partitions=value, subscribers=4)
+
+
+def sweep_prefetch(s: bench.Settings, value: int) -> dict[str, Any]:
+    """A small prefetch makes small pushes: the same events cost more RPCs and acks."""
+    return pipeline(s, f"prefetch{value}", prefetch=value, subscribers=4, partitions=256)
 
 
 def sweep_channels(s: bench.Settings, value: int) -> dict[str, Any]:
@@ -207,6 +244,7 @@ SWEEP: dict[str, Callable[[bench.Settings, int], dict[str, Any]]] = {
     "partitions": sweep_partitions,
     "channels": sweep_channels,
     "backlog": sweep_backlog,
+    "prefetch": sweep_prefetch,
 }
 
 
@@ -262,7 +300,8 @@ def run(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
 COLUMNS = (
     ("value", "{:,}"), ("events_per_s", "{:,.0f}"), ("ratio", "{:.2f}"), ("p99_ms", "{:.1f}"),
     ("rss_mib", "{:,.0f}"), ("peak_mib", "{:,.0f}"), ("threads", "{}"),
-    ("cpu_us_per_event", "{:.1f}"), ("restart_s", "{:.1f}"), ("published_per_s", "{:,.0f}"),
+    ("cpu_us_per_event", "{:.1f}"), ("subs_cpu_us_per_event", "{:.1f}"),
+    ("events_per_push", "{:.1f}"), ("restart_s", "{:.1f}"), ("published_per_s", "{:,.0f}"),
     ("error", "{}"),
 )  # fmt: skip
 
@@ -277,7 +316,18 @@ def markdown(report: dict[str, list[dict[str, Any]]]) -> str:
         for r in rows:
             cells = [fmt.format(r[k]) if r.get(k) is not None else "" for k, fmt in columns]
             lines.append("| " + " | ".join(cells) + " |")
+        lines += _push_costs(rows)
     return "\n".join(lines)
+
+
+def _push_costs(rows: list[dict[str, Any]]) -> list[str]:
+    """The per-event and per-push parts of the CPU, for a sweep whose push sizes vary."""
+    lines = []
+    for column, who in (("cpu_us_per_event", "broker"), ("subs_cpu_us_per_event", "subscribers")):
+        if (fit := push_cost(rows, column)) is not None:
+            per_event, per_push = fit
+            lines.append(f"\n{who}: {per_event:.1f} µs per event + {per_push:,.0f} µs per push")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

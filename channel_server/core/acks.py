@@ -54,6 +54,7 @@ def acknowledge(
     if member is None:
         return stale_acks(group, member_id, acked)
     member.seen(now)
+    member.ack_messages += 1
     outcome = AckOutcome()
     busy_since = member.busy_since
     finished: list[Event] = []

@@ -76,6 +76,7 @@ def launch(group: ConsumerGroup, member: Member, events: list[Event], now: float
     member.next_seq += len(events)
     member.queued -= len(events)
     member.delivered += len(events)
+    member.batches += 1
     return Batch(group.name, member.member_id, member.session, first, events, attempts)
 
 

@@ -136,6 +136,11 @@ class Member:
     ack_failures: int = 0
     """Ack messages in a row that skipped an event they should have covered."""
     delivered: int = 0
+    batches: int = 0
+    """Batches handed to it (pushes, or the batches of its gets): ``delivered / batches``
+    is how full they were, and each batch costs an RPC and an ack whatever its size."""
+    ack_messages: int = 0
+    """Ack messages applied (a push member's acks; a pull member's gets that ack)."""
     acked: int = 0
     failures: int = 0
     delays: DelayTracker = field(default_factory=lambda: DelayTracker(DelayPolicy()))

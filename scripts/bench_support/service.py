@@ -226,6 +226,26 @@ def warm_up(publisher: Any, channel: Any, partitions: int, payload_size: int, si
     return warm.seq
 
 
+def batch_counts(channel: Any) -> tuple[int, int, int]:
+    """Events delivered, batches (pushes) and ack messages, summed over every member of
+    every group: each push costs an RPC and an ack whatever its size."""
+    members = [m for g in channel.stats()["groups"].values() for m in g["members"]]
+    return (
+        sum(m["delivered"] for m in members),
+        sum(m["batches"] for m in members),
+        sum(m["ack_messages"] for m in members),
+    )
+
+
+def per_batch(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, Any]:
+    """Events per push and ack messages per push over a run (None: no push)."""
+    delivered, batches, acks = (b - a for a, b in zip(before, after, strict=True))
+    return {
+        "events_per_push": round(delivered / batches, 1) if batches else None,
+        "acks_per_push": round(acks / batches, 2) if batches else None,
+    }
+
+
 def wait_acked(channel: Any, target: int, timeout_s: float) -> float:
     """Poll the channel until ``acked >= target``; returns the time.time() it was seen."""
     deadline = time.monotonic() + timeout_s

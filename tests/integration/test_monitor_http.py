@@ -96,6 +96,8 @@ def test_metrics_count_a_known_workload_exactly(cluster: Cluster) -> None:
     s1 = (*group, ("member", "s1"))
     assert values["pubsub_member_delivered_events_total", s1] == 7
     assert values["pubsub_member_acked_events_total", s1] == 7
+    assert 1 <= values["pubsub_member_batches_total", s1] <= 7  # pushes of 1 to 7 events
+    assert 1 <= values["pubsub_member_ack_messages_total", s1] <= 7
     assert values["pubsub_member_active", s1] == 1
     assert values["pubsub_member_failures_total", s1] == 0
     assert values["pubsub_broker_channels", ()] == 2

@@ -39,3 +39,18 @@ def test_markdown_shows_only_the_columns_some_row_has(scale: ModuleType) -> None
     assert "| value | events_per_s | ratio |" in text
     assert "| 1,000 | 1,234 | 1.00 |" in text  # round half to even: 1234.5 -> 1,234
     assert "p99_ms" not in text and "restart_s" not in text
+
+
+def test_the_cpu_splits_into_a_part_per_event_and_a_part_per_push(scale: ModuleType) -> None:
+    # 10 µs per event and 700 µs per push: 80 µs at 10 events a push, 17 at 100
+    rows = [
+        {"events_per_push": n, "cpu_us_per_event": 10 + 700 / n, "subs_cpu_us_per_event": None}
+        for n in (10.0, 25.0, 100.0)
+    ]
+    per_event, per_push = scale.push_cost(rows, "cpu_us_per_event")
+    assert (round(per_event, 6), round(per_push, 6)) == (10.0, 700.0)
+    assert scale.push_cost(rows, "subs_cpu_us_per_event") is None
+    assert scale.push_cost(rows[:1], "cpu_us_per_event") is None  # one push size: no line
+    text = scale.markdown({"prefetch": rows})
+    assert "broker: 10.0 µs per event + 700 µs per push" in text
+    assert "subscribers:" not in text

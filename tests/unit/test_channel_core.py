@@ -63,6 +63,21 @@ def complete(
 
 
 # -- publish ------------------------------------------------------------------------------
+def test_a_member_counts_its_batches_and_ack_messages() -> None:
+    """delivered / batches is how full the pushes were: what each costs is per batch."""
+    core = ChannelCore("c", config())
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 2)
+    publish(core, [raw("a", ts=1.0), raw("b", ts=2.0), raw("c", ts=3.0)])
+    first = take(group, "s")
+    complete(core, group, first, {"a", "b"}, {})
+    complete(core, group, take(group, "s"), {"c"}, {})
+    member = group.members["s"]
+    assert (member.delivered, member.batches, member.ack_messages) == (3, 2, 2)
+    complete(core, group, first, {"a"}, {})  # an ack of an old batch is still a message
+    assert (member.batches, member.ack_messages) == (2, 3)
+
+
 def test_queue_channel_has_the_default_group() -> None:
     core = ChannelCore("c", config())
     assert list(core.groups) == [DEFAULT_GROUP]

@@ -56,6 +56,8 @@ def test_member_figures_are_labelled_by_channel_group_and_member() -> None:
     assert values["pubsub_member_in_flight_events", s1] == 4
     assert values["pubsub_member_delivered_events_total", s1] == 40
     assert values["pubsub_member_acked_events_total", s1] == 36
+    assert values["pubsub_member_batches_total", s1] == 5
+    assert values["pubsub_member_ack_messages_total", s1] == 4
     assert values["pubsub_member_failures_total", s1] == 1
     assert values["pubsub_member_small_delays_total", s1] == 2
     assert values["pubsub_member_long_delays_total", s1] == 0
