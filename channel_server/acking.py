@@ -43,7 +43,7 @@ class Acking:
         self, who: MemberSession, through_seq: int, acked: list[str], nacked: dict[str, str]
     ) -> dict[str, Any]:
         """See EventChannel.ack (arguments checked already)."""
-        with self._state.lock:
+        with self._state.lock, self._push.acking(who.key):
             grp = self._members.acting(who.group, who.subscriber_id)
             if grp is None:
                 return {"status": "stale"}

@@ -1,11 +1,13 @@
-"""The push side of one channel: a link per push member, pushes run on the dispatch pool.
+"""The push side of one channel: a link per push member, pushes run on the dispatch pool
+(and the push an ack makes for its member, on the thread that served the ack, once the
+reply is sent: one thread hand-off less per push).
 
 :class:`PushDelivery` owns the links and the scheduling state (``_links``, ``_queued``,
 ``_again``, ``_lingering``, ``_task``, ``_last_push``, ``_probing``), guarded by the
-channel lock like the rest of the channel. A member is queued on the pool at most once at a
-time; a wake-up that comes while it is queued or being pushed to marks it ``_again``, so
-nothing is missed and no two threads push to one member. The push itself runs outside the
-channel lock, under the link's own lock only.
+channel lock like the rest of the channel. A member has at most one push task at a time
+(on the pool, or deferred after an ack's reply); a wake-up that comes while it is queued
+or being pushed to marks it ``_again``, so nothing is missed and no two threads push to
+one member. The push itself runs outside the channel lock, under the link's own lock only.
 
 Batching: a batch smaller than the member's room waits while the member holds events
 not yet acknowledged, for the ack that empties its hands, at most ``dispatch_linger_s``
@@ -20,10 +22,14 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import Pyro5.errors
 
+from channel_server import after_reply
 from channel_server.channel_state import ChannelState, MemberKey
 from channel_server.core import rebalance
 from channel_server.core.group import ConsumerGroup
@@ -68,6 +74,8 @@ class PushDelivery:
         """Members whose next short batch already waited ``stream_linger_s``."""
         self._probing: set[MemberKey] = set()
         """Members being pinged (a ping task on the pool)."""
+        self._acking = threading.local()
+        """``key``: the member whose ack this thread is applying (see :meth:`acking`)."""
 
     # -- called under the channel lock ---------------------------------------------------
     def changed(self) -> None:
@@ -106,6 +114,17 @@ class PushDelivery:
         self._queued.add(key)
         self._schedule(key)
 
+    @contextmanager
+    def acking(self, key: MemberKey) -> Iterator[None]:
+        """Around applying ``key``'s ack: its next push is made by this thread once the
+        ack's reply is sent (:mod:`after_reply`), not handed to a pool thread. Pushes to
+        other members, and later ones, go to the pool as ever."""
+        self._acking.key = key
+        try:
+            yield
+        finally:
+            self._acking.key = None
+
     def acknowledged(self, key: MemberKey) -> None:
         """The member acknowledged events: a batch lingering for it goes now, if it holds
         nothing else unacknowledged."""
@@ -126,7 +145,13 @@ class PushDelivery:
 
     def _schedule(self, key: MemberKey, delay: float = 0.0) -> None:
         number = self._task[key] = next(self._numbers)
-        self._pool.submit(lambda: self._service(key, number), delay)
+
+        def task() -> None:
+            self._service(key, number)
+
+        inline = delay <= 0 and getattr(self._acking, "key", None) == key
+        if not (inline and after_reply.defer(task)):
+            self._pool.submit(task, delay)
 
     def probe(self, key: MemberKey) -> None:
         """Ping a silent member that holds events (frozen, or gone?)."""

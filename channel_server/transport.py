@@ -30,7 +30,7 @@ import Pyro5.errors
 import Pyro5.svr_threads
 from Pyro5 import protocol, serializers
 
-from channel_server import strict_calls
+from channel_server import after_reply, strict_calls
 from channel_server.errors import InvalidArgument
 from channel_server.frames import (
     HANDSHAKE_KINDS,
@@ -312,7 +312,8 @@ class HardenedDaemon:
 
     def handleRequest(self, conn: Any) -> None:
         strict_calls.serving(self)
-        super().handleRequest(conn)  # type: ignore[misc]
+        with after_reply.serving():  # what the call defers runs once its reply is sent
+            super().handleRequest(conn)  # type: ignore[misc]
 
     def refuse_frame(self, conn: Any, exc: FrameRefused) -> None:
         """Tell a msgpack caller why its frame was refused (it may not be listening)."""

@@ -10,8 +10,9 @@ import Pyro5.api
 import Pyro5.server
 import pytest
 
-from channel_server import push
+from channel_server import after_reply, push
 from channel_server.channel import EventChannel
+from channel_server.dispatch import DispatchPool
 from channel_server.events import event_uid
 from tests.inprocess.conftest import ChannelFactory, FakeClock, event
 from tests.integration.procs import wait_until
@@ -241,3 +242,18 @@ def test_events_streaming_to_a_member_holding_nothing_wait_the_stream_linger_tog
     channel.publish([event("e2", partition=2)])
     wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the streamed events")
     assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+
+
+def test_the_push_an_ack_makes_goes_from_the_acking_thread_after_the_reply(
+    make_channel: ChannelFactory, pool: DispatchPool, daemon: Pyro5.server.Daemon
+) -> None:
+    """No pool thread is woken for it (a thread hand-off costs more than the push)."""
+    channel = make_channel(stream_linger_s=0)
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=1)
+    channel.publish([event("e0", ts=0.0), event("e1", ts=1.0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="the first push")
+    pool.stop()  # from here on, only the acking thread can push
+    with after_reply.serving():  # as the daemon serves the ack
+        ack_all(channel, "s1", fake)
+        assert fake.ids() == []  # not while the ack is served: after its reply
+    assert fake.ids() == ["e1"]
