@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,16 @@ def exit_on_next_signal(why: str) -> None:
 
     signal.signal(signal.SIGTERM, _now)
     signal.signal(signal.SIGINT, _now)
+
+
+def join_in_slices(thread: threading.Thread, timeout_s: float) -> None:
+    """``thread.join(timeout_s)`` for the main thread, in waits of at most STOP_POLL_S.
+    A signal that lands just before a wait begins is handled only when that wait ends
+    (CPython runs handlers between waits, and the wait does not see it), so one long
+    join could keep a second Ctrl-C waiting for its whole timeout."""
+    deadline = time.monotonic() + timeout_s
+    while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+        thread.join(min(left, STOP_POLL_S))
 
 
 def serve_until_stopped(stop: threading.Event) -> None:

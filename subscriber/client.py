@@ -27,6 +27,7 @@ import Pyro5.server
 
 from channel_client.lookup import resolve_channel
 from channel_client.remote import polling
+from channel_client.runtime import join_in_slices
 from channel_server.daemon_loop import DaemonLoop
 from channel_server.errors import BrokerUnavailable, ChannelError, InvalidArgument, UnknownChannel
 from channel_server.events import event_uid
@@ -230,7 +231,8 @@ class Subscriber:
         """Wait for a thread to end: ``timeout_s`` (or STOP_TIMEOUT_S) at most."""
         thread = self._threads.get(role)
         if thread is not None and thread.is_alive():
-            thread.join(max(STOP_TIMEOUT_S, min(timeout_s or 0.0, HANDLER_WAIT_MAX_S)))
+            wait_s = max(STOP_TIMEOUT_S, min(timeout_s or 0.0, HANDLER_WAIT_MAX_S))
+            join_in_slices(thread, wait_s)  # a second Ctrl-C still quits at once
 
     def _holding(self, session: int) -> int:
         """Events of ``session`` still to handle or acknowledge (the chunk in the worker's

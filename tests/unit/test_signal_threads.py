@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from channel_client.runtime import STOP_SIGNALS, signals_to_main_thread
+from channel_client.runtime import STOP_SIGNALS, join_in_slices, signals_to_main_thread
 
 
 def blocked_now() -> set[signal.Signals]:
@@ -34,3 +34,14 @@ def test_threads_started_inside_leave_the_stop_signals_to_the_main_thread() -> N
     assert seen["outer"] >= STOP_SIGNALS and seen["inner"] >= STOP_SIGNALS
     assert not STOP_SIGNALS & seen["after"]
     assert not STOP_SIGNALS & blocked_now()
+
+
+def test_join_in_slices_waits_for_the_thread_or_the_timeout() -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, args=(30,), daemon=True)
+    thread.start()
+    join_in_slices(thread, 0.05)  # shorter than a slice: one short wait
+    assert thread.is_alive()
+    release.set()
+    join_in_slices(thread, 30)
+    assert not thread.is_alive()
