@@ -189,15 +189,19 @@ def give_back(
     """Put events that were held back at their place in their partitions. ``hold``: the
     member may have processed them (a skipped ack, a failed push): they stay with it
     (PartitionQueue.held_back). ``reached``: the delivery reached (or may have reached)
-    the member, so the next one is the next attempt; else it is this attempt again."""
+    the member, so the next one is the next attempt; else it is this attempt again, and
+    what the member owed before this delivery (an earlier ack of it lost) it still owes."""
     for flight in flights:
         group.attempts[flight.event.offset] = flight.attempt if reached else flight.attempt - 1
     for key, events in by_key(f.event for f in flights).items():
         pq = group.partitions[key]
         pq.resolve(events)
-        if hold and pq.owner == member.member_id:
+        mine = pq.owner == member.member_id
+        if hold and mine:
             pq.held_back.update(ev.offset for ev in events)
             member.owed += len(events)
+        elif not reached and mine:
+            member.owed += sum(1 for ev in events if ev.offset in pq.held_back)
         else:
             pq.held_back.difference_update(ev.offset for ev in events)
         added = pq.put_back(events)

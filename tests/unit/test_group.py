@@ -215,6 +215,27 @@ def test_ack_acked_nacked_and_skipped() -> None:
     assert again.first_seq == batch.first_seq + 5
 
 
+def test_a_declined_push_keeps_what_the_member_owed_for_its_last_ack() -> None:
+    """A stopping member declines the push that brought its skipped events back; its
+    goodbye ack names them as processed (by uid), and they are done, not handed on."""
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    d.g.enqueue([make_event(0), make_event(1)])
+    batch = d.take("a")
+    d.ack(batch, acked=[], through=batch.first_seq + 1)  # both processed, the ack lost
+    again = d.take("a")  # they go back to a, which owes them
+    assert ids(again.events) == ["e0", "e1"]
+    d.g.push_declined(again, now=0.0, pause_s=1.0)
+    check_group(d.g)
+    assert d.g.members["a"].owed == 2
+    goodbye = d.g.acknowledge("a", again.session, ["p/e0", "p/e1"], {}, 0, 0.0)
+    assert ids(goodbye.done) == ["e0", "e1"]
+    d.g.leave("a")
+    assert d.g.take_batch("b", 0.0) is None  # nothing of it goes to b
+    check_group(d.g)
+
+
 def test_a_clean_ack_resets_the_ack_failures() -> None:
     d = Driver(max_attempts=3)
     d.join("a")
