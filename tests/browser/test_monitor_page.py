@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import signal
 import threading
 import urllib.request
@@ -58,6 +59,10 @@ def test_the_page_follows_two_channels_live(cluster: Cluster, browser: Any, tmp_
         # and the members and the partition-owner map of orders: s1 owns them all
         member = page.locator('[data-table="members"] tr[data-member="s1"]')
         expect(member).to_have_attribute("data-active", "true", timeout=WAIT_MS)
+        # with how many pushes carried its events (delivered ÷ pushes: how full they were)
+        headers = page.locator('[data-table="members"] th').all_inner_texts()
+        pushes = member.locator("td").nth(headers.index("pushes"))
+        expect(pushes).to_have_text(re.compile(r"^[1-9][0-9]*$"), timeout=WAIT_MS)
         owner = page.locator('[data-table="owners"] tr[data-owner="s1"] td').nth(1)
         expect(owner).to_have_text(str(PARTITIONS), timeout=WAIT_MS)
         # and the poison event in the dead letters, once its attempts are used up

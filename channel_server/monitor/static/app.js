@@ -85,7 +85,7 @@ function drawChart(samples) {
 const MEMBER_COLUMNS = [
   ["member", "id"], ["mode", "mode"], ["active", "active"], ["partitions", "partitions"],
   ["queued", "queued"], ["in flight", "in_flight"], ["window", "window"],
-  ["delivered", "delivered"], ["acked", "acked"], ["failures", "failures"],
+  ["delivered", "delivered"], ["pushes", "batches"], ["acked", "acked"], ["failures", "failures"],
   ["small delays", "small_delays"], ["long delays", "long_delays"], ["seen (s ago)", "seen_s_ago"],
 ];
 
