@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -99,7 +100,7 @@ def row_of(value: int, result: dict[str, Any], events: int) -> dict[str, Any]:
         "rss_mib": result.get("broker_rss_mib"),
         "peak_mib": result.get("broker_peak_mib"),
         "threads": result.get("broker_threads"),
-        "cpu_us_per_event": round(result["cpu_broker_s"] / events * 1e6, 1),
+        "cpu_us_per_event": _per_event(result["cpu_broker_s"], events),
         "subs_cpu_us_per_event": _per_event(result.get("cpu_subscribers_s"), events),
         "events_per_push": result.get("events_per_push"),
     } | {k: result[k] for k in ("restart_s", "published_per_s") if k in result}
@@ -119,13 +120,8 @@ def push_cost(rows: list[dict[str, Any]], column: str) -> tuple[float, float] | 
     ]
     if len({x for x, _ in points}) < 2:
         return None
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum(
-        (x - mean_x) ** 2 for x, _ in points
-    )
-    return mean_y - slope * mean_x, slope
+    per_push, per_event = statistics.linear_regression(*zip(*points, strict=True))
+    return per_event, per_push
 
 
 # -- sweeps ------------------------------------------------------------------------------
