@@ -34,19 +34,22 @@ STOP_TIMEOUT_S = 5.0
 class DispatchPool:
     """A bounded set of worker threads running short tasks, now or after a delay.
 
-    ``_cond`` (with its lock) guards ``_due`` (a heap of (due time, sequence, task)) and
-    ``_stopping``. Tasks run outside it. Callers may hold their own locks while submitting:
-    the pool never calls out while holding ``_cond``.
+    ``_cond`` (with its lock) guards ``_due`` (a heap of (due time, sequence, task)),
+    ``_timer`` and ``_stopping``. Tasks run outside it. Callers may hold their own locks
+    while submitting: the pool never calls out while holding ``_cond``.
     """
 
     def __init__(self, threads: int, name: str = "dispatch") -> None:
-        # The pool's condition (its own lock). Guards _due and _stopping; workers wait on
+        # The pool's condition (its own lock). Guards _due, _timer and _stopping; workers wait on
         #   it with a timeout. A leaf: taken under a channel lock by submit, never held
         #   while a task runs or while anything else is called.
         self._cond = threading.Condition(threading.Lock())
         self._due: list[tuple[float, int, Task]] = []
         self._order = itertools.count()
         self._stopping = False
+        self._timer: float | None = None
+        """When the worker waiting for the earliest delayed task wakes (None: no such
+        worker)."""
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
             for n in range(threads)
@@ -79,10 +82,26 @@ class DispatchPool:
             while not self._stopping:
                 now = time.monotonic()
                 if self._due and self._due[0][0] <= now:
-                    return heapq.heappop(self._due)[2]
-                wait = self._due[0][0] - now if self._due else IDLE_WAIT_S
-                self._cond.wait(min(wait, IDLE_WAIT_S))
+                    task = heapq.heappop(self._due)[2]
+                    if self._due and (self._due[0][0] <= now or self._timer is None):
+                        self._cond.notify()  # more is due, or nobody waits for what is next
+                    return task
+                self._wait(now)
             return None
+
+    def _wait(self, now: float) -> None:
+        """Wait for work. One worker (the timer) waits until the earliest delayed task is
+        due; the rest wait to be notified, so a delayed task wakes one thread, not all."""
+        head = self._due[0][0] if self._due else None
+        if head is None or (self._timer is not None and self._timer <= head):
+            self._cond.wait(IDLE_WAIT_S)
+            return
+        self._timer = head
+        try:
+            self._cond.wait(min(head - now, IDLE_WAIT_S))
+        finally:
+            if self._timer == head:
+                self._timer = None
 
     def _work(self) -> None:
         while (task := self._next()) is not None:

@@ -1,0 +1,137 @@
+"""The dispatch pool runs tasks now or after a delay, and a delay wakes one worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from channel_server import dispatch
+from channel_server.dispatch import DispatchPool
+
+DEADLINE_S = 10.0
+LONG_IDLE_S = 30.0
+"""Patched in for IDLE_WAIT_S: no worker wakes on its own while a test runs."""
+
+
+def wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+class Waits:
+    """Which workers wait on the pool's condition now, and with what timeout."""
+
+    def __init__(self, pool: DispatchPool) -> None:
+        self.now: dict[str, float | None] = {}
+        self._lock = threading.Lock()
+        inner = pool._cond.wait
+
+        def wait(timeout: float | None = None) -> bool:
+            name = threading.current_thread().name
+            with self._lock:
+                self.now[name] = timeout
+            try:
+                return inner(timeout)
+            finally:
+                with self._lock:
+                    self.now.pop(name, None)
+
+        pool._cond.wait = wait  # type: ignore[method-assign]
+
+    def timeouts(self) -> list[float | None]:
+        with self._lock:
+            return sorted(self.now.values(), key=lambda t: LONG_IDLE_S if t is None else t)
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[DispatchPool]:
+    monkeypatch.setattr(dispatch, "IDLE_WAIT_S", LONG_IDLE_S)
+    p = DispatchPool(4, name="test-pool")
+    yield p
+    p.stop()
+
+
+def recorder() -> tuple[list[tuple[str, float]], Callable[[str], Callable[[], None]]]:
+    ran: list[tuple[str, float]] = []
+
+    def task(name: str) -> Callable[[], None]:
+        return lambda: ran.append((name, time.monotonic()))
+
+    return ran, task
+
+
+def test_tasks_run_and_a_failing_one_does_not_stop_its_worker(pool: DispatchPool) -> None:
+    pool.start()
+    ran, task = recorder()
+
+    def boom() -> None:
+        raise RuntimeError("a member's trouble")
+
+    for _ in range(4):
+        pool.submit(boom)
+    for n in range(8):
+        pool.submit(task(f"t{n}"))
+    wait_for(lambda: len(ran) == 8, "every task")
+    assert sorted(name for name, _ in ran) == [f"t{n}" for n in range(8)]
+
+
+def test_delayed_tasks_run_in_due_order_and_never_early(pool: DispatchPool) -> None:
+    pool.start()
+    ran, task = recorder()
+    start = time.monotonic()
+    pool.submit(task("late"), 0.4)
+    pool.submit(task("early"), 0.1)  # due before the task a worker already waits for
+    pool.submit(task("now"))
+    wait_for(lambda: len(ran) == 3, "the delayed tasks")
+    assert [name for name, _ in ran] == ["now", "early", "late"]
+    at = dict(ran)
+    assert at["early"] - start >= 0.1 and at["late"] - start >= 0.4
+    assert at["early"] < start + 0.4, "the earlier task waited for the later one"
+
+
+def test_one_worker_waits_for_a_delayed_task_the_rest_for_work(pool: DispatchPool) -> None:
+    """Workers that finish while a delayed task is pending do not all wake when it is due
+    (each wake-up of an idle thread is a context switch and a turn at the GIL)."""
+    waits = Waits(pool)
+    pool.start()
+    wait_for(lambda: len(waits.timeouts()) == 4, "four idle workers")
+    ran, task = recorder()
+    pool.submit(task("delayed"), 20.0)
+    for n in range(8):
+        pool.submit(task(f"t{n}"))
+    wait_for(lambda: len(ran) == 8, "the tasks due now")
+    wait_for(lambda: len(waits.timeouts()) == 4, "the workers idle again")
+    timeouts = waits.timeouts()
+    timed = [t for t in timeouts if t is not None and t < LONG_IDLE_S]
+    assert len(timed) == 1 and 0 < timed[0] <= 20.0, timeouts
+    assert [name for name, _ in ran if name == "delayed"] == []
+
+
+def test_the_next_worker_takes_over_the_wait_when_the_timer_takes_work(
+    pool: DispatchPool,
+) -> None:
+    waits = Waits(pool)
+    pool.start()
+    wait_for(lambda: len(waits.timeouts()) == 4, "four idle workers")
+    ran, task = recorder()
+    pool.submit(task("delayed"), 0.3)
+    wait_for(lambda: sum(t is not None and t < 1 for t in waits.timeouts()) == 1, "a timer")
+    for n in range(4):  # whichever worker these wake, the delayed task still runs on time
+        pool.submit(task(f"t{n}"))
+    wait_for(lambda: any(name == "delayed" for name, _ in ran), "the delayed task")
+    assert len(ran) == 5
+
+
+def test_stop_ends_the_workers_and_drops_what_is_pending(pool: DispatchPool) -> None:
+    pool.start()
+    ran, task = recorder()
+    pool.submit(task("never"), 20.0)
+    pool.stop()
+    assert not any(t.is_alive() for t in pool._threads)
+    pool.submit(task("after"))
+    assert ran == [] and pool._due == []
