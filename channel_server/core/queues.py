@@ -6,8 +6,9 @@ order, or events put back after a failed push, come out in order again.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
-from itertools import islice
+from itertools import chain, islice
 from operator import attrgetter
 
 from sortedcontainers import SortedList
@@ -88,7 +89,12 @@ class PartitionQueue:
     def __init__(self, key: PartitionKey, count: QueueCount | None = None) -> None:
         self.key = key
         self._count = QueueCount() if count is None else count
-        self.pending: SortedList = SortedList()
+        self.pending: deque[Event] | SortedList = deque()
+        """In delivery order. Events nearly always arrive at an end (a publisher's
+        timestamps rise; events put back after a failed push or a lost ack are older than
+        all that wait), which a deque takes in O(1) and with far less memory per partition
+        than a SortedList; an event landing in the middle turns it into a SortedList
+        (O(log n) inserts: no publisher can make a publish cost a sort) until it empties."""
         self.in_flight: list[Event] = []
         self.owner: str | None = None
         self.idle_since: float | None = None
@@ -120,8 +126,7 @@ class PartitionQueue:
         to ``limit`` others in all. Returns them and how many were not held back."""
         before = self._size()
         if not self.held_back:
-            batch = list(islice(self.pending, max(0, limit)))
-            del self.pending[: len(batch)]
+            batch = self._take_pending(limit)
             self.in_flight = batch
             self._recount(before)
             return batch, len(batch)
@@ -134,7 +139,7 @@ class PartitionQueue:
             else:
                 fresh += 1
             batch.append(ev)
-        del self.pending[: len(batch)]
+        self._take_pending(len(batch))
         self.in_flight = batch
         self._recount(before)
         return batch, fresh
@@ -157,24 +162,47 @@ class PartitionQueue:
 
     def put_back(self, events: Iterable[Event]) -> int:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""
-        before = len(self.pending)
-        self.pending.update(events)
-        added = len(self.pending) - before
-        self._count.events += added
-        return added
+        new = sorted(events, key=DELIVERY_ORDER)
+        pending = self.pending
+        if isinstance(pending, SortedList):
+            pending.update(new)
+        elif not pending or not new or DELIVERY_ORDER(new[0]) >= DELIVERY_ORDER(pending[-1]):
+            pending.extend(new)
+        elif DELIVERY_ORDER(new[-1]) <= DELIVERY_ORDER(pending[0]):
+            pending.extendleft(reversed(new))
+        else:
+            self.pending = SortedList(chain(pending, new))
+        self._count.events += len(new)
+        return len(new)
 
     def remove_pending(self, events: list[Event]) -> None:
         """Take pending events out for good (done while they waited here)."""
         for ev in events:
             self.pending.remove(ev)
         self._count.events -= len(events)
+        self._settle()
 
     def drop_pending(self) -> int:
         """Empty the pending queue (the fault kill_queues); returns how many it held."""
         dropped = len(self.pending)
-        self.pending.clear()
+        self.pending = deque()
         self._count.events -= dropped
         return dropped
+
+    def _take_pending(self, count: int) -> list[Event]:
+        """Remove and return the ``count`` oldest pending events."""
+        pending = self.pending
+        if isinstance(pending, SortedList):
+            taken = list(islice(pending, max(0, count)))
+            del pending[: len(taken)]
+            self._settle()
+            return taken
+        return [pending.popleft() for _ in range(min(max(0, count), len(pending)))]
+
+    def _settle(self) -> None:
+        """An emptied SortedList goes back to being a deque."""
+        if not self.pending and isinstance(self.pending, SortedList):
+            self.pending = deque()
 
     def _size(self) -> int:
         return len(self.pending) + len(self.in_flight)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+from collections import deque
+
+from sortedcontainers import SortedList
+
 from channel_server.core.queues import GlobalQueue, PartitionQueue
 from channel_server.events import Event
 
@@ -82,3 +87,41 @@ def test_new_partition_has_no_owner() -> None:
     assert pq.owner is None
     assert pq.idle_since is None
     assert pq.key == ("pub", 3)
+
+
+def test_pending_events_keep_delivery_order_whatever_order_they_come_in() -> None:
+    """Puts at either end, in the middle, takes and removals, against a sorted model."""
+    rng = random.Random(16)
+    pq, model, offset = PartitionQueue(("pub", 0)), [], 0
+    for _ in range(400):
+        if rng.random() < 0.6:
+            base = rng.choice([-5.0, 0.0, 50.0, 100.0])  # before, among or after the rest
+            events = [ev(offset + i, base + rng.random() * 50) for i in range(rng.randint(1, 4))]
+            offset += len(events)
+            assert pq.put_back(events) == len(events)
+            model.extend(events)
+        elif rng.random() < 0.8:
+            pq.in_flight = []
+            model.sort(key=lambda e: (e.timestamp, e.offset))
+            taken, _ = pq.take(rng.randint(0, 3))
+            assert taken == model[: len(taken)]
+            del model[: len(taken)]
+        elif model:
+            gone = rng.choice(model)
+            pq.remove_pending([gone])
+            model.remove(gone)
+        model.sort(key=lambda e: (e.timestamp, e.offset))
+        assert list(pq.pending) == model and len(pq.pending) == len(model)
+    assert order(pq.take(len(model))[0]) == order(model)
+    assert isinstance(pq.pending, deque), "an emptied queue is a deque again"
+
+
+def test_an_event_in_the_middle_makes_the_pending_queue_sorted_until_it_empties() -> None:
+    pq = PartitionQueue(("pub", 0))
+    pq.put_back([ev(0, 1.0), ev(1, 3.0)])
+    pq.put_back([ev(2, 0.5)])  # at the front: still a deque
+    assert isinstance(pq.pending, deque)
+    pq.put_back([ev(3, 2.0)])  # in the middle
+    assert isinstance(pq.pending, SortedList)
+    assert order(pq.take(4)[0]) == [2, 0, 3, 1]
+    assert isinstance(pq.pending, deque)
