@@ -56,8 +56,11 @@ class ConsumerGroup:
         """Events in the partitions, kept by each of them (what ``backlog`` reads)."""
         self.partitions: dict[PartitionKey, PartitionQueue] = {}
         self._changed: dict[PartitionKey, None] = {}
-        """Partitions changed since the last idle sweep, or idle and waiting to be dropped:
-        the only ones the sweep reads, so idle partitions cost nothing per round."""
+        """Partitions changed since the last idle sweep: the only ones it classifies."""
+        self._idle: dict[PartitionKey, None] = {}
+        """Idle partitions waiting to be dropped, in the order their idle clocks started
+        (``PartitionQueue.idle_since``): the sweep reads only those due, so partitions
+        that wait cost nothing per round."""
         self.members: dict[str, Member] = {}
         self.touched: set[str] = set()
         """Members that may have work to send since the facade last looked (it wakes them)."""
@@ -321,22 +324,31 @@ class ConsumerGroup:
         return member
 
     def sweep_idle(self, now: float, idle_s: float) -> list[PartitionKey]:
-        """Drop partitions that stayed empty with nothing in flight for ``idle_s``."""
-        dropped = []
-        for key in list(self._changed):
+        """Drop partitions that stayed empty with nothing in flight for ``idle_s``: start
+        the idle clocks of those changed since the last sweep, then drop the oldest."""
+        for key in self._changed:
             pq = self.partitions.get(key)
             if pq is None or not pq.idle:
                 if pq is not None:
                     pq.idle_since = None
-                del self._changed[key]
-                continue
-            if pq.idle_since is None:
+                self._idle.pop(key, None)
+            elif pq.idle_since is None:
                 pq.idle_since = now
-            elif now - pq.idle_since >= idle_s:
+                self._idle.pop(key, None)  # to the end: its clock starts now
+                self._idle[key] = None
+        self._changed.clear()
+        dropped, done = [], []
+        for key in self._idle:
+            pq = self.partitions.get(key)
+            if pq is not None and pq.idle and pq.idle_since is not None:
+                if now - pq.idle_since < idle_s:
+                    break
                 if pq.owner is not None and pq.owner in self.members:
                     self.members[pq.owner].partitions.pop(key, None)
                 del self.partitions[key]
-                del self._changed[key]
                 self.owner_changes[key] = None
                 dropped.append(key)
+            done.append(key)
+        for key in done:
+            del self._idle[key]
         return dropped

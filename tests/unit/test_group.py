@@ -596,6 +596,46 @@ def test_sweep_idle_drops_only_idle_partitions_after_idle_s() -> None:
     check_group(d.g)
 
 
+class CountingDict(dict):
+    """A group's partition table that counts lookups by key."""
+
+    lookups = 0
+
+    def get(self, key: object, default: object = None) -> object:
+        CountingDict.lookups += 1
+        return super().get(key, default)
+
+
+def test_idle_partitions_are_dropped_in_the_order_their_clocks_started() -> None:
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(n, partition=n) for n in range(3)])
+    d.ack(d.take("a"))
+    assert d.g.sweep_idle(now=100.0, idle_s=30.0) == []  # P0, P1, P2 idle from 100
+    d.g.enqueue([make_event(3, partition=1)])
+    d.ack(d.take("a"))
+    assert d.g.sweep_idle(now=110.0, idle_s=30.0) == []  # P1 busy and idle again: from 110
+    assert sorted(d.g.sweep_idle(now=130.0, idle_s=30.0)) == [P0, P2]
+    assert d.g.sweep_idle(now=139.9, idle_s=30.0) == []
+    assert d.g.sweep_idle(now=140.0, idle_s=30.0) == [P1]
+    assert d.g.partitions == {}
+    check_group(d.g)
+
+
+def test_a_sweep_reads_only_changed_partitions_and_those_due() -> None:
+    d = Driver()
+    d.join("a", prefetch=1000)
+    d.g.enqueue([make_event(n, partition=n) for n in range(1000)])
+    d.ack(d.take("a"))
+    assert d.g.sweep_idle(now=100.0, idle_s=30.0) == []
+    d.g.partitions = CountingDict(d.g.partitions)
+    CountingDict.lookups = 0
+    for now in (101.0, 110.0, 129.0):
+        assert d.g.sweep_idle(now=now, idle_s=30.0) == []
+    assert CountingDict.lookups <= 3, "each round read the first idle partition at most"
+    assert len(d.g.sweep_idle(now=130.0, idle_s=30.0)) == 1000
+
+
 def test_ready_short_means_a_batch_could_go_but_not_a_full_one() -> None:
     d = Driver()
     d.join("a", prefetch=4)
