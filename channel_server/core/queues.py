@@ -124,11 +124,10 @@ class PartitionQueue:
         """Move pending events, oldest first, into flight: every event held back for the
         owner (it owes them already), the others before them (order comes first), and up
         to ``limit`` others in all. Returns them and how many were not held back."""
-        before = self._size()
+        self._count.events -= len(self.in_flight)  # replaced (a ready partition has none)
         if not self.held_back:
             batch = self._take_pending(limit)
             self.in_flight = batch
-            self._recount(before)
             return batch, len(batch)
         batch, fresh, owed = [], 0, self.held_pending()
         for ev in self.pending:
@@ -141,7 +140,6 @@ class PartitionQueue:
             batch.append(ev)
         self._take_pending(len(batch))
         self.in_flight = batch
-        self._recount(before)
         return batch, fresh
 
     def held_pending(self) -> int:
@@ -152,13 +150,13 @@ class PartitionQueue:
 
     def resolve(self, events: list[Event]) -> None:
         """Events in flight are done with here (acknowledged, put back or dead)."""
-        before = self._size()
-        if len(events) == len(self.in_flight):
+        before = len(self.in_flight)
+        if len(events) == before:
             self.in_flight = []
         else:
             gone = set(events)  # events hash by identity
             self.in_flight = [ev for ev in self.in_flight if ev not in gone]
-        self._recount(before)
+        self._count.events -= before - len(self.in_flight)
 
     def put_back(self, events: Iterable[Event]) -> int:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""
@@ -203,9 +201,3 @@ class PartitionQueue:
         """An emptied SortedList goes back to being a deque."""
         if not self.pending and not isinstance(self.pending, deque):
             self.pending = deque()
-
-    def _size(self) -> int:
-        return len(self.pending) + len(self.in_flight)
-
-    def _recount(self, before: int) -> None:
-        self._count.events += self._size() - before
