@@ -10,17 +10,14 @@ import pytest
 
 from channel_server import dispatch
 from channel_server.dispatch import DispatchPool
+from tests.integration.procs import wait_until
 
-DEADLINE_S = 10.0
 LONG_IDLE_S = 30.0
 """Patched in for IDLE_WAIT_S: no worker wakes on its own while a test runs."""
 
 
 def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+    wait_until(predicate, what=what)
 
 
 class Waits:
