@@ -214,5 +214,4 @@ def finish(group: ConsumerGroup, member: Member, events: list[Event]) -> None:
 def unpin(group: ConsumerGroup, pq: PartitionQueue, resolved: list[Event]) -> None:
     if pq.pinned:
         pq.pinned = max(0, pq.pinned - sum(ev.offset < group.pin_below for ev in resolved))
-    if pq.held_back:
-        pq.held_back.difference_update(ev.offset for ev in resolved)
+    pq.unhold(ev.offset for ev in resolved)

@@ -198,12 +198,12 @@ def give_back(
         pq.resolve(events)
         mine = pq.owner == member.member_id
         if hold and mine:
-            pq.held_back.update(ev.offset for ev in events)
+            pq.hold(ev.offset for ev in events)
             member.owed += len(events)
         elif not reached and mine:
             member.owed += sum(1 for ev in events if ev.offset in pq.held_back)
         else:
-            pq.held_back.difference_update(ev.offset for ev in events)
+            pq.unhold(ev.offset for ev in events)
         added = pq.put_back(events)
         if pq.owner is not None:
             group.members[pq.owner].queued += added

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import random
-from collections import deque
 
 from sortedcontainers import SortedList
 
-from channel_server.core.queues import GlobalQueue, PartitionQueue
+from channel_server.core.queues import SHORT_PENDING, GlobalQueue, PartitionQueue
 from channel_server.events import Event
 
 
@@ -113,15 +112,27 @@ def test_pending_events_keep_delivery_order_whatever_order_they_come_in() -> Non
         model.sort(key=lambda e: (e.timestamp, e.offset))
         assert list(pq.pending) == model and len(pq.pending) == len(model)
     assert order(pq.take(len(model))[0]) == order(model)
-    assert isinstance(pq.pending, deque), "an emptied queue is a deque again"
+    assert isinstance(pq.pending, list), "an emptied queue is a list again"
 
 
 def test_an_event_in_the_middle_makes_the_pending_queue_sorted_until_it_empties() -> None:
     pq = PartitionQueue(("pub", 0))
     pq.put_back([ev(0, 1.0), ev(1, 3.0)])
-    pq.put_back([ev(2, 0.5)])  # at the front: still a deque
-    assert isinstance(pq.pending, deque)
+    pq.put_back([ev(2, 0.5)])  # at the front: still a list
+    assert isinstance(pq.pending, list)
     pq.put_back([ev(3, 2.0)])  # in the middle
     assert isinstance(pq.pending, SortedList)
     assert order(pq.take(4)[0]) == [2, 0, 3, 1]
-    assert isinstance(pq.pending, deque)
+    assert isinstance(pq.pending, list)
+
+
+def test_a_long_pending_queue_is_sorted_so_taking_from_its_front_moves_nothing() -> None:
+    pq = PartitionQueue(("pub", 0))
+    pq.put_back([ev(i, float(i)) for i in range(SHORT_PENDING)])
+    assert isinstance(pq.pending, list)
+    pq.put_back([ev(SHORT_PENDING, float(SHORT_PENDING))])
+    assert isinstance(pq.pending, SortedList) and len(pq.pending) == SHORT_PENDING + 1
+    batch, _ = pq.take(SHORT_PENDING)
+    assert order(batch) == list(range(SHORT_PENDING))
+    pq.in_flight = []
+    assert order(pq.take(5)[0]) == [SHORT_PENDING] and isinstance(pq.pending, list)
