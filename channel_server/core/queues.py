@@ -15,6 +15,7 @@ from sortedcontainers import SortedList
 from channel_server.events import Event, PartitionKey
 
 NOTHING_HELD: frozenset[int] = frozenset()
+"""The held-back offsets of a partition that holds none (shared: no set per partition)."""
 SHORT_PENDING = 1024
 """A partition holding more pending events than this keeps them in a SortedList: taking
 from the front of a plain list moves everything behind."""
@@ -134,6 +135,7 @@ class PartitionQueue:
         self.held_back.update(offsets)
 
     def unhold(self, offsets: Iterable[int]) -> None:
+        """These events are no longer the owner's to settle (resolved, or anyone's now)."""
         if self.held_back:
             self.held_back = self.held_back.difference(offsets) or NOTHING_HELD
 
