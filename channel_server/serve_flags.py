@@ -193,6 +193,15 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
         "back); creating one more is refused with LimitReached (default %(default)s)",
     )
     limits.add_argument(
+        "--push-threads",
+        type=cc.positive_int,
+        default=broker.push_threads,
+        metavar="N",
+        help="pushes made at once, for every channel; fewer make fuller pushes (less CPU "
+        "per event), but a push to a frozen subscriber holds one until --ack-timeout, "
+        "so N frozen at once stall every push that long (default %(default)s)",
+    )
+    limits.add_argument(
         "--max-members",
         type=cc.positive_int,
         default=channel.max_members,
@@ -254,6 +263,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         insecure_name_server=args.insecure_name_server,
         transport=cc.transport_from_args(args),
         max_channels=args.max_channels,
+        push_threads=args.push_threads,
         lease_s=args.lease,
         channel=channel,
         http=http_from_args(args),

@@ -166,3 +166,11 @@ def test_serve_flags_are_made_from_the_channel_settings() -> None:
         assert getattr(args, dest) == f.default, f.name
     with pytest.raises(ValueError, match="unknown flag kind"):
         setting(1, "--x", "any_int", "x")
+
+
+def test_the_push_pool_size_is_a_flag_and_a_file_key(tmp_path: Path) -> None:
+    assert cli.config_from_args(parse(["serve"])).push_threads == BrokerConfig().push_threads
+    assert cli.config_from_args(parse(["serve", "--push-threads", "9"])).push_threads == 9
+    assert broker_config(tmp_path, "push-threads = 2\n").push_threads == 2
+    with pytest.raises(SystemExit):
+        parse(["serve", "--push-threads", "0"])
