@@ -246,6 +246,18 @@ def add_transport_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_count_flag(group: Any, flag: str, default: int, text: str) -> None:
+    """A flag taking a count of at least 1 (``N``); ``text`` is its help, without the
+    default, which is added."""
+    group.add_argument(
+        flag,
+        type=positive_int,
+        default=default,
+        metavar="N",
+        help=f"{text} (default %(default)s)",
+    )
+
+
 def add_ids_flag(parser: argparse.ArgumentParser, default: str | None, text: str) -> None:
     """``--ids publisher|channel`` (``args.id_scope``): where a channel's event ids must
     be unique; ``text`` says which channels it is for."""

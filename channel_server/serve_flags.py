@@ -184,31 +184,27 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``serve``'s caps on what clients may make it hold, and where it connects out."""
     broker, channel = BrokerConfig(), ChannelConfig()
     limits = parser.add_argument_group("limits")
-    limits.add_argument(
+    cc.add_count_flag(
+        limits,
         "--max-channels",
-        type=cc.positive_int,
-        default=broker.max_channels,
-        metavar="N",
-        help="most channels this broker hosts (channels its store restores always come "
-        "back); creating one more is refused with LimitReached (default %(default)s)",
+        broker.max_channels,
+        "most channels this broker hosts (channels its store restores always come back); "
+        "creating one more is refused with LimitReached",
     )
-    limits.add_argument(
+    cc.add_count_flag(
+        limits,
         "--push-threads",
-        type=cc.positive_int,
-        default=broker.push_threads,
-        metavar="N",
-        help="pushes made at once, for every channel; fewer make fuller pushes (less CPU "
-        "per event), but a push to a frozen subscriber holds one until --ack-timeout, "
-        "so N frozen at once stall every push that long (default %(default)s)",
+        broker.push_threads,
+        "pushes made at once, for every channel; fewer make fuller pushes (less CPU per "
+        "event), but a push to a frozen subscriber holds one until --ack-timeout, so N "
+        "frozen at once stall every push that long",
     )
-    limits.add_argument(
+    cc.add_count_flag(
+        limits,
         "--max-members",
-        type=cc.positive_int,
-        default=channel.max_members,
-        metavar="N",
-        help="most subscribers (push and pull, every group) per channel; at the cap a new "
-        "one replaces the member inactive longest, or is refused with LimitReached "
-        "(default %(default)s)",
+        channel.max_members,
+        "most subscribers (push and pull, every group) per channel; at the cap a new one "
+        "replaces the member inactive longest, or is refused with LimitReached",
     )
     limits.add_argument(
         "--max-queued-bytes",

@@ -35,12 +35,11 @@ def add_http_flags(parser: argparse.ArgumentParser) -> None:
         "Bearer TOKEN); HTTPS with the broker's --tls-cert/--tls-key, else plain HTTP, "
         "where a non-loopback HOST needs --insecure; default: off",
     )
-    group.add_argument(
+    cc.add_count_flag(
+        group,
         "--http-max-connections",
-        type=cc.positive_int,
-        default=d.max_connections,
-        metavar="N",
-        help="HTTP requests served at once, a thread each; one more gets 503 (default %(default)s)",
+        d.max_connections,
+        "HTTP requests served at once, a thread each; one more gets 503",
     )
     group.add_argument(
         "--http-timeout",
