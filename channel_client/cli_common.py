@@ -229,20 +229,12 @@ def add_transport_flags(parser: argparse.ArgumentParser) -> None:
         help="a new connection must have authenticated within this "
         f"(default {d.handshake_timeout_s:g})",
     )
-    group.add_argument(
-        "--max-message-bytes",
-        type=positive_int,
-        default=d.max_message_bytes,
-        metavar="N",
-        help=f"largest message accepted (default {d.max_message_bytes})",
-    )
-    group.add_argument(
+    add_count_flag(group, "--max-message-bytes", d.max_message_bytes, "largest message accepted")
+    add_count_flag(
+        group,
         "--max-waiting",
-        type=positive_int,
-        default=d.max_waiting,
-        metavar="N",
-        help="connections waiting to authenticate (no thread each); the oldest is closed "
-        f"past this (default {d.max_waiting})",
+        d.max_waiting,
+        "connections waiting to authenticate (no thread each); the oldest is closed past this",
     )
 
 

@@ -16,10 +16,6 @@ LONG_IDLE_S = 30.0
 """Patched in for IDLE_WAIT_S: no worker wakes on its own while a test runs."""
 
 
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    wait_until(predicate, what=what)
-
-
 class Waits:
     """Which workers wait on the pool's condition now, and with what timeout."""
 
@@ -73,7 +69,7 @@ def test_tasks_run_and_a_failing_one_does_not_stop_its_worker(pool: DispatchPool
         pool.submit(boom)
     for n in range(8):
         pool.submit(task(f"t{n}"))
-    wait_for(lambda: len(ran) == 8, "every task")
+    wait_until(lambda: len(ran) == 8, what="every task")
     assert sorted(name for name, _ in ran) == [f"t{n}" for n in range(8)]
 
 
@@ -84,7 +80,7 @@ def test_delayed_tasks_run_in_due_order_and_never_early(pool: DispatchPool) -> N
     pool.submit(task("late"), 0.4)
     pool.submit(task("early"), 0.1)  # due before the task a worker already waits for
     pool.submit(task("now"))
-    wait_for(lambda: len(ran) == 3, "the delayed tasks")
+    wait_until(lambda: len(ran) == 3, what="the delayed tasks")
     assert [name for name, _ in ran] == ["now", "early", "late"]
     at = dict(ran)
     assert at["early"] - start >= 0.1 and at["late"] - start >= 0.4
@@ -96,13 +92,13 @@ def test_one_worker_waits_for_a_delayed_task_the_rest_for_work(pool: DispatchPoo
     (each wake-up of an idle thread is a context switch and a turn at the GIL)."""
     waits = Waits(pool)
     pool.start()
-    wait_for(lambda: len(waits.timeouts()) == 4, "four idle workers")
+    wait_until(lambda: len(waits.timeouts()) == 4, what="four idle workers")
     ran, task = recorder()
     pool.submit(task("delayed"), 20.0)
     for n in range(8):
         pool.submit(task(f"t{n}"))
-    wait_for(lambda: len(ran) == 8, "the tasks due now")
-    wait_for(lambda: len(waits.timeouts()) == 4, "the workers idle again")
+    wait_until(lambda: len(ran) == 8, what="the tasks due now")
+    wait_until(lambda: len(waits.timeouts()) == 4, what="the workers idle again")
     timeouts = waits.timeouts()
     timed = [t for t in timeouts if t is not None and t < LONG_IDLE_S]
     assert len(timed) == 1 and 0 < timed[0] <= 20.0, timeouts
@@ -114,13 +110,13 @@ def test_the_next_worker_takes_over_the_wait_when_the_timer_takes_work(
 ) -> None:
     waits = Waits(pool)
     pool.start()
-    wait_for(lambda: len(waits.timeouts()) == 4, "four idle workers")
+    wait_until(lambda: len(waits.timeouts()) == 4, what="four idle workers")
     ran, task = recorder()
     pool.submit(task("delayed"), 0.3)
-    wait_for(lambda: sum(t is not None and t < 1 for t in waits.timeouts()) == 1, "a timer")
+    wait_until(lambda: sum(t is not None and t < 1 for t in waits.timeouts()) == 1, what="a timer")
     for n in range(4):  # whichever worker these wake, the delayed task still runs on time
         pool.submit(task(f"t{n}"))
-    wait_for(lambda: any(name == "delayed" for name, _ in ran), "the delayed task")
+    wait_until(lambda: any(name == "delayed" for name, _ in ran), what="the delayed task")
     assert len(ran) == 5
 
 
