@@ -34,7 +34,7 @@ class Publishing:
             now = state.now()
             outcome = state.core.prepare_valid(events, now)
             if outcome.accepted:
-                self._accept(outcome.accepted, outcome.keys, now)
+                self._accept(outcome.accepted, now)
             state.core.count_publish(len(events), outcome)
         if outcome.refused:
             by_bytes = outcome.full_by == "bytes"
@@ -49,13 +49,13 @@ class Publishing:
             )
         return outcome.summary()
 
-    def _accept(self, events: list[Event], keys: list[str], now: float) -> None:
+    def _accept(self, events: list[Event], now: float) -> None:
         """Commit prepared events to the store, then queue them (under the lock). The
         commit stays under the lock on purpose: SQLite lets go of the GIL for it, and
         threads blocked on the lock do not compete for the GIL when the publish wants it
         back (measured: slightly faster than committing outside the lock)."""
         self._backup.accept(events, now)
-        self._state.core.enqueue(events, now, keys)
+        self._state.core.enqueue(events, now)
         self._backup.trim()
         self._push.changed()
 

@@ -9,7 +9,7 @@ it is published (DESIGN §4). Inside the channel an event is named by its uid
 from __future__ import annotations
 
 from bisect import bisect_right
-from itertools import accumulate
+from itertools import accumulate, groupby
 from operator import attrgetter
 from typing import Any
 
@@ -17,7 +17,7 @@ from msgspec.structs import replace
 
 from channel_server.core import restore, roster
 from channel_server.core.config import ChannelConfig
-from channel_server.core.dedupe import DeliveredIds
+from channel_server.core.dedupe import CHANNEL_REALM, DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
 from channel_server.core.queues import GlobalQueue
 from channel_server.core.records import (
@@ -32,6 +32,7 @@ from channel_server.events import Event, IdScope, validate_batch
 from channel_server.names import DEFAULT_GROUP
 
 _SIZE = attrgetter("size")
+_PUBLISHER = attrgetter("publisher_id")
 
 
 class ChannelCore:
@@ -159,20 +160,23 @@ class ChannelCore:
         self.next_offset += len(events)  # offsets of refused events are never reused
         outcome = PublishOutcome()
         fresh: list[Event] = []
-        keys: list[str] = []
-        seen: set[str] = set()
-        for ev, key in zip(events, self.dedupe_keys(events), strict=True):
-            if key in self.delivered or key in seen:
+        seen: dict[str, set[str]] = {}
+        per_publisher = self.id_scope is IdScope.PUBLISHER
+        for ev in events:
+            realm = ev.publisher_id if per_publisher else CHANNEL_REALM
+            in_batch = seen.get(realm)
+            if in_batch is None:
+                in_batch = seen[realm] = set()
+            if ev.id in self.delivered.known(realm) or ev.id in in_batch:
                 outcome.duplicates.append(ev.id)
             else:
-                seen.add(key)
+                in_batch.add(ev.id)
                 fresh.append(ev)
-                keys.append(key)
         if not self.groups:
             outcome.unrouted = len(fresh)
             return outcome
         room, outcome.full_by = self._room(fresh)
-        outcome.accepted, outcome.keys = fresh[:room], keys[:room]
+        outcome.accepted = fresh[:room]
         outcome.refused = [ev.id for ev in fresh[room:]]
         return outcome
 
@@ -194,17 +198,16 @@ class ChannelCore:
             return room, "events"
         return bisect_right(list(accumulate(map(_SIZE, counted))), byte_room), "bytes"
 
-    def dedupe_keys(self, events: list[Event]) -> list[str]:
-        """What makes each event a duplicate in this channel: its uid or its id."""
-        if self.id_scope is IdScope.PUBLISHER:
-            return [ev.uid for ev in events]
-        return [ev.id for ev in events]
+    def realm(self, publisher_id: str) -> str:
+        """Where a publisher's ids must be unique (see :mod:`~channel_server.core.dedupe`)."""
+        return publisher_id if self.id_scope is IdScope.PUBLISHER else CHANNEL_REALM
 
-    def enqueue(self, events: list[Event], now: float, keys: list[str] | None = None) -> None:
-        """Commit accepted (and stored) events: remember their dedupe ``keys`` (those
-        :meth:`prepare` gave, or computed again), order them in the global queue, then split
-        them into every group's partition sub-queues."""
-        self.delivered.add_many(self.dedupe_keys(events) if keys is None else keys, now)
+    def enqueue(self, events: list[Event], now: float) -> None:
+        """Commit accepted (and stored) events: remember their ids in the delivered
+        window, order them in the global queue, then split them into every group's
+        partition sub-queues."""
+        for publisher_id, run in groupby(events, key=_PUBLISHER):
+            self.delivered.add_many((ev.id for ev in run), now, self.realm(publisher_id))
         self.global_queue.add_many(events)
         ordered = self.global_queue.drain()
         holders = len(self.groups)

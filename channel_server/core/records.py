@@ -20,9 +20,6 @@ class PublishOutcome:
     """What happened to a published batch, in batch order."""
 
     accepted: list[Event] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
-    """The dedupe keys of ``accepted`` (computed once: :meth:`ChannelCore.enqueue` takes
-    them)."""
     duplicates: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     """Ids refused for capacity."""

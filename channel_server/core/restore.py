@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.records import DeadLetter
 from channel_server.core.snapshot import ChannelSnapshot
-from channel_server.events import Event, IdScope, event_uid
+from channel_server.events import Event
 
 if TYPE_CHECKING:
     from channel_server.core.channel_core import ChannelCore
@@ -67,12 +67,10 @@ def restore(core: ChannelCore, snapshot: ChannelSnapshot, now: float) -> None:
 
 def _window_keys(
     core: ChannelCore, entries: Iterable[tuple[str, str, float]]
-) -> Iterator[tuple[str, float]]:
-    """A stored window's (publisher id, id, accepted at) as the dedupe keys of this
-    channel's scope (a generator: a restart may load a million)."""
-    if core.id_scope is IdScope.PUBLISHER:
-        return ((event_uid(pub, i), at) for pub, i, at in entries)
-    return ((i, at) for _, i, at in entries)
+) -> Iterator[tuple[str, str, float]]:
+    """A stored window's (publisher id, id, accepted at) as (realm, id, accepted at) of
+    this channel's scope (a generator: a restart may load a million)."""
+    return ((core.realm(pub), i, at) for pub, i, at in entries)
 
 
 def rebuild(core: ChannelCore, snapshot: ChannelSnapshot) -> int:

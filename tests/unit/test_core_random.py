@@ -126,14 +126,6 @@ class Driver:
         """What makes two events duplicates in the channel's scope."""
         return (publisher_id if self.scope is IdScope.PUBLISHER else "", event_id)
 
-    def stored_key(self, key: str) -> tuple[str, str]:
-        """A key of the core's window as a durable store keeps it: (publisher, id), the
-        publisher "" on a channel-wide channel (as a store from before id scopes has it)."""
-        if self.scope is IdScope.PUBLISHER:
-            publisher_id, event_id = key.split("/", 1)
-            return publisher_id, event_id
-        return "", key
-
     def after_change(self) -> None:
         """As PushDelivery.changed (Outcomes.notices): persist ownership, forget the notices."""
         for grp in self.core.groups.values():
@@ -237,7 +229,7 @@ class Driver:
         assert self.core.next_offset == first + len(batch), "publish: offsets"
         if outcome.accepted:  # as Publishing._accept
             self.store.append(NAME, outcome.accepted, self.core.next_offset, self.now)
-            self.core.enqueue(outcome.accepted, self.now, outcome.keys)
+            self.core.enqueue(outcome.accepted, self.now)
             self.after_change()
         for ev in outcome.accepted:
             assert ev.offset == first + batch_uids.index(ev.uid), "publish: offset"
@@ -567,7 +559,9 @@ class Driver:
         }
         snap = self.store.load(NAME)
         # a durable store keeps the delivered-ID window; the memory store leaves it to the core
-        window = [(*self.stored_key(key), 0.0) for key in old.delivered]
+        # as (publisher, id): the publisher "" on a channel-wide channel, as a store from
+        # before id scopes has it (the core's realm)
+        window = [(realm, event_id, 0.0) for realm, event_id in old.delivered.entries()]
         assert {self.dedupe_key(pub, i) for pub, i, _ in window} == self.known, "window"
         snap = replace(snap, delivered=window)
         self.life += 1

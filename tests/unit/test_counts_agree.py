@@ -40,7 +40,7 @@ def publish(core: ChannelCore, *event_ids: str, store: MemoryStore | None = None
     outcome = core.prepare(raw)
     if store is not None:
         store.append("c", outcome.accepted, core.next_offset, 0.0)
-    core.enqueue(outcome.accepted, 0.0, outcome.keys)
+    core.enqueue(outcome.accepted, 0.0)
     return outcome.accepted
 
 

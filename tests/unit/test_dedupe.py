@@ -123,7 +123,25 @@ def test_age_window_is_never_early_and_at_most_one_span_late(steps: list) -> Non
 def test_restore_of_a_long_run_with_one_time_keeps_order_and_the_count_bound() -> None:
     window = DeliveredIds(max_ids=10_000, max_age_s=100.0)
     ids = [f"e{i}" for i in range(12_000)]
-    window.restore([(i, 5.0) for i in ids] + [("e0", 6.0), ("late", 6.0)])
+    window.restore([("", i, 5.0) for i in ids] + [("", "e0", 6.0), ("", "late", 6.0)])
     assert list(window) == [*ids[2_001:], "late"]  # the oldest 2,001 went; e0 was a repeat
     assert len(window) == 10_000
     assert window.expired_total == 2_001
+
+
+def test_realms_keep_ids_apart_and_share_one_expiry_order() -> None:
+    d = DeliveredIds(max_ids=2, max_age_s=1e9)
+    d.add_many(["x", "y"], now=0, realm="A")
+    d.add_many(["x"], now=1, realm="B")  # B's x is not A's; the window forgets A's x
+    assert (set(d.known("A")), set(d.known("B")), len(d)) == ({"y"}, {"x"}, 2)
+    assert list(d.entries()) == [("A", "y"), ("B", "x")]
+    assert "x" not in d  # ``in`` asks the channel-wide realm
+    d.add_many(["z"], now=2, realm="B")
+    assert (set(d.known("A")), list(d.entries())) == (set(), [("B", "x"), ("B", "z")])
+
+
+def test_restore_keeps_each_realm() -> None:
+    window = DeliveredIds(max_ids=100, max_age_s=100.0)
+    window.restore([("A", "x", 1.0), ("B", "x", 1.0), ("B", "x", 1.0), ("", "y", 2.0)])
+    assert list(window.entries()) == [("A", "x"), ("B", "x"), ("", "y")]
+    assert "y" in window and "x" in window.known("A") and "y" not in window.known("A")
