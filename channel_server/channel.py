@@ -24,6 +24,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import Pyro5.api
@@ -83,6 +84,8 @@ class EventChannel:
         self.config = config
         self._access = access or Access(secrets.token_urlsafe())
         core = ChannelCore(name, config, kind, int(clock() * SESSION_SEED_SCALE), id_scope)
+        if store.durable:  # the memory store keeps every payload anyway
+            core.spill.reader = partial(store.payloads, name)
         self._state = state = ChannelState(name, config, core, clock)
         backup = ChannelBackup(state, store)
         outcomes = Outcomes(state, backup)

@@ -28,6 +28,7 @@ from channel_server.core.records import (
     PublishOutcome,
 )
 from channel_server.core.snapshot import ChannelSnapshot
+from channel_server.core.spill import PayloadSpill
 from channel_server.events import Event, IdScope, validate_batch
 from channel_server.names import DEFAULT_GROUP
 
@@ -57,6 +58,9 @@ class ChannelCore:
         self.global_queue = GlobalQueue()
         self.groups: dict[str, ConsumerGroup] = {}
         self.delivered = DeliveredIds(config.dedupe_max_ids, config.dedupe_max_age_s)
+        self.spill = PayloadSpill(config.payload_memory_bytes)
+        """Which queued events keep their payloads (none go cold until the facade gives
+        it a store to read them back from)."""
         self.dead_letters: list[DeadLetter] = []
         self.next_offset = 0
         self.unacked = 0
@@ -89,6 +93,7 @@ class ChannelCore:
                 self.config.group_policy(),
                 self.next_offset if created_offset is None else created_offset,
             )
+            group.warm = self.spill.warm
         return group
 
     def members(self) -> int:
@@ -209,7 +214,7 @@ class ChannelCore:
         for publisher_id, run in groupby(events, key=_PUBLISHER):
             self.delivered.add_many((ev.id for ev in run), now, self.realm(publisher_id))
         self.global_queue.add_many(events)
-        ordered = self.global_queue.drain()
+        ordered = self.spill.cool(self.global_queue.drain(), self.queued_bytes)
         holders = len(self.groups)
         if holders > 1:
             self.groups_left.update((ev.offset, holders) for ev in ordered)

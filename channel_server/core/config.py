@@ -42,6 +42,18 @@ class ChannelConfig:
     """Most bytes of unacknowledged events held (ids and payloads, as
     :func:`~channel_server.events.payload_size` counts them), beside ``capacity``;
     publishing past it raises QueueFull too. At least one largest event."""
+    payload_memory_bytes: int = setting(
+        16 << 20,
+        "--payload-memory",
+        "non_negative_int",
+        "bytes of queued payloads a channel over a durable store keeps in memory; the "
+        "payloads of events queued past them are read back from the store when delivered",
+    )
+    """The oldest this many bytes of a channel's backlog (as ``max_queued_bytes`` counts
+    them) keep their payloads in memory; events accepted past them are queued without,
+    and their payloads are read back from the store a batch at a time when they are taken
+    for delivery (see :mod:`~channel_server.core.spill`). A channel over the memory store
+    keeps every payload."""
     max_members: int = 1000
     """Most subscribers (push and pull, of every group) a channel keeps; at the cap a
     new one takes the place of the one inactive longest, or gets LimitReached."""

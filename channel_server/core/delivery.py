@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from channel_server.core.member import Batch, Flight, Member
+from channel_server.core.spill import PayloadMissing
 from channel_server.events import Event, PartitionKey
 
 if TYPE_CHECKING:
@@ -36,7 +37,12 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
     for key in member.ready:  # not copied: a member may own thousands of ready partitions
         if budget <= 0 and not member.owed:
             break
-        taken, fresh = group.partitions[key].take(budget)
+        try:
+            taken, fresh = group.partitions[key].take(budget, group.warm)
+        except PayloadMissing:
+            if not events:
+                raise
+            break  # send what was taken; the next push meets the loss again, alone
         if not taken:
             continue
         emptied.append(key)
@@ -57,8 +63,8 @@ def take_event(group: ConsumerGroup, member_id: str, uid: str, now: float) -> Ba
     for key in list(member.ready):
         pq = group.partitions[key]
         if pq.pending[0].uid == uid:
+            taken, fresh = pq.take(1, group.warm)
             del member.ready[key]
-            taken, fresh = pq.take(1)
             member.owed -= len(taken) - fresh
             return launch(group, member, taken, now)
     return None

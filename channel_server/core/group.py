@@ -20,7 +20,7 @@ from channel_server.core.delivery import by_key
 from channel_server.core.health import DelayPolicy
 from channel_server.core.histogram import LATENCY_BUCKETS_S, Histogram
 from channel_server.core.member import Batch, Flight, Member, WindowPolicy
-from channel_server.core.queues import PartitionQueue, QueueCount
+from channel_server.core.queues import PartitionQueue, QueueCount, Warm, warm_nothing
 from channel_server.events import Event, PartitionKey
 
 __all__ = ["AckOutcome", "ConsumerGroup", "GroupPolicy"]
@@ -80,6 +80,9 @@ class ConsumerGroup:
         (attempt > 1), events given up on (the dead-letter queue)."""
         self.ack_latency = Histogram(LATENCY_BUCKETS_S)
         """Seconds from acceptance to this group's ack (events accepted in this life)."""
+        self.warm: Warm = warm_nothing
+        """Gives cold events their payloads back as they are taken (the channel's
+        :class:`~channel_server.core.spill.PayloadSpill` sets it)."""
 
     # -- queries -------------------------------------------------------------------------
     @property

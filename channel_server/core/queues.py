@@ -6,7 +6,7 @@ order, or events put back after a failed push, come out in order again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, islice
 from operator import attrgetter
 
@@ -19,6 +19,14 @@ NOTHING_HELD: frozenset[int] = frozenset()
 SHORT_PENDING = 1024
 """A partition holding more pending events than this keeps them in a SortedList: taking
 from the front of a plain list moves everything behind."""
+Warm = Callable[[list[Event]], None]
+"""Gives the cold events of a batch their payloads back, in place (see spill)."""
+
+
+def warm_nothing(events: list[Event]) -> None:
+    """A group over a store without cold events warms nothing."""
+
+
 DELIVERY_ORDER = attrgetter("timestamp", "offset")
 """Sort key of ``(timestamp, offset)``: compared in C, faster than ``Event.__lt__``."""
 
@@ -139,25 +147,29 @@ class PartitionQueue:
         if self.held_back:
             self.held_back = self.held_back.difference(offsets) or NOTHING_HELD
 
-    def take(self, limit: int) -> tuple[list[Event], int]:
+    def take(self, limit: int, warm: Warm = warm_nothing) -> tuple[list[Event], int]:
         """Move pending events, oldest first, into flight: every event held back for the
         owner (it owes them already), the others before them (order comes first), and up
-        to ``limit`` others in all. Returns them and how many were not held back."""
-        self._count.events -= len(self.in_flight)  # replaced (a ready partition has none)
+        to ``limit`` others in all. Returns them and how many were not held back.
+
+        ``warm`` gives cold events their payloads back first (see
+        :mod:`~channel_server.core.spill`); when it raises, nothing was taken."""
         if not self.held_back:
-            batch = self._take_pending(limit)
-            self.in_flight = batch
-            return batch, len(batch)
-        batch, fresh, owed = [], 0, self.held_pending()
-        for ev in self.pending:
-            if ev.offset in self.held_back:
-                owed -= 1
-            elif fresh >= limit and not owed:
-                break
-            else:
-                fresh += 1
-            batch.append(ev)
-        self._take_pending(len(batch))
+            batch = self._front(limit)
+            fresh = len(batch)
+        else:
+            batch, fresh, owed = [], 0, self.held_pending()
+            for ev in self.pending:
+                if ev.offset in self.held_back:
+                    owed -= 1
+                elif fresh >= limit and not owed:
+                    break
+                else:
+                    fresh += 1
+                batch.append(ev)
+        warm(batch)
+        self._drop_front(len(batch))
+        self._count.events -= len(self.in_flight)  # replaced (a ready partition has none)
         self.in_flight = batch
         return batch, fresh
 
@@ -208,17 +220,16 @@ class PartitionQueue:
         self._count.events -= dropped
         return dropped
 
-    def _take_pending(self, count: int) -> list[Event]:
-        """Remove and return the ``count`` oldest pending events."""
-        pending = self.pending
-        if isinstance(pending, list):
-            taken = pending[: max(0, count)]
-            del pending[: len(taken)]
-            return taken
-        taken = list(islice(pending, max(0, count)))
-        del pending[: len(taken)]
+    def _front(self, count: int) -> list[Event]:
+        """The ``count`` oldest pending events (a copy)."""
+        if isinstance(self.pending, list):
+            return self.pending[: max(0, count)]
+        return list(islice(self.pending, max(0, count)))
+
+    def _drop_front(self, count: int) -> None:
+        """Remove the ``count`` oldest pending events."""
+        del self.pending[:count]
         self._settle()
-        return taken
 
     def _settle(self) -> None:
         """An emptied SortedList goes back to being a list."""

@@ -10,6 +10,7 @@ from the store, leaving batches in flight alone.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from channel_server.core.member import PULL_CALLBACK
@@ -52,6 +53,7 @@ def restore(core: ChannelCore, snapshot: ChannelSnapshot, now: float) -> None:
     core.dead_letters = [DeadLetter(d.event, d.group, d.error) for d in snapshot.dead_letters]
     holders: dict[int, int] = {}
     sizes: dict[int, int] = {}
+    snapshot = replace(snapshot, events=core.spill.cool(snapshot.events, 0))
     for group, events in _owed(core, snapshot).items():
         group.enqueue(events)
         for ev in events:
@@ -81,7 +83,7 @@ def rebuild(core: ChannelCore, snapshot: ChannelSnapshot) -> int:
         flying = group.in_flight_offsets()
         missing = [ev for ev in events if ev.offset not in flying]
         group.drop_pending()
-        group.refill(missing)
+        group.refill(core.spill.cool(missing, 0))
         refilled += len(missing)
     return refilled
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from channel_server.core.snapshot import ChannelSnapshot, DeadLetterRecord, MemberRecord
 from channel_server.events import Event, IdScope, PartitionKey
@@ -110,6 +111,11 @@ class Store(ABC):
     @abstractmethod
     def load(self, channel: str) -> ChannelSnapshot:
         """Everything stored for a channel (an empty snapshot for an unknown one)."""
+
+    @abstractmethod
+    def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:
+        """offset -> payload of the stored events among ``offsets`` (a cold event's, see
+        :mod:`~channel_server.core.spill`)."""
 
     @abstractmethod
     def count(self, channel: str) -> int:

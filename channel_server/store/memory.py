@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.events import Event, PartitionKey
@@ -72,6 +73,11 @@ class MemoryStore(Store):
             data = self._of(channel)
             data.events.update((ev.offset, ev) for ev in events)
             data.next_offset = max(data.next_offset, next_offset)
+
+    def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:
+        with self._lock:
+            events = self._of(channel).events
+            return {o: events[o].payload for o in offsets if o in events}
 
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ from channel_server.events import Event, PartitionKey
 from channel_server.store.base import DeadLetterRecord, MemberRecord
 from channel_server.store.deferred import PendingWrites
 from channel_server.store.pg_schema import FENCE_CTE, decode_part, encode_part
-from channel_server.store.rows import GROUP_TABLES, loaded, pack
+from channel_server.store.rows import GROUP_TABLES, loaded, pack, unpack
 
 EVENT_COLUMNS = "channel, ofs, id, publisher_id, part, ts, is_text, payload"
 APPEND = (
@@ -53,6 +53,11 @@ def event_row(cid: int, ev: Event) -> tuple:
     payload = stored.encode("utf-8") if is_text else stored
     return (cid, ev.offset, ev.id.encode("utf-8"), ev.publisher_id, encode_part(ev.partition),
             ev.timestamp, is_text, payload)  # fmt: skip
+
+
+def stored_payload(is_text: bool, payload: Any) -> Any:
+    """A payload as :func:`event_row` stored it."""
+    return unpack(bytes(payload).decode("utf-8") if is_text else bytes(payload))
 
 
 def loaded_event(offset: int, row: Sequence[Any]) -> Event:

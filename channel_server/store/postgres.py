@@ -29,7 +29,7 @@ from channel_server.store.deferred import DeferredWrites, PendingWrites, write_i
 from channel_server.store.dsn import describe
 from channel_server.store.leases import Lease
 from channel_server.store.pg_reads import read_snapshot
-from channel_server.store.pg_writes import PgWrites
+from channel_server.store.pg_writes import PgWrites, stored_payload
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +310,17 @@ class PostgresStore(PgWrites, Store):
         with self._lock:
             conn = self._connection()
             return self._guard(lambda: read_snapshot(conn, self._cid(conn, channel), channel))
+
+    def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:
+        with self._lock:
+            conn = self._connection()
+            rows = self._guard(
+                lambda: conn.execute(
+                    "SELECT ofs, is_text, payload FROM events WHERE channel = %s AND ofs = ANY(%s)",
+                    (self._cid(conn, channel), list(offsets)),
+                ).fetchall()
+            )
+        return {ofs: stored_payload(is_text, payload) for ofs, is_text, payload in rows}
 
     def count(self, channel: str) -> int:
         """Stored events less those whose delete is deferred; counted once, then kept up

@@ -26,6 +26,11 @@ def pack(payload: Any) -> Any:
     return payload if type(payload) is str else msgpack.packb(payload, use_bin_type=True)
 
 
+def unpack(stored: Any) -> Any:
+    """A payload as :func:`pack` stored it."""
+    return stored if type(stored) is str else msgpack.unpackb(bytes(stored), raw=False)
+
+
 def event_fields(ev: Event) -> tuple:
     """(id, publisher id, partition, timestamp, stored payload)."""
     return (ev.id, ev.publisher_id, ev.partition, ev.timestamp, pack(ev.payload))

@@ -33,7 +33,7 @@ from channel_server.store.base import (
     Store,
 )
 from channel_server.store.deferred import DeferredWrites, write_in_background
-from channel_server.store.rows import GROUP_TABLES, event_fields
+from channel_server.store.rows import GROUP_TABLES, event_fields, unpack
 from channel_server.store.sqlite_files import (
     DB_FILE,
     LOCK_FILE,
@@ -51,6 +51,7 @@ from channel_server.store.sqlite_sql import (
     event_params,
     flat,
     insert,
+    json_list,
     trim,
 )
 
@@ -323,6 +324,14 @@ class SQLiteStore(Store):
         if snapshot.acks:
             self._acked.add(channel)
         return snapshot
+
+    def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:
+        base = self._base(channel)
+        rows = self._query(
+            "SELECT key, payload FROM events WHERE key IN (SELECT value FROM json_each(?))",
+            (json_list(base | offset for offset in offsets),),
+        )
+        return {key & OFFSET_MASK: unpack(stored) for key, stored in rows}
 
     def count(self, channel: str) -> int:
         """Stored events less those whose delete is deferred: counted once, then kept up to

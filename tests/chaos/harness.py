@@ -50,24 +50,28 @@ class RunResult:
     seconds: float
     schedule: list[Fault]
     fault_log: list[dict[str, Any]]
+    broker_args: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.report.ok
 
     def failure_message(self) -> str:
+        extra = "".join(f"--broker-arg={arg} " for arg in self.broker_args)
         return (
             f"chaos seed {self.seed} FAILED (replay: scripts/chaos.sh --seed {self.seed} "
-            f"--events {self.events} --stream-seconds {self.stream_s:g}; tmp dir {self.tmp}):"
-            f"\n{self.report.summary()}"
+            f"{extra}--events {self.events} --stream-seconds {self.stream_s:g}; "
+            f"tmp dir {self.tmp}):\n{self.report.summary()}"
         )
 
 
 class ChaosWorld:
     """The processes of one run by target name; the nemesis restarts them through it."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, broker_args: tuple[str, ...] = ()) -> None:
         self.cluster = cluster
+        self.broker_args = broker_args
+        """Added to every start of the broker (``--broker-arg``)."""
         self.sub_state = cluster.tmp / "sub-state"
         self.brokers: list[Proc] = []
         self._procs: dict[str, Proc] = {}
@@ -86,7 +90,8 @@ class ChaosWorld:
             try:
                 if target == BROKER:
                     proc = self.cluster.broker(
-                        CHANNEL, extra=("--data-dir", str(self.cluster.data_dir(BROKER)))
+                        CHANNEL,
+                        extra=("--data-dir", str(self.cluster.data_dir(BROKER)), *self.broker_args),
                     )
                 else:
                     wait_until(self.channel_answers, RESTART_TIMEOUT_S, f"{CHANNEL} answering")
@@ -208,14 +213,16 @@ def run_once(
     workdir: Path | None = None,
     keep: bool = False,
     say: Callable[[str], None] = print,
+    broker_args: tuple[str, ...] = (),
 ) -> RunResult:
-    """Run one seed end to end; the tmp dir is removed only when it passed and not ``keep``."""
+    """Run one seed end to end; the tmp dir is removed only when it passed and not ``keep``.
+    ``broker_args``: flags added to every start of the broker."""
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f"chaos-seed{seed}-", dir=workdir))
     say(f"chaos seed {seed}: tmp dir {tmp}")
     faults = schedule(seed, stream_s, SUBSCRIBERS)
     cluster = Cluster(tmp)
-    world = ChaosWorld(cluster)
+    world = ChaosWorld(cluster, broker_args)
     nemesis = Nemesis(world, faults, seed, say)
     try:
         report = _run(cluster, world, nemesis, events, stream_s)
@@ -228,7 +235,9 @@ def run_once(
         cluster.close()
         _save(tmp, cluster, faults, nemesis)
     seconds = time.monotonic() - started
-    result = RunResult(seed, events, stream_s, report, tmp, seconds, faults, nemesis.log)
+    result = RunResult(
+        seed, events, stream_s, report, tmp, seconds, faults, nemesis.log, broker_args
+    )
     (tmp / "report.txt").write_text(result.report.summary(examples=50) + "\n")
     if result.ok and not keep:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -43,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=12.0,
         help="how long the publishers' paced stream lasts (default %(default)s)",
     )
+    parser.add_argument(
+        "--broker-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="a flag added to every start of the broker, e.g. --broker-arg=--payload-memory=0 "
+        "(repeatable)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the tmp dir of passed runs too")
     parser.add_argument("--workdir", type=Path, default=None, help="where tmp dirs go")
     parser.add_argument("--verbose", action="store_true", help="print the nemesis as it fires")
@@ -77,7 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     broken: list[int] = []
     for seed in range(first, first + args.runs):
         try:
-            result = run_once(seed, args.events, args.stream_seconds, args.workdir, args.keep, say)
+            result = run_once(
+                seed,
+                args.events,
+                args.stream_seconds,
+                args.workdir,
+                args.keep,
+                say,
+                tuple(args.broker_arg),
+            )
         except RuntimeError as exc:
             broken.append(seed)
             print(f"{seed:>8}  the run broke: {exc}", flush=True)

@@ -1,0 +1,100 @@
+"""Which queued events keep their payloads in memory (DESIGN §7: the backup queue).
+
+A channel over a durable store has every accepted event's payload on disk before it is
+queued, so a long backlog need not hold them twice. The oldest ``budget`` bytes of the
+backlog keep their payloads; events accepted past it are queued *cold* (their payload
+replaced by :data:`COLD`) and get it back from the store when they are taken for
+delivery. Only pending events are ever cold: an event taken, in flight, put back, dead or
+replayed holds its payload, so everything that leaves a partition (a push, a get, a dead
+letter, a replay) has it.
+
+A million queued events of 100 bytes held 431 bytes each with their payloads; a payload
+is ~150 of them (its object, one per event). The cost of a cold event: one read of its
+row when it is taken, a batch at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from msgspec.structs import replace
+
+from channel_server.events import Event
+
+
+class _Cold:
+    """The payload of a cold event: it is in the store. Not serializable on purpose."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "COLD"
+
+
+COLD: Final = _Cold()
+
+PayloadReader = Callable[[list[int]], dict[int, Any]]
+"""offsets -> their payloads, as the store keeps them (every offset asked for that it
+holds)."""
+
+
+class PayloadMissing(RuntimeError):
+    """The store holds no row for a queued cold event (it lost an unacknowledged event)."""
+
+
+class PayloadSpill:
+    """The rule for one channel: ``budget`` bytes of its backlog keep their payloads.
+
+    Without a ``reader`` (a store that keeps events in memory anyway) nothing goes cold.
+    """
+
+    def __init__(self, budget: int, reader: PayloadReader | None = None) -> None:
+        self.budget = budget
+        self.reader = reader
+        self.cooled_total = 0
+        """Events queued cold in this life."""
+        self.warmed_total = 0
+        """Cold events whose payloads were read back."""
+
+    def cool(self, events: list[Event], queued_bytes: int) -> list[Event]:
+        """``events`` (in the order they will be queued) as they should be kept, when
+        ``queued_bytes`` of the backlog are queued before them: those past the budget
+        cold. Returns the same list when all stay as they are."""
+        if self.reader is None or queued_bytes + _bytes(events) <= self.budget:
+            return events
+        kept = []
+        for ev in events:
+            if queued_bytes < self.budget or ev.payload is COLD:
+                kept.append(ev)
+            else:
+                kept.append(replace(ev, payload=COLD))
+                self.cooled_total += 1
+            queued_bytes += ev.size
+        return kept
+
+    def warm(self, events: list[Event]) -> None:
+        """Give the cold events of ``events`` their payloads back, in place (one read).
+
+        Raises :class:`PayloadMissing` and changes nothing when the store lacks one."""
+        cold = [i for i, ev in enumerate(events) if ev.payload is COLD]
+        if not cold:
+            return
+        assert self.reader is not None, "cold events without a store to read them from"
+        offsets = [events[i].offset for i in cold]
+        payloads = self.reader(offsets)
+        missing = [offset for offset in offsets if offset not in payloads]
+        if missing:
+            raise PayloadMissing(f"the store holds no payload for offsets {missing[:10]}")
+        for i in cold:
+            events[i] = replace(events[i], payload=payloads[events[i].offset])
+        self.warmed_total += len(cold)
+
+
+def cold_count(events: Iterable[Event]) -> int:
+    """How many of ``events`` are cold (for tests and stats)."""
+    return sum(1 for ev in events if ev.payload is COLD)
+
+
+def _bytes(events: list[Event]) -> int:
+    return sum(ev.size for ev in events)
