@@ -157,10 +157,18 @@ BYTE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 def byte_count(text: str) -> int:
     """A positive number of bytes, optionally with a binary unit: 512K, 256M, 1G."""
+    count = byte_budget(text)
+    if count == 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes (or K/M/G): {text}")
+    return count
+
+
+def byte_budget(text: str) -> int:
+    """A number of bytes, 0 allowed, optionally with a binary unit: 0, 512K, 16M."""
     unit = BYTE_UNITS.get(text[-1:].upper(), 1)
     digits = text[:-1] if unit > 1 else text
-    if not digits.isdigit() or int(digits) == 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of bytes (or K/M/G): {text}")
+    if not digits.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a number of bytes (or K/M/G): {text}")
     return int(digits) * unit
 
 
@@ -216,6 +224,15 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
         "256M; units K, M, G)",
     )
     limits.add_argument(
+        "--payload-memory",
+        type=byte_budget,
+        default=channel.payload_memory_bytes,
+        metavar="BYTES",
+        help="bytes of queued payloads per channel kept in memory over a durable store; the "
+        "payloads of events queued past them are read back from the store when delivered "
+        "(default %(default)s, 16M; units K, M, G; 0: read every payload back)",
+    )
+    limits.add_argument(
         "--callback-hosts",
         type=host_list,
         default=channel.callback_hosts,
@@ -230,6 +247,7 @@ def limits_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "max_members": args.max_members,
         "max_queued_bytes": args.max_queued_bytes,
+        "payload_memory_bytes": args.payload_memory,
         "callback_hosts": args.callback_hosts,
     }
 

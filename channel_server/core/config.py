@@ -42,13 +42,7 @@ class ChannelConfig:
     """Most bytes of unacknowledged events held (ids and payloads, as
     :func:`~channel_server.events.payload_size` counts them), beside ``capacity``;
     publishing past it raises QueueFull too. At least one largest event."""
-    payload_memory_bytes: int = setting(
-        16 << 20,
-        "--payload-memory",
-        "non_negative_int",
-        "bytes of queued payloads a channel over a durable store keeps in memory; the "
-        "payloads of events queued past them are read back from the store when delivered",
-    )
+    payload_memory_bytes: int = 16 << 20
     """The oldest this many bytes of a channel's backlog (as ``max_queued_bytes`` counts
     them) keep their payloads in memory; events accepted past them are queued without,
     and their payloads are read back from the store a batch at a time when they are taken

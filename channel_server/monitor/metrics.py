@@ -33,6 +33,8 @@ CHANNEL_METRICS = (
     ("channel_unrouted_events", "counter", "Events published with no group.", "unrouted"),
     ("channel_accepted_events", "counter", "Events accepted (stored, not duplicates).", "accepted"),
     ("channel_acked_events", "counter", "Events acknowledged by every group.", "acked"),
+    ("channel_cold_events", "counter", "Events queued without their payload.", "queued_cold"),
+    ("channel_read_back_events", "counter", "Payloads read back from the store.", "read_back"),
     ("channel_unacked_events", "gauge", "Events accepted and not yet acknowledged.", "unacked"),
     ("channel_capacity_events", "gauge", "Most unacknowledged events held.", "capacity"),
     ("channel_queued_bytes", "gauge", "Bytes of unacknowledged events.", "queued_bytes"),

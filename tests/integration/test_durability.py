@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+from subscriber import Subscriber
 from tests.integration.conftest import channel_stats, publisher_for
 from tests.integration.procs import Cluster, wait_until
 
@@ -166,3 +167,28 @@ def test_a_data_dir_in_use_is_refused(cluster: Cluster) -> None:
     )
     assert result.returncode == 3
     assert "in use by another broker (pid" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_cold_backlog_comes_back_after_sigkill_with_every_payload(cluster: Cluster) -> None:
+    # Given a broker that keeps no payload in memory, holding a backlog of 300 events
+    cold = ("--payload-memory", "0")
+    broker = cluster.broker("cold", extra=cold)
+    sent = {f"PUB-{n + 1}": {"n": n, "blob": "x" * n} for n in range(300)}
+    with publisher_for(cluster, "cold", partitions=3) as pub:
+        assert pub.publish([pub.event(p) for p in sent.values()])["accepted"] == 300
+    assert channel_stats(cluster, "cold")["queued_cold"] == 300
+    # When it is SIGKILLed and started again, and a subscriber drains the backlog
+    broker.popen.send_signal(signal.SIGKILL)
+    broker.popen.wait(10)
+    cluster.broker("cold", extra=cold, name="broker")
+    got: list[dict] = []
+    subscriber = Subscriber("cold", "w1", handler=got.append, ns_port=cluster.ns_port)
+    with subscriber, publisher_for(cluster, "cold", next_seq=301) as pub:
+        assert pub.wait(timeout_s=30)["outstanding"] == 0
+    # Then every event came once with its payload, read back from the store, in order
+    assert {ev["id"]: ev["payload"] for ev in got} == sent and len(got) == 300
+    for partition in range(3):
+        offsets = [ev["offset"] for ev in got if ev["partition"] == partition]
+        assert offsets == sorted(offsets)
+    stats = channel_stats(cluster, "cold")
+    assert stats["read_back"] >= 300 and stats["unacked"] == 0

@@ -50,6 +50,7 @@ capacity = 500
 ack_timeout = 2.5          # either spelling of a flag
 member-expiry = 0
 max-queued-bytes = "64M"
+payload-memory = 0
 callback-hosts = "10.0.0.5,*"
 channel = ["orders", "audit"]
 memory = true
@@ -66,7 +67,7 @@ def test_a_file_sets_every_kind_of_value(tmp_path: Path) -> None:
     )
     channel = config.channel
     assert (channel.capacity, channel.ack_timeout_s, channel.member_expiry_s) == (500, 2.5, 0.0)
-    assert channel.max_queued_bytes == 64 << 20
+    assert (channel.max_queued_bytes, channel.payload_memory_bytes) == (64 << 20, 0)
     assert channel.callback_hosts == ("10.0.0.5", "*")
     assert parse(["serve", "--config", str(tmp_path / "broker.toml")]).memory is True
 

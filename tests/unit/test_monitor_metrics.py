@@ -28,6 +28,8 @@ def test_channel_counters_and_gauges_carry_the_stats() -> None:
     assert values["pubsub_channel_unacked_events", orders] == 5
     assert values["pubsub_channel_stored_events", orders] == 5
     assert values["pubsub_channel_dead_letters", orders] == 1
+    assert values["pubsub_channel_cold_events_total", orders] == 4
+    assert values["pubsub_channel_read_back_events_total", orders] == 3
     assert values["pubsub_channel_accepted_events_total", (("channel", "audit"),)] == 3
     assert values["pubsub_broker_channels", ()] == 2
     assert values["pubsub_broker_info", (("broker", "b1"),)] == 1

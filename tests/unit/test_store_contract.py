@@ -291,3 +291,14 @@ def test_events_come_back_with_the_sizes_validation_gave_them(opener: Opener) ->
     snap = opener().load("c")
     assert {ev.id: ev.size for ev in snap.events} == {ev.id: ev.size for ev in events}
     assert [d.event.size for d in snap.dead_letters] == [events[2].size]
+
+
+def test_payloads_are_read_back_by_offset_with_their_types(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
+    store.save_channel(ChannelRecord("other", "queue"))
+    kinds = ["text", b"\x00bytes", {"k": [1, 2.5, None]}, None, 7]
+    store.append("c", [ev(i, float(i), p) for i, p in enumerate(kinds)], 5, 100.0)
+    store.append("other", [ev(0, 1.0, "not c's")], 1, 100.0)
+    assert store.payloads("c", [4, 0, 2, 1, 3]) == dict(enumerate(kinds))
+    assert store.payloads("c", [0, 99]) == {0: "text"}  # an offset it does not hold: absent
+    assert store.payloads("c", []) == {}
