@@ -33,7 +33,7 @@ from channel_server.store.base import (
     Store,
 )
 from channel_server.store.deferred import DeferredWrites, write_in_background
-from channel_server.store.rows import GROUP_TABLES, event_fields, unpack
+from channel_server.store.rows import GROUP_TABLES, event_fields
 from channel_server.store.sqlite_files import (
     DB_FILE,
     LOCK_FILE,
@@ -41,7 +41,7 @@ from channel_server.store.sqlite_files import (
     take_dir_lock,
     tighten_wal_files,
 )
-from channel_server.store.sqlite_reads import read_snapshot
+from channel_server.store.sqlite_reads import read_payloads, read_snapshot
 from channel_server.store.sqlite_sql import (
     EVENT_ROW_WIDTH,
     OFFSET_BITS,
@@ -51,7 +51,6 @@ from channel_server.store.sqlite_sql import (
     event_params,
     flat,
     insert,
-    json_list,
     trim,
 )
 
@@ -326,12 +325,7 @@ class SQLiteStore(Store):
         return snapshot
 
     def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:
-        base = self._base(channel)
-        rows = self._query(
-            "SELECT key, payload FROM events WHERE key IN (SELECT value FROM json_each(?))",
-            (json_list(base | offset for offset in offsets),),
-        )
-        return {key & OFFSET_MASK: unpack(stored) for key, stored in rows}
+        return read_payloads(self._query, self._base(channel), offsets)
 
     def count(self, channel: str) -> int:
         """Stored events less those whose delete is deferred: counted once, then kept up to
