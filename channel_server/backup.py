@@ -36,7 +36,7 @@ class ChannelBackup:
     def load(self) -> ChannelSnapshot:
         """What the store kept, read without the lock (a restart may read millions)."""
         with _no_gc():  # millions of new objects: no collections until they are all in place
-            return self.store.load(self._name)
+            return self.store.load(self._name, self._payload_budget())
 
     def restore(self, snapshot: ChannelSnapshot) -> None:
         """Under the lock: put what the store kept into the core, and its groups back in
@@ -47,6 +47,11 @@ class ChannelBackup:
         self._trimmed = core.delivered.expired_total  # the window the store kept is trimmed
         for grp in core.groups.values():
             self.store.save_group(self._name, grp.name, grp.created_offset)
+
+    def _payload_budget(self) -> int | None:
+        """Bytes of a backlog read back with their payloads (all of them from the memory
+        store, which keeps them anyway)."""
+        return self._state.config.payload_memory_bytes if self.store.durable else None
 
     # -- writes, under the lock ----------------------------------------------------------
     def accept(self, events: list[Event], now: float) -> None:
@@ -114,7 +119,7 @@ class ChannelBackup:
             self._name,
             lost,
         )
-        refilled = core.rebuild(self.store.load(self._name))
+        refilled = core.rebuild(self.store.load(self._name, self._payload_budget()))
         log.warning(
             "%s: rebuilt %d events in timestamp order; publishing resumed", self._name, refilled
         )

@@ -9,7 +9,8 @@ Sweeps (pick with ``--sweep``; fresh processes every row, SQLite store in a temp
                bench subscriber per channel (4 for a single channel)
   backlog      0 / 1,000,000 / 5,000,000 events published before any subscriber joins;
                the broker is restarted (SIGTERM, start on the same data) with the backlog
-               queued, then the subscribers drain it
+               queued, then the subscribers drain it (also printed: the first broker's
+               RSS with the backlog queued, the second's once it restored it)
   prefetch     subscriber prefetch 10 / 25 / 100 / 1,000 (4 subscribers, 256 partitions):
                how full the pushes are. Below the table, the CPU per event is split
                into a part per event and a part per push (a least-squares line through
@@ -92,6 +93,11 @@ def with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r | {"ratio": round(r["events_per_s"] / base, 3) if base else None} for r in rows]
 
 
+BACKLOG_KEYS = ("queued_mib", "restored_mib", "restart_s", "published_per_s")
+"""A backlog row's own figures: the first broker's RSS with the backlog queued, the
+second's once it restored it."""
+
+
 def row_of(value: int, result: dict[str, Any], events: int) -> dict[str, Any]:
     return {
         "value": value,
@@ -103,7 +109,7 @@ def row_of(value: int, result: dict[str, Any], events: int) -> dict[str, Any]:
         "cpu_us_per_event": _per_event(result["cpu_broker_s"], events),
         "subs_cpu_us_per_event": _per_event(result.get("cpu_subscribers_s"), events),
         "events_per_push": result.get("events_per_push"),
-    } | {k: result[k] for k in ("restart_s", "published_per_s") if k in result}
+    } | {k: result[k] for k in BACKLOG_KEYS if k in result}
 
 
 def _per_event(cpu_s: float | None, events: int) -> float | None:
@@ -208,6 +214,7 @@ def sweep_backlog(s: bench.Settings, value: int) -> dict[str, Any]:
         )
         broker.wait_ready(RESTART_TIMEOUT_S)
         restart_s = time.monotonic() - t_restart
+        restored = read_rss_kib(broker.pid)
         cpu0, t1 = cpu_seconds(broker.pid), time.time()
         subs = start_bench_subscribers(procs, s.python, ns_port, [f"s{k}" for k in range(4)])
         t_end = wait_acked(channel_proxy(ns_port), value, max(120.0, value / 2_000))
@@ -215,8 +222,9 @@ def sweep_backlog(s: bench.Settings, value: int) -> dict[str, Any]:
         procs.stop([p for p, _ in subs])
         latencies: list[float] = []  # a backlog's waits say nothing of the service's pace
     result = _result(value, t_end - t1, cpu, status, latencies)
-    result["peak_mib"] = round(queued["VmHWM"] / 1024, 1)  # the first broker's, queued
     return result | {
+        "queued_mib": round(queued["VmRSS"] / 1024, 1),
+        "restored_mib": round(restored["VmRSS"] / 1024, 1),
         "restart_s": round(restart_s, 2),
         "published_per_s": round(value / published_s),
     }
@@ -297,7 +305,8 @@ COLUMNS = (
     ("value", "{:,}"), ("events_per_s", "{:,.0f}"), ("ratio", "{:.2f}"), ("p99_ms", "{:.1f}"),
     ("rss_mib", "{:,.0f}"), ("peak_mib", "{:,.0f}"), ("threads", "{}"),
     ("cpu_us_per_event", "{:.1f}"), ("subs_cpu_us_per_event", "{:.1f}"),
-    ("events_per_push", "{:.1f}"), ("restart_s", "{:.1f}"), ("published_per_s", "{:,.0f}"),
+    ("events_per_push", "{:.1f}"), ("queued_mib", "{:,.0f}"), ("restored_mib", "{:,.0f}"),
+    ("restart_s", "{:.1f}"), ("published_per_s", "{:,.0f}"),
     ("error", "{}"),
 )  # fmt: skip
 

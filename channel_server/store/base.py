@@ -109,8 +109,10 @@ class Store(ABC):
         """Forget dead letters that were replayed."""
 
     @abstractmethod
-    def load(self, channel: str) -> ChannelSnapshot:
-        """Everything stored for a channel (an empty snapshot for an unknown one)."""
+    def load(self, channel: str, payload_budget: int | None = None) -> ChannelSnapshot:
+        """Everything stored for a channel (an empty snapshot for an unknown one). A
+        durable store gives the events past ``payload_budget`` bytes (oldest first) cold,
+        without their payloads (see :mod:`~channel_server.core.spill`)."""
 
     @abstractmethod
     def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:

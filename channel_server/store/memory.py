@@ -128,7 +128,8 @@ class MemoryStore(Store):
             for offset in offsets:
                 dead.pop((group, offset), None)
 
-    def load(self, channel: str) -> ChannelSnapshot:
+    def load(self, channel: str, payload_budget: int | None = None) -> ChannelSnapshot:
+        """Every payload, whatever the budget: they are all in memory anyway."""
         with self._lock:
             data = self._of(channel)
             return ChannelSnapshot(

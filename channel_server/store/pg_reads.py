@@ -3,16 +3,23 @@ events in delivery order, the delivered window merged as in the SQLite store."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from channel_server.core.queues import DELIVERY_ORDER
+from channel_server.events import Event
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
 from channel_server.store.pg_schema import decode_part
 from channel_server.store.pg_writes import loaded_event
+from channel_server.store.rows import cold_past
+from channel_server.store.sqlite_reads import PAGE_ROWS
 
 
-def read_snapshot(conn: Any, cid: int, channel: str) -> ChannelSnapshot:
-    """Everything stored for one channel, read in one transaction."""
+def read_snapshot(
+    conn: Any, cid: int, channel: str, payload_budget: int | None = None
+) -> ChannelSnapshot:
+    """Everything stored for one channel, read in one transaction; the events past
+    ``payload_budget`` bytes (in offset order) come back cold (see :func:`cold_past`)."""
     snap = ChannelSnapshot()
     with conn.transaction():
         snap.next_offset, window_start = conn.execute(
@@ -34,18 +41,15 @@ def read_snapshot(conn: Any, cid: int, channel: str) -> ChannelSnapshot:
                 (cid,),
             )
         ]
-        rows = conn.execute(
-            "SELECT ofs, id, publisher_id, part, ts, is_text, payload, accepted_at "
-            "FROM events WHERE channel = %s ORDER BY ofs",
-            (cid,),
-        ).fetchall()
-        snap.events = [loaded_event(row[0], row[1:7]) for row in rows]
+        ids: list[tuple] = []
+        snap.events = list(cold_past(_events(conn, cid, ids), payload_budget))
         window = conn.execute(
             "SELECT ofs, publisher_id, id, accepted_at FROM delivered "
             "WHERE channel = %s AND ofs >= %s ORDER BY ofs",
             (cid, window_start),
         ).fetchall()
-        snap.delivered = _window(window, rows, window_start)
+        snap.delivered = _window(window, ids, window_start)
+        del ids
         for group, offset in conn.execute("SELECT grp, ofs FROM acks WHERE channel = %s", (cid,)):
             snap.acks.setdefault(group, set()).add(offset)
         snap.dead_letters = [
@@ -64,17 +68,30 @@ def read_snapshot(conn: Any, cid: int, channel: str) -> ChannelSnapshot:
     return snap
 
 
+def _events(conn: Any, cid: int, ids: list[tuple]) -> Iterator[Event]:
+    """The channel's stored events in offset order, streamed from a server-side cursor
+    (a page of rows at a time); appends (ofs, publisher id, id, accepted at) of each to
+    ``ids``."""
+    with conn.cursor(name="restore_events") as cursor:
+        cursor.itersize = PAGE_ROWS
+        cursor.execute(
+            "SELECT ofs, id, publisher_id, part, ts, is_text, payload, accepted_at "
+            "FROM events WHERE channel = %s ORDER BY ofs",
+            (cid,),
+        )
+        for row in cursor:
+            ev = loaded_event(row[0], row[1:7])
+            ids.append((row[0], row[2], ev.id, row[7]))
+            yield ev
+
+
 def _window(
-    delivered: list[tuple], event_rows: list[tuple], window_start: int
+    delivered: list[tuple], event_ids: list[tuple], window_start: int
 ) -> list[tuple[str, str, float]]:
     """The delivered window, oldest first, from the delivered rows (ofs, publisher id, id,
-    accepted at) and the events rows just read; an id in both (a replayed dead letter)
-    once, as in the SQLite store."""
+    accepted at) and the events just read (the same four); an id in both (a replayed
+    dead letter) once, as in the SQLite store."""
     merged = [(o, p, bytes(i).decode(), at) for o, p, i, at in delivered]
-    merged += [
-        (row[0], row[2], bytes(row[1]).decode(), row[7])
-        for row in event_rows
-        if row[0] >= window_start
-    ]
+    merged += [row for row in event_ids if row[0] >= window_start]
     merged.sort()
     return list({o: (p, i, at) for o, p, i, at in merged}.values())

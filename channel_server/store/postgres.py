@@ -305,11 +305,13 @@ class PostgresStore(PgWrites, Store):
         return _only(pending, kept)
 
     # -- reading back --------------------------------------------------------------------
-    def load(self, channel: str) -> ChannelSnapshot:
+    def load(self, channel: str, payload_budget: int | None = None) -> ChannelSnapshot:
         self._write_deferred()
         with self._lock:
             conn = self._connection()
-            return self._guard(lambda: read_snapshot(conn, self._cid(conn, channel), channel))
+            return self._guard(
+                lambda: read_snapshot(conn, self._cid(conn, channel), channel, payload_budget)
+            )
 
     def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:
         with self._lock:

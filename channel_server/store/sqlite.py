@@ -317,9 +317,9 @@ class SQLiteStore(Store):
             )
 
     # -- reading back --------------------------------------------------------------------
-    def load(self, channel: str) -> ChannelSnapshot:
+    def load(self, channel: str, payload_budget: int | None = None) -> ChannelSnapshot:
         self._write_deferred()
-        snapshot = read_snapshot(self._query, self._base(channel), channel)
+        snapshot = read_snapshot(self._query, self._base(channel), channel, payload_budget)
         if snapshot.acks:
             self._acked.add(channel)
         return snapshot

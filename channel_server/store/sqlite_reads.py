@@ -3,22 +3,30 @@ takes the store's lock on its own, so a long restore lets other channels write b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from channel_server.core.queues import DELIVERY_ORDER
+from channel_server.events import Event
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
-from channel_server.store.rows import event_from_row, loaded, unpack
+from channel_server.store.rows import cold_past, event_from_row, loaded, unpack
 from channel_server.store.sqlite_sql import EVENT_COLUMNS, OFFSET_BITS, OFFSET_MASK, json_list
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]
 """The store's ``_query``: one statement under its lock, every row."""
 
 
-def read_snapshot(query: Query, base: int, channel: str) -> ChannelSnapshot:
-    """Everything stored for the channel whose key base is ``base``."""
+PAGE_ROWS = 10_000
+"""Events rows read per query by ``load``: the store's lock is let go between pages, and
+a page's payloads are all a restart holds at once beyond the payload budget."""
+
+
+def read_snapshot(
+    query: Query, base: int, channel: str, payload_budget: int | None = None
+) -> ChannelSnapshot:
+    """Everything stored for the channel whose key base is ``base``; the events past
+    ``payload_budget`` bytes (in offset order) come back cold (see :func:`cold_past`)."""
     snapshot = ChannelSnapshot()
-    key_range = (base, base | OFFSET_MASK)
     snapshot.next_offset = next_offset(query, base)
     snapshot.groups = dict(
         query("SELECT name, created_offset FROM groups WHERE channel = ?", (channel,))
@@ -32,15 +40,10 @@ def read_snapshot(query: Query, base: int, channel: str) -> ChannelSnapshot:
             (channel,),
         )
     ]
-    rows = query(
-        f"SELECT key, {EVENT_COLUMNS}, accepted_at FROM events WHERE key BETWEEN ? AND ?",
-        key_range,
-    )
-    snapshot.events = [
-        loaded(i, pub, part, ts, p, key & OFFSET_MASK) for key, i, pub, part, ts, p, _ in rows
-    ]
-    snapshot.delivered = window(query, base, rows)
-    del rows  # a restart's peak memory
+    ids: list[tuple] = []
+    snapshot.events = list(cold_past(_events(query, base, ids), payload_budget))
+    snapshot.delivered = window(query, base, ids)
+    del ids  # a restart's peak memory
     snapshot.events.sort(key=DELIVERY_ORDER)
     for group, offset in query("SELECT grp, offset FROM acks WHERE channel = ?", (channel,)):
         snapshot.acks.setdefault(group, set()).add(offset)
@@ -60,11 +63,29 @@ def read_snapshot(query: Query, base: int, channel: str) -> ChannelSnapshot:
     return snapshot
 
 
-def window(query: Query, base: int, event_rows: list[tuple]) -> list[tuple[str, str, float]]:
+def _events(query: Query, base: int, ids: list[tuple]) -> Iterator[Event]:
+    """The channel's stored events in offset order, a page at a time; appends (key,
+    publisher id, id, accepted at) of each to ``ids``."""
+    low, high = base, base | OFFSET_MASK
+    while True:
+        rows = query(
+            f"SELECT key, {EVENT_COLUMNS}, accepted_at FROM events WHERE key BETWEEN ? AND ? "
+            f"ORDER BY key LIMIT {PAGE_ROWS}",
+            (low, high),
+        )
+        for key, i, pub, part, ts, p, at in rows:
+            ids.append((key, pub, i, at))
+            yield loaded(i, pub, part, ts, p, key & OFFSET_MASK)
+        if len(rows) < PAGE_ROWS:
+            return
+        low = rows[-1][0] + 1
+
+
+def window(query: Query, base: int, event_ids: list[tuple]) -> list[tuple[str, str, float]]:
     """The delivered window, oldest first: (publisher id, id, accepted at) of the
-    delivered rows and of the events rows just read (key, id, publisher id first,
-    accepted_at last), from window_start on. The events rows are reused: reading a
-    long backlog again cost 0.7 s per million."""
+    delivered rows and of the events just read (``event_ids``: key, publisher id, id,
+    accepted at), from window_start on. The events rows are reused: reading a long
+    backlog again cost 0.7 s per million."""
     ((start,),) = query("SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,))
     first = base | start
     rows = query(
@@ -72,7 +93,7 @@ def window(query: Query, base: int, event_rows: list[tuple]) -> list[tuple[str, 
         (first, base | OFFSET_MASK),
     )
     copied = len(rows)
-    rows += [(row[0], row[2], row[1], row[-1]) for row in event_rows if row[0] >= first]
+    rows += [row for row in event_ids if row[0] >= first]
     rows.sort()  # two sorted runs: one merge
     if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
         return list({key: (pub, i, at) for key, pub, i, at in rows}.values())

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from channel_server.core.spill import COLD
 from channel_server.events import Event, IdScope, validate_batch
-from channel_server.store import MemoryStore, Store
+from channel_server.store import MemoryStore, Store, pg_reads, sqlite_reads
 from channel_server.store.base import ChannelRecord, DeadLetterRecord, MemberRecord
 from channel_server.store.postgres import PostgresStore
 from channel_server.store.sqlite import SQLiteStore
@@ -302,3 +303,26 @@ def test_payloads_are_read_back_by_offset_with_their_types(store: Store) -> None
     assert store.payloads("c", [4, 0, 2, 1, 3]) == dict(enumerate(kinds))
     assert store.payloads("c", [0, 99]) == {0: "text"}  # an offset it does not hold: absent
     assert store.payloads("c", []) == {}
+
+
+def test_a_load_with_a_payload_budget_gives_the_later_events_cold(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_reads, "PAGE_ROWS", 2)  # pages end between events
+    monkeypatch.setattr(pg_reads, "PAGE_ROWS", 2)
+    store.save_channel(ChannelRecord("c", "queue"))
+    events = [ev(i, 10.0 - i, f"payload-{i}") for i in range(5)]  # delivered newest first
+    store.append("c", events, 5, 100.0)
+    budget = 2 * len("id-0payload-0")  # the two accepted first keep their payloads
+    snap = store.load("c", payload_budget=budget)
+    assert [e.offset for e in snap.events] == [4, 3, 2, 1, 0]
+    kept = {e.offset: e.payload for e in snap.events}
+    if store.durable:
+        assert kept == {0: "payload-0", 1: "payload-1", 2: COLD, 3: COLD, 4: COLD}
+        assert {e.size for e in snap.events} == {budget // 2}  # counted cold or not
+        assert [i for _, i, _ in snap.delivered] == [f"id-{i}" for i in range(5)]
+    else:  # the memory store keeps every payload anyway
+        assert kept == {i: f"payload-{i}" for i in range(5)}
+    assert {e.offset: e.payload for e in store.load("c").events} == {
+        i: f"payload-{i}" for i in range(5)
+    }
