@@ -326,3 +326,11 @@ def test_a_load_with_a_payload_budget_gives_the_later_events_cold(
     assert {e.offset: e.payload for e in store.load("c").events} == {
         i: f"payload-{i}" for i in range(5)
     }
+
+
+def test_events_read_back_share_their_publisher_id_and_string_partition(store: Store) -> None:
+    store.save_channel(ChannelRecord("c", "queue"))
+    store.append("c", [ev(i, float(i), partition="eu-west") for i in range(3)], 3, 0.0)
+    events = store.load("c").events
+    assert len({id(e.publisher_id) for e in events}) == 1  # one string, not one per event
+    assert len({id(e.partition) for e in events}) == 1
