@@ -42,13 +42,13 @@ def read_snapshot(
             )
         ]
         ids: list[tuple] = []
-        snap.events = list(cold_past(_events(conn, cid, ids), payload_budget))
+        snap.events = list(cold_past(_events(conn, cid, window_start, ids), payload_budget))
         window = conn.execute(
             "SELECT ofs, publisher_id, id, accepted_at FROM delivered "
             "WHERE channel = %s AND ofs >= %s ORDER BY ofs",
             (cid, window_start),
         ).fetchall()
-        snap.delivered = _window(window, ids, window_start)
+        snap.delivered = _window(window, ids)
         del ids
         for group, offset in conn.execute("SELECT grp, ofs FROM acks WHERE channel = %s", (cid,)):
             snap.acks.setdefault(group, set()).add(offset)
@@ -68,10 +68,10 @@ def read_snapshot(
     return snap
 
 
-def _events(conn: Any, cid: int, ids: list[tuple]) -> Iterator[Event]:
+def _events(conn: Any, cid: int, first: int, ids: list[tuple]) -> Iterator[Event]:
     """The channel's stored events in offset order, streamed from a server-side cursor
-    (a page of rows at a time); appends (ofs, publisher id, id, accepted at) of each to
-    ``ids``."""
+    (a page of rows at a time); appends (ofs, publisher id, id, accepted at) of each from
+    offset ``first`` (the window's start) on to ``ids``."""
     with conn.cursor(name="restore_events") as cursor:
         cursor.itersize = PAGE_ROWS
         cursor.execute(
@@ -81,17 +81,16 @@ def _events(conn: Any, cid: int, ids: list[tuple]) -> Iterator[Event]:
         )
         for row in cursor:
             ev = loaded_event(row[0], row[1:7])
-            ids.append((row[0], row[2], ev.id, row[7]))
+            if row[0] >= first:
+                ids.append((row[0], ev.publisher_id, ev.id, row[7]))
             yield ev
 
 
-def _window(
-    delivered: list[tuple], event_ids: list[tuple], window_start: int
-) -> list[tuple[str, str, float]]:
+def _window(delivered: list[tuple], event_ids: list[tuple]) -> list[tuple[str, str, float]]:
     """The delivered window, oldest first, from the delivered rows (ofs, publisher id, id,
     accepted at) and the events just read (the same four); an id in both (a replayed
     dead letter) once, as in the SQLite store."""
     merged = [(o, p, bytes(i).decode(), at) for o, p, i, at in delivered]
-    merged += [row for row in event_ids if row[0] >= window_start]
+    merged += event_ids
     merged.sort()
     return list({o: (p, i, at) for o, p, i, at in merged}.values())

@@ -40,9 +40,11 @@ def read_snapshot(
             (channel,),
         )
     ]
+    ((start,),) = query("SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,))
+    first = base | start  # the key of the oldest id the delivered window keeps
     ids: list[tuple] = []
-    snapshot.events = list(cold_past(_events(query, base, ids), payload_budget))
-    snapshot.delivered = window(query, base, ids)
+    snapshot.events = list(cold_past(_events(query, base, first, ids), payload_budget))
+    snapshot.delivered = window(query, base, first, ids)
     del ids  # a restart's peak memory
     snapshot.events.sort(key=DELIVERY_ORDER)
     for group, offset in query("SELECT grp, offset FROM acks WHERE channel = ?", (channel,)):
@@ -63,9 +65,9 @@ def read_snapshot(
     return snapshot
 
 
-def _events(query: Query, base: int, ids: list[tuple]) -> Iterator[Event]:
+def _events(query: Query, base: int, first: int, ids: list[tuple]) -> Iterator[Event]:
     """The channel's stored events in offset order, a page at a time; appends (key,
-    publisher id, id, accepted at) of each to ``ids``."""
+    publisher id, id, accepted at) of each from key ``first`` on to ``ids``."""
     low, high = base, base | OFFSET_MASK
     while True:
         rows = query(
@@ -74,26 +76,28 @@ def _events(query: Query, base: int, ids: list[tuple]) -> Iterator[Event]:
             (low, high),
         )
         for key, i, pub, part, ts, p, at in rows:
-            ids.append((key, pub, i, at))
-            yield loaded(i, pub, part, ts, p, key & OFFSET_MASK)
+            ev = loaded(i, pub, part, ts, p, key & OFFSET_MASK)
+            if key >= first:
+                ids.append((key, ev.publisher_id, ev.id, at))
+            yield ev
         if len(rows) < PAGE_ROWS:
             return
         low = rows[-1][0] + 1
 
 
-def window(query: Query, base: int, event_ids: list[tuple]) -> list[tuple[str, str, float]]:
+def window(
+    query: Query, base: int, first: int, event_ids: list[tuple]
+) -> list[tuple[str, str, float]]:
     """The delivered window, oldest first: (publisher id, id, accepted at) of the
     delivered rows and of the events just read (``event_ids``: key, publisher id, id,
-    accepted at), from window_start on. The events rows are reused: reading a long
-    backlog again cost 0.7 s per million."""
-    ((start,),) = query("SELECT window_start FROM channels WHERE id = ?", (base >> OFFSET_BITS,))
-    first = base | start
+    accepted at), from key ``first`` (window_start) on. The events rows are reused:
+    reading a long backlog again cost 0.7 s per million."""
     rows = query(
         "SELECT key, publisher_id, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
         (first, base | OFFSET_MASK),
     )
     copied = len(rows)
-    rows += [row for row in event_ids if row[0] >= first]
+    rows += event_ids
     rows.sort()  # two sorted runs: one merge
     if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
         return list({key: (pub, i, at) for key, pub, i, at in rows}.values())
