@@ -6,6 +6,7 @@ order, or events put back after a failed push, come out in order again.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import chain, islice
 from operator import attrgetter
@@ -17,8 +18,8 @@ from channel_server.events import Event, PartitionKey
 NOTHING_HELD: frozenset[int] = frozenset()
 """The held-back offsets of a partition that holds none (shared: no set per partition)."""
 SHORT_PENDING = 1024
-"""A partition holding more pending events than this keeps them in a SortedList: taking
-from the front of a plain list moves everything behind."""
+"""A partition holding more pending events than this keeps them in a deque: taking from
+the front of a plain list moves everything behind."""
 Warm = Callable[[list[Event]], None]
 """Gives the cold events of a batch their payloads back, in place (see spill)."""
 
@@ -101,14 +102,15 @@ class PartitionQueue:
     def __init__(self, key: PartitionKey, count: QueueCount | None = None) -> None:
         self.key = key
         self._count = QueueCount() if count is None else count
-        self.pending: list[Event] | SortedList = []
+        self.pending: list[Event] | deque[Event] | SortedList = []
         """In delivery order. Events nearly always arrive at an end (a publisher's
         timestamps rise; events put back after a failed push or a lost ack are older than
         all that wait), and most partitions hold a few: a plain list, the cheapest there
-        is in time and memory (88 bytes for one event, a SortedList 424, a deque 760). An
-        event landing in the middle, or more than ``SHORT_PENDING`` waiting, make it a
-        SortedList (O(log n) inserts and takes: no publisher can make a publish cost a
-        sort) until it empties."""
+        is in time and memory (88 bytes for one event, a SortedList 424, a deque 760).
+        More than ``SHORT_PENDING`` waiting make it a deque (a long backlog: takes from
+        the front in O(1) each; a SortedList deleted them one by one, 1.1 µs each). An
+        event landing in the middle makes it a SortedList (O(log n) inserts and takes: no
+        publisher can make a publish cost a sort). Either stays until it empties."""
         self.in_flight: list[Event] = []
         self.owner: str | None = None
         self.idle_since: float | None = None
@@ -193,16 +195,18 @@ class PartitionQueue:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""
         new = sorted(events, key=DELIVERY_ORDER)
         pending = self.pending
-        if not isinstance(pending, list):  # (not SortedList: isinstance on its ABC is slow)
+        if not isinstance(pending, list | deque):  # (not SortedList: slow on its ABC)
             pending.update(new)
         elif not pending or not new or DELIVERY_ORDER(new[0]) >= DELIVERY_ORDER(pending[-1]):
             pending.extend(new)
-        elif DELIVERY_ORDER(new[-1]) <= DELIVERY_ORDER(pending[0]):
-            pending[:0] = new
-        else:
+        elif DELIVERY_ORDER(new[-1]) > DELIVERY_ORDER(pending[0]):
             self.pending = SortedList(chain(pending, new))
-        if isinstance(self.pending, list) and len(self.pending) > SHORT_PENDING:
-            self.pending = SortedList(self.pending)
+        elif isinstance(pending, deque):
+            pending.extendleft(reversed(new))
+        else:
+            pending[:0] = new
+        if type(self.pending) is list and len(self.pending) > SHORT_PENDING:
+            self.pending = deque(self.pending)
         self._count.events += len(new)
         return len(new)
 
@@ -222,16 +226,21 @@ class PartitionQueue:
 
     def _front(self, count: int) -> list[Event]:
         """The ``count`` oldest pending events (a copy)."""
-        if isinstance(self.pending, list):
+        if type(self.pending) is list:
             return self.pending[: max(0, count)]
         return list(islice(self.pending, max(0, count)))
 
     def _drop_front(self, count: int) -> None:
         """Remove the ``count`` oldest pending events."""
-        del self.pending[:count]
+        pending = self.pending
+        if isinstance(pending, deque):
+            for _ in range(count):
+                pending.popleft()
+        else:
+            del pending[:count]
         self._settle()
 
     def _settle(self) -> None:
-        """An emptied SortedList goes back to being a list."""
-        if not self.pending and not isinstance(self.pending, list):
+        """An emptied deque or SortedList goes back to being a list."""
+        if not self.pending and type(self.pending) is not list:
             self.pending = []

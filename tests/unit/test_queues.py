@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import deque
 
 from sortedcontainers import SortedList
 
@@ -126,13 +127,24 @@ def test_an_event_in_the_middle_makes_the_pending_queue_sorted_until_it_empties(
     assert isinstance(pq.pending, list)
 
 
-def test_a_long_pending_queue_is_sorted_so_taking_from_its_front_moves_nothing() -> None:
+def test_a_long_pending_queue_is_a_deque_so_taking_from_its_front_moves_nothing() -> None:
     pq = PartitionQueue(("pub", 0))
-    pq.put_back([ev(i, float(i)) for i in range(SHORT_PENDING)])
+    pq.put_back([ev(i, float(i + 1)) for i in range(SHORT_PENDING)])
     assert isinstance(pq.pending, list)
-    pq.put_back([ev(SHORT_PENDING, float(SHORT_PENDING))])
-    assert isinstance(pq.pending, SortedList) and len(pq.pending) == SHORT_PENDING + 1
+    pq.put_back([ev(SHORT_PENDING, float(SHORT_PENDING + 1))])
+    assert isinstance(pq.pending, deque) and len(pq.pending) == SHORT_PENDING + 1
+    pq.put_back([ev(-1, 0.5)])  # at the front: still a deque
+    assert isinstance(pq.pending, deque) and order(pq.pending)[:2] == [-1, 0]
     batch, _ = pq.take(SHORT_PENDING)
-    assert order(batch) == list(range(SHORT_PENDING))
+    assert order(batch) == list(range(-1, SHORT_PENDING - 1))
     pq.in_flight = []
-    assert order(pq.take(5)[0]) == [SHORT_PENDING] and isinstance(pq.pending, list)
+    assert order(pq.take(5)[0]) == [SHORT_PENDING - 1, SHORT_PENDING]
+    assert isinstance(pq.pending, list)
+
+
+def test_an_event_in_the_middle_of_a_long_queue_makes_it_sorted() -> None:
+    pq = PartitionQueue(("pub", 0))
+    pq.put_back([ev(i, float(i)) for i in range(SHORT_PENDING + 2)])
+    pq.put_back([ev(-1, 1.5)])  # between the events of offsets 1 and 2
+    assert isinstance(pq.pending, SortedList)
+    assert order(pq.take(4)[0]) == [0, 1, -1, 2]
