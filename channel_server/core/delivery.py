@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from channel_server.core.member import Batch, Flight, Member
-from channel_server.core.spill import PayloadMissing
 from channel_server.events import Event, PartitionKey
 
 if TYPE_CHECKING:
@@ -39,10 +38,10 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
             break
         try:
             taken, fresh = group.partitions[key].take(budget, group.warm)
-        except PayloadMissing:
+        except Exception:  # reading cold payloads failed (a lost row, the store's error)
             if not events:
-                raise
-            break  # send what was taken; the next push meets the loss again, alone
+                raise  # nothing of this partition was taken
+            break  # send what was taken; the next push meets the failure again, alone
         if not taken:
             continue
         emptied.append(key)

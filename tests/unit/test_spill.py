@@ -14,6 +14,7 @@ from channel_server.core.channel_core import ChannelCore
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.snapshot import ChannelSnapshot
 from channel_server.core.spill import COLD, PayloadMissing, PayloadSpill, cold_count
+from channel_server.errors import StoreError
 from channel_server.events import Event, validate_batch
 from channel_server.wire import DEFAULT_GROUP
 
@@ -191,3 +192,30 @@ def test_a_cold_event_given_up_on_is_a_dead_letter_with_its_payload() -> None:
     _, restored = core.replay(None)
     assert [ev.payload for ev in restored] == ["payload-e0"]
     assert [ev.payload for ev in pending(group)] == ["payload-e0"]
+
+
+def test_a_failed_read_after_another_partition_was_taken_still_delivers_that_one() -> None:
+    # Given two cold partitions and a store that fails on the second read (a broken
+    # connection), as a PostgreSQL store may
+    store = FakeStore()
+    core, group = channel(0, store)
+    publish(core, store, [raw(0, partition="a"), raw(1, partition="b")])
+    reads = 0
+
+    def flaky(offsets: list[int]) -> dict[int, Any]:
+        nonlocal reads
+        reads += 1
+        if reads == 2:
+            raise StoreError("db", "connection lost")
+        return store.read(offsets)
+
+    core.spill.reader = flaky
+    group.join("s", "cb", 10, session=1, now=0.0)
+    # When the member is given a batch, and another once the store answers again
+    batch = group.take_batch("s", 0.0)
+    assert batch is not None and [ev.payload for ev in batch.events] == ["payload-e0"]
+    assert [ev.id for ev in group.partitions[("pub", "b")].pending] == ["e1"]
+    again = group.take_batch("s", 0.0)
+    # Then nothing was lost or stuck in flight on the way
+    assert again is not None and [ev.payload for ev in again.events] == ["payload-e1"]
+    assert group.backlog == group.counted_backlog() == 2
