@@ -53,6 +53,11 @@ def channel_renderables(broker: str, stats: dict[str, Any]) -> list[RenderableTy
         f"{stats['unacked']}/{stats['capacity']} unacknowledged, {stats['accepted']} accepted, "
         f"{stats['acked']} acknowledged, {stats['dead_letters']} dead letters"
     )
+    if stats.get("queued_cold"):  # only once a backlog outgrew --payload-memory
+        summary += (
+            f"; {stats['queued_cold']} queued without their payloads, "
+            f"{stats['read_back']} read back from the store"
+        )
     parts: list[RenderableType] = [_line(_bold(stats["name"]), summary)]
     if "rates" in stats:  # a broker from before rates says nothing about them
         parts.append(Text(f"  {rates_line(stats['rates'])}"))

@@ -89,3 +89,11 @@ def test_an_unreachable_broker_is_reported_literally() -> None:
     error = ConnectionError("[Errno 111] [/refused]\x1b[0m")
     out = printed(lambda console: render_unreachable(console, "c", "b1", error))
     assert out == "c on broker b1: unreachable ([Errno 111] [/refused]\\x1b[0m)\n"
+
+
+def test_a_channel_with_cold_events_says_how_many() -> None:
+    quiet = printed(lambda console: render_channel(console, "b1", hostile_channel_stats()))
+    assert "payloads" not in quiet  # nothing went cold: nothing said
+    stats = hostile_channel_stats() | {"queued_cold": 7, "read_back": 5}
+    out = printed(lambda console: render_channel(console, "b1", stats))
+    assert "0 dead letters; 7 queued without their payloads, 5 read back from the store" in out
