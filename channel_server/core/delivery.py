@@ -218,6 +218,6 @@ def give_back(
 def by_key(events: Iterable[Event]) -> dict[PartitionKey, list[Event]]:
     """Events grouped by partition, in the order given."""
     grouped: dict[PartitionKey, list[Event]] = {}
-    for ev in events:
-        grouped.setdefault(ev.key, []).append(ev)
+    for ev in events:  # (ev.key, inlined: a call per event)
+        grouped.setdefault((ev.publisher_id, ev.partition), []).append(ev)
     return grouped

@@ -20,6 +20,8 @@ NOTHING_HELD: frozenset[int] = frozenset()
 SHORT_PENDING = 1024
 """A partition holding more pending events than this keeps them in a deque: taking from
 the front of a plain list moves everything behind."""
+_ENDS_ONLY = (list, deque)
+"""The pending queues that take events at their ends only."""
 Warm = Callable[[list[Event]], None]
 """Gives the cold events of a batch their payloads back, in place (see spill)."""
 
@@ -191,11 +193,11 @@ class PartitionQueue:
             self.in_flight = [ev for ev in self.in_flight if ev not in gone]
         self._count.events -= before - len(self.in_flight)
 
-    def put_back(self, events: Iterable[Event]) -> int:
+    def put_back(self, events: list[Event]) -> int:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""
-        new = sorted(events, key=DELIVERY_ORDER)
+        new = events if len(events) == 1 else sorted(events, key=DELIVERY_ORDER)
         pending = self.pending
-        if not isinstance(pending, list | deque):  # (not SortedList: slow on its ABC)
+        if not isinstance(pending, _ENDS_ONLY):  # (not SortedList: slow on its ABC)
             pending.update(new)
         elif not pending or not new or DELIVERY_ORDER(new[0]) >= DELIVERY_ORDER(pending[-1]):
             pending.extend(new)
