@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from msgspec.structs import replace
 
+from channel_server.errors import StoreError
 from channel_server.events import Event
 
 
@@ -37,10 +38,6 @@ COLD: Final = _Cold()
 PayloadReader = Callable[[list[int]], dict[int, Any]]
 """offsets -> their payloads, as the store keeps them (every offset asked for that it
 holds)."""
-
-
-class PayloadMissing(RuntimeError):
-    """The store holds no row for a queued cold event (it lost an unacknowledged event)."""
 
 
 class PayloadSpill:
@@ -76,7 +73,9 @@ class PayloadSpill:
     def warm(self, events: list[Event]) -> None:
         """Give the cold events of ``events`` their payloads back, in place (one read).
 
-        Raises :class:`PayloadMissing` and changes nothing when the store lacks one."""
+        Raises :class:`~channel_server.errors.StoreError` (a typed error a pull client
+        gets as itself) and changes nothing when the store lacks one: it lost an
+        unacknowledged event."""
         if self.reader is None or (len(events) == 1 and events[0].payload is not COLD):
             return  # none can be cold (no store gives any back); or the usual take of one
         cold = [i for i, ev in enumerate(events) if ev.payload is COLD]
@@ -86,7 +85,7 @@ class PayloadSpill:
         payloads = self.reader(offsets)
         missing = [offset for offset in offsets if offset not in payloads]
         if missing:
-            raise PayloadMissing(f"the store holds no payload for offsets {missing[:10]}")
+            raise StoreError("backup queue", f"no payload stored for queued offsets {missing[:10]}")
         for i in cold:
             events[i] = replace(events[i], payload=payloads[events[i].offset])
         self.warmed_total += len(cold)

@@ -13,7 +13,7 @@ from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.snapshot import ChannelSnapshot
-from channel_server.core.spill import COLD, PayloadMissing, PayloadSpill, cold_count
+from channel_server.core.spill import COLD, PayloadSpill, cold_count
 from channel_server.errors import StoreError
 from channel_server.events import Event, validate_batch
 from channel_server.wire import DEFAULT_GROUP
@@ -104,7 +104,7 @@ def test_a_payload_the_store_lacks_is_an_error_that_changes_nothing() -> None:
     store.rows = {0: "payload-e0", 1: "payload-e1"}
     spill = PayloadSpill(0, store.read)
     batch = spill.cool(events(3), 0)
-    with pytest.raises(PayloadMissing, match=r"\[2\]"):
+    with pytest.raises(StoreError, match=r"no payload stored for queued offsets \[2\]"):
         spill.warm(batch)
     assert cold_count(batch) == 3
 
@@ -159,7 +159,7 @@ def test_a_missing_payload_holds_back_only_its_own_partition() -> None:
     assert batch is not None and [ev.id for ev in batch.events] == ["e0"]
     assert [ev.id for ev in group.partitions[("pub", "b")].pending] == ["e1"]
     assert group.backlog == group.counted_backlog() == 2
-    with pytest.raises(PayloadMissing):
+    with pytest.raises(StoreError, match="no payload stored"):
         group.take_batch("s", 0.0)
 
 
