@@ -166,9 +166,8 @@ class ChannelCore:
         outcome = PublishOutcome()
         fresh: list[Event] = []
         seen: dict[str, set[str]] = {}
-        per_publisher = self.id_scope is IdScope.PUBLISHER
         for ev in events:
-            realm = ev.publisher_id if per_publisher else CHANNEL_REALM
+            realm = self.realm(ev.publisher_id)
             in_batch = seen.get(realm)
             if in_batch is None:
                 in_batch = seen[realm] = set()

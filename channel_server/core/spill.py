@@ -15,7 +15,7 @@ row when it is taken, a batch at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from msgspec.structs import replace
@@ -60,14 +60,8 @@ class PayloadSpill:
         cold. Returns the same list when all stay as they are."""
         if self.reader is None or queued_bytes + _bytes(events) <= self.budget:
             return events
-        kept = []
-        for ev in events:
-            if queued_bytes < self.budget or ev.payload is COLD:
-                kept.append(ev)
-            else:
-                kept.append(replace(ev, payload=COLD))
-                self.cooled_total += 1
-            queued_bytes += ev.size
+        kept = list(cold_past(events, self.budget, queued_bytes))
+        self.cooled_total += sum(1 for ev, was in zip(kept, events, strict=True) if ev is not was)
         return kept
 
     def warm(self, events: list[Event]) -> None:
@@ -89,6 +83,18 @@ class PayloadSpill:
         for i in cold:
             events[i] = replace(events[i], payload=payloads[events[i].offset])
         self.warmed_total += len(cold)
+
+
+def cold_past(events: Iterable[Event], budget: int | None, held: int = 0) -> Iterator[Event]:
+    """``events`` (oldest first, ``held`` bytes queued before them) with those past
+    ``budget`` bytes cold, one at a time: a store reading a backlog back drops their
+    payloads as it reads. ``None``: every payload."""
+    for ev in events:
+        if budget is None or held < budget or ev.payload is COLD:
+            yield ev
+        else:
+            yield replace(ev, payload=COLD)
+        held += ev.size
 
 
 def cold_count(events: Iterable[Event]) -> int:

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from channel_server.core.queues import DELIVERY_ORDER
+from channel_server.core.spill import cold_past
 from channel_server.events import Event
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
 from channel_server.store.pg_schema import decode_part
 from channel_server.store.pg_writes import loaded_event
-from channel_server.store.rows import cold_past
 from channel_server.store.sqlite_reads import PAGE_ROWS
 
 

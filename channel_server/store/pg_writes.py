@@ -55,15 +55,21 @@ def event_row(cid: int, ev: Event) -> tuple:
             ev.timestamp, is_text, payload)  # fmt: skip
 
 
+def _stored(is_text: bool, payload: Any) -> Any:
+    """The is_text and payload columns as :func:`~channel_server.store.rows.pack` gave
+    the payload: a string, or msgpack bytes."""
+    return bytes(payload).decode("utf-8") if is_text else bytes(payload)
+
+
 def stored_payload(is_text: bool, payload: Any) -> Any:
     """A payload as :func:`event_row` stored it."""
-    return unpack(bytes(payload).decode("utf-8") if is_text else bytes(payload))
+    return unpack(_stored(is_text, payload))
 
 
 def loaded_event(offset: int, row: Sequence[Any]) -> Event:
     """An event from (id, publisher id, part, ts, is_text, payload) as stored."""
     event_id, publisher_id, part, ts, is_text, payload = row
-    stored = bytes(payload).decode("utf-8") if is_text else bytes(payload)
+    stored = _stored(is_text, payload)
     return loaded(bytes(event_id).decode("utf-8"), publisher_id, decode_part(part), ts, stored,
                   offset)  # fmt: skip
 

@@ -9,13 +9,11 @@ bytes it queues as it did before.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgpack
-from msgspec.structs import replace
 
-from channel_server.core.spill import COLD
 from channel_server.events import Event
 from channel_server.payloads import payload_size
 
@@ -64,19 +62,6 @@ def loaded(
     return Event(
         event_id, publisher_id, partition, timestamp, payload, offset, len(event_id) + size
     )
-
-
-def cold_past(events: Iterable[Event], budget: int | None) -> Iterator[Event]:
-    """``events`` (oldest first) with those past ``budget`` bytes cold: their payloads
-    dropped as they are read, so that a restart holds no more of them than a running
-    channel would (:mod:`~channel_server.core.spill`). ``None``: every payload."""
-    held = 0
-    for ev in events:
-        if budget is None or held < budget:
-            yield ev
-        else:
-            yield replace(ev, payload=COLD)
-        held += ev.size
 
 
 def runs(offsets: Iterable[int]) -> list[tuple[int, int]]:

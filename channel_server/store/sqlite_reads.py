@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from channel_server.core.queues import DELIVERY_ORDER
+from channel_server.core.spill import cold_past
 from channel_server.events import Event
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
-from channel_server.store.rows import cold_past, event_from_row, loaded, unpack
+from channel_server.store.rows import event_from_row, loaded, unpack
 from channel_server.store.sqlite_sql import EVENT_COLUMNS, OFFSET_BITS, OFFSET_MASK, json_list
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]
