@@ -57,6 +57,7 @@ class Publishing:
         self._backup.accept(events, now)
         self._state.core.enqueue(events, now)
         self._backup.trim()
+        self._push.published(now)
         self._push.changed()
 
     def outstanding(self, publisher_id: str) -> dict[str, int]:

@@ -12,9 +12,10 @@ one member. The push itself runs outside the channel lock, under the link's own 
 Batching: a batch smaller than the member's room waits while the member holds events
 not yet acknowledged, for the ack that empties its hands, at most ``dispatch_linger_s``
 after its last push (Nagle's rule); for a member holding nothing it goes at once, unless
-the member was pushed to within ``stream_window_s``: then it waits ``stream_linger_s``
-once for more events (a linger only while events stream in). So a channel that is not busy
-adds no latency, and a busy one sends fuller pushes (fewer RPCs and acks).
+publishes stream in fast enough that waiting ``stream_linger_s`` is expected to make it
+half again as full (:mod:`~channel_server.core.arrivals`): then it waits that long, once.
+So a channel that is not busy, or that is published to in bursts, adds no latency, and a
+stream of small publishes is sent in fuller pushes (fewer RPCs and acks).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import Pyro5.errors
 from channel_server import after_reply
 from channel_server.channel_state import ChannelState, MemberKey
 from channel_server.core import rebalance
+from channel_server.core.arrivals import Arrivals
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.core.member import Batch, Member
@@ -70,6 +72,9 @@ class PushDelivery:
         self._numbers = itertools.count(1)
         self._last_push: dict[MemberKey, float] = {}
         """When each member was last sent a batch (the channel clock)."""
+        self._arrivals = Arrivals()
+        self._count_at_push: dict[MemberKey, int] = {}
+        """The channel's publish count when each member was last sent a batch."""
         self._streamed: set[MemberKey] = set()
         """Members whose next short batch already waited ``stream_linger_s``."""
         self._probing: set[MemberKey] = set()
@@ -83,6 +88,10 @@ class PushDelivery:
         wake the push members that may have work now."""
         for key in self._outcomes.notices():
             self.wake(key)
+
+    def published(self, now: float) -> None:
+        """A publish queued events (before :meth:`changed` wakes the members)."""
+        self._arrivals.publish(now)
 
     def member_joined(self, key: MemberKey, callback: str, secret: str) -> None:
         """A push member joined or resumed: (re)open its link, then look for work."""
@@ -101,6 +110,7 @@ class PushDelivery:
         if link is not None:
             self._pool.submit(link.close)
         self._last_push.pop(key, None)
+        self._count_at_push.pop(key, None)
         self._streamed.discard(key)
         self._probing.discard(key)
 
@@ -225,6 +235,7 @@ class PushDelivery:
             if batch is None:
                 return None
             self._last_push[key] = now
+            self._count_at_push[key] = self._arrivals.count
         try:
             reply, elapsed = link.push(batch.to_wire())
             if isinstance(reply, dict) and reply.get("leaving") is True:
@@ -248,7 +259,9 @@ class PushDelivery:
         if member.flights:
             if (left := last + config.dispatch_linger_s - now) > 0:
                 wait = Linger(left)
-        elif config.stream_linger_s > 0 and now < last + config.stream_window_s:
+        elif self._arrivals.worth_lingering(
+            config.stream_linger_s, self._count_at_push.get(key, 0)
+        ):
             wait = None if key in self._streamed else config.stream_linger_s
         if wait is None or not grp.ready_short(key[1]):
             self._streamed.discard(key)

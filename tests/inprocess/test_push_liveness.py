@@ -226,12 +226,10 @@ def test_a_member_that_rejoins_while_its_events_wait_for_an_ack_gets_them_at_onc
 def test_events_streaming_to_a_member_holding_nothing_wait_the_stream_linger_together(
     make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
 ) -> None:
-    """A member pushed to within the stream window (the clock stands) and holding
+    """Publishes streaming in (the clock stands: no gap between them) to a member holding
     nothing: the next events wait the stream linger once and go in one push; without it
     e1 would go alone at once and e2 wait for e1's ack (a 60 s linger)."""
-    channel = make_channel(
-        clock=clock, dispatch_linger_s=60.0, stream_linger_s=1.0, stream_window_s=60.0
-    )
+    channel = make_channel(clock=clock, dispatch_linger_s=60.0, stream_linger_s=1.0)
     fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
     channel.publish([event("e0", partition=0)])
     wait_until(lambda: fake.ids() == ["e0"], what="the first event, at once")
@@ -242,6 +240,20 @@ def test_events_streaming_to_a_member_holding_nothing_wait_the_stream_linger_tog
     channel.publish([event("e2", partition=2)])
     wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the streamed events")
     assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+
+
+def test_a_publish_after_a_pause_goes_to_a_member_holding_nothing_at_once(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
+) -> None:
+    """Publishes 1,000 s apart are no stream: e1 is not held back for the (60 s) linger."""
+    channel = make_channel(clock=clock, dispatch_linger_s=60.0, stream_linger_s=60.0)
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0", partition=0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="the first event, at once")
+    ack_all(channel, "s1", fake)
+    clock.advance(1000.0)
+    channel.publish([event("e1", partition=1)])
+    wait_until(lambda: fake.ids() == ["e1"], what="e1 at once, not after the linger")
 
 
 def test_the_push_an_ack_makes_goes_from_the_acking_thread_after_the_reply(

@@ -1,0 +1,51 @@
+"""How publishes arrive on a channel: whether a short push is worth a linger (pure).
+
+A member holding nothing is pushed what is ready at once, unless waiting a moment would
+make its push markedly fuller. That depends on how events arrive, not on how many are
+ready: a stream of small publishes (one event per publish, a publish every millisecond)
+brings more during a linger; a burst (a hundred events every 10 ms) came whole, and a
+linger only adds its time to every event's latency. So the channel keeps the average gap
+between publishes, and each member the publish count at its last push: the events a
+member was given per publish since then are what each publish during a linger is
+expected to bring it.
+"""
+
+from __future__ import annotations
+
+import math
+
+SMOOTHING = 0.25
+"""Weight of the newest gap in the moving average (the last few publishes count)."""
+LINGER_GAIN = 0.5
+"""A linger is worth it when it is expected to make a push at least half again as full."""
+
+
+class Arrivals:
+    """The publishes of one channel: a count, and the moving average of their gaps."""
+
+    __slots__ = ("_last", "count", "gap_s")
+
+    def __init__(self) -> None:
+        self.count = 0
+        """Publishes that queued events, since the channel started (a member remembers
+        this at its push)."""
+        self.gap_s = math.inf
+        """The moving average of the gaps between them (inf: fewer than two yet)."""
+        self._last = -math.inf
+
+    def publish(self, now: float) -> None:
+        """A publish queued events at ``now`` (the channel clock)."""
+        gap, self._last = now - self._last, now
+        self.count += 1
+        if math.isinf(self.gap_s):
+            self.gap_s = gap
+        else:
+            self.gap_s += SMOOTHING * (gap - self.gap_s)
+
+    def worth_lingering(self, linger_s: float, count_at_push: int) -> bool:
+        """Whether a linger of ``linger_s`` is expected to make a member's short push at
+        least LINGER_GAIN fuller: the member got what is ready over the publishes since
+        ``count_at_push`` (the count at its last push; at least one), and the linger is
+        expected to span ``linger_s / gap_s`` more."""
+        publishes = max(1, self.count - count_at_push)
+        return linger_s > 0 and linger_s >= LINGER_GAIN * publishes * self.gap_s

@@ -1,0 +1,63 @@
+"""When a short push is worth a linger: publishes streaming in, not a burst (fake times)."""
+
+from __future__ import annotations
+
+import math
+
+from channel_server.core.arrivals import Arrivals
+
+LINGER_S = 0.004
+
+
+def publishes(*times: float) -> Arrivals:
+    arrivals = Arrivals()
+    for at in times:
+        arrivals.publish(at)
+    return arrivals
+
+
+def test_no_gap_is_known_before_two_publishes() -> None:
+    assert math.isinf(Arrivals().gap_s)
+    assert math.isinf(publishes(5.0).gap_s)
+    assert not publishes(5.0).worth_lingering(LINGER_S, 0)
+
+
+def test_the_gap_is_a_moving_average_of_the_last_few() -> None:
+    arrivals = publishes(0.0, 0.001)
+    assert arrivals.gap_s == 0.001
+    arrivals.publish(0.011)  # one 10 ms gap moves it a quarter of the way
+    assert math.isclose(arrivals.gap_s, 0.001 + 0.25 * 0.009)
+    assert arrivals.count == 3
+
+
+def test_one_event_publishes_a_millisecond_apart_are_worth_lingering_for() -> None:
+    """Four members, each pushed every fourth publish: a 4 ms linger spans four more."""
+    arrivals = publishes(*(i * 0.001 for i in range(20)))
+    assert arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count - 4)
+
+
+def test_a_burst_every_10_ms_is_not() -> None:
+    """A hundred events a publish, every 10 ms: what the member gets came whole."""
+    arrivals = publishes(*(i * 0.010 for i in range(20)))
+    assert not arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count - 1)
+
+
+def test_a_member_pushed_seldom_needs_more_publishes_in_the_linger() -> None:
+    """Its ready events came over many publishes (64 members, 256 partitions): a few
+    more publishes add little to them."""
+    arrivals = publishes(*(i * 0.002 for i in range(40)))
+    assert arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count - 2)
+    assert not arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count - 14)
+
+
+def test_a_long_pause_ends_the_stream_at_once() -> None:
+    arrivals = publishes(*(i * 0.001 for i in range(20)))
+    arrivals.publish(10.0)
+    assert not arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count - 1)
+
+
+def test_no_linger_when_it_is_off() -> None:
+    arrivals = publishes(0.0, 0.0, 0.0)
+    assert arrivals.gap_s == 0.0
+    assert not arrivals.worth_lingering(0.0, count_at_push=arrivals.count)
+    assert arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count)
