@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import math
 
-SMOOTHING = 0.25
-"""Weight of the newest gap in the moving average (the last few publishes count)."""
+SMOOTHING = 0.1
+"""Weight of the newest gap in the moving average: the last dozen or so publishes count,
+so a paced publisher catching up on a late tick (two publishes back to back among
+publishes 10 ms apart) does not look like a stream."""
 LINGER_GAIN = 0.5
 """A linger is worth it when it is expected to make a push at least half again as full."""
 

@@ -25,8 +25,8 @@ def test_no_gap_is_known_before_two_publishes() -> None:
 def test_the_gap_is_a_moving_average_of_the_last_few() -> None:
     arrivals = publishes(0.0, 0.001)
     assert arrivals.gap_s == 0.001
-    arrivals.publish(0.011)  # one 10 ms gap moves it a quarter of the way
-    assert math.isclose(arrivals.gap_s, 0.001 + 0.25 * 0.009)
+    arrivals.publish(0.011)  # one 10 ms gap moves it a tenth of the way
+    assert math.isclose(arrivals.gap_s, 0.001 + 0.1 * 0.009)
     assert arrivals.count == 3
 
 
@@ -39,6 +39,13 @@ def test_one_event_publishes_a_millisecond_apart_are_worth_lingering_for() -> No
 def test_a_burst_every_10_ms_is_not() -> None:
     """A hundred events a publish, every 10 ms: what the member gets came whole."""
     arrivals = publishes(*(i * 0.010 for i in range(20)))
+    assert not arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count - 1)
+
+
+def test_a_paced_publisher_catching_up_on_late_ticks_is_still_a_burst() -> None:
+    """Ticks of 10 ms; two came late, and their publishes went back to back."""
+    times = [i * 0.010 for i in range(20)] + [0.2003, 0.2006]
+    arrivals = publishes(*times)
     assert not arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count - 1)
 
 
