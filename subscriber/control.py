@@ -131,7 +131,8 @@ class ChannelSession:
             if self._recent_due:
                 self._recent_due = False
                 self._ack_recent()
-        self._send(self._outbox.drain())
+        while outcomes := self._outbox.drain():  # ACK_BATCH_MAX at a time
+            self._send(outcomes)
         if self._unsubscribe_at_end:
             self._ack_recent()
             self._call("unsubscribe", self._who.subscriber_id, self.group)
