@@ -38,6 +38,7 @@ from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.core.member import Batch, Member
 from channel_server.dispatch import DispatchPool, MemberLink, wire_fault
+from channel_server.log_throttle import Throttle
 from channel_server.outcomes import Outcomes
 
 log = logging.getLogger("channel_server.channel")
@@ -80,6 +81,9 @@ class PushDelivery:
         self._probing: set[MemberKey] = set()
         """Members being pinged (a ping task on the pool)."""
         self._acking = threading.local()
+        self._unexpected = Throttle(log)
+        """Unexpected push failures (a store that lost a cold event's row fails every
+        retry of that member's push): one traceback per 10 s, not one per retry."""
         """``key``: the member whose ack this thread is applying (see :meth:`acking`)."""
 
     # -- called under the channel lock ---------------------------------------------------
@@ -188,7 +192,13 @@ class PushDelivery:
         try:
             delay = self._push_once(key)
         except Exception:
-            log.exception("%s: pushing to %s failed unexpectedly", self._state.name, key[1])
+            self._unexpected.warning(
+                "push",
+                "%s: pushing to %s failed unexpectedly",
+                self._state.name,
+                key[1],
+                exc_info=True,
+            )
             delay = self._config.retry_backoff_s
         finally:
             with self._state.lock:

@@ -43,10 +43,9 @@ from channel_server.frames import (
     FrameRefused,
     read_header,
 )
+from channel_server.log_throttle import Throttle
 
 log = logging.getLogger(__name__)
-LOG_EVERY_S = 10.0
-"""The same kind of refusal is logged at most once per this many seconds."""
 
 
 @dataclass(frozen=True)
@@ -94,24 +93,8 @@ def install() -> None:
     Pyro5.svr_threads.SocketServer_Threadpool = LobbyServer
 
 
-class _Throttle:
-    """Log a kind of event at most once per LOG_EVERY_S, saying how many were not logged."""
-
-    def __init__(self) -> None:
-        self._last: dict[str, tuple[float, int]] = {}
-
-    def warning(self, kind: str, message: str, *args: Any) -> None:
-        now = time.monotonic()
-        last, skipped = self._last.get(kind, (-LOG_EVERY_S, 0))
-        if now - last < LOG_EVERY_S:
-            self._last[kind] = (last, skipped + 1)
-            return
-        self._last[kind] = (now, 0)
-        more = f" ({skipped} more since the last report)" if skipped else ""
-        log.warning(message + more, *args)
-
-
-throttle = _Throttle()
+throttle = Throttle(log)
+"""Refusals of the transport (frames, connections), each kind at most once per 10 s."""
 
 
 class _Job:
