@@ -14,7 +14,7 @@ LOG_EVERY_S = 10.0
 
 
 class Throttle:
-    """Logs a kind of warning at most once per ``every_s``, saying how many were not."""
+    """Logs a kind of message at most once per ``every_s``, saying how many were not."""
 
     def __init__(
         self,
@@ -30,6 +30,14 @@ class Throttle:
         are a fixed few per caller (never built from what a caller sends)."""
 
     def warning(self, kind: str, message: str, *args: Any, exc_info: bool = False) -> None:
+        self._emit(logging.WARNING, kind, message, args, exc_info)
+
+    def error(self, kind: str, message: str, *args: Any, exc_info: bool = False) -> None:
+        self._emit(logging.ERROR, kind, message, args, exc_info)
+
+    def _emit(
+        self, level: int, kind: str, message: str, args: tuple[Any, ...], exc_info: bool
+    ) -> None:
         now = self._clock()
         last, skipped = self._last.get(kind, (-math.inf, 0))
         if now - last < self._every_s:
@@ -37,4 +45,4 @@ class Throttle:
             return
         self._last[kind] = (now, 0)
         more = f" ({skipped} more since the last report)" if skipped else ""
-        self._log.warning(message + more, *args, exc_info=exc_info)
+        self._log.log(level, message + more, *args, exc_info=exc_info)

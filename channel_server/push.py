@@ -81,10 +81,10 @@ class PushDelivery:
         self._probing: set[MemberKey] = set()
         """Members being pinged (a ping task on the pool)."""
         self._acking = threading.local()
+        """``key``: the member whose ack this thread is applying (see :meth:`acking`)."""
         self._unexpected = Throttle(log)
         """Unexpected push failures (a store that lost a cold event's row fails every
         retry of that member's push): one traceback per 10 s, not one per retry."""
-        """``key``: the member whose ack this thread is applying (see :meth:`acking`)."""
 
     # -- called under the channel lock ---------------------------------------------------
     def changed(self) -> None:
@@ -192,7 +192,7 @@ class PushDelivery:
         try:
             delay = self._push_once(key)
         except Exception:
-            self._unexpected.warning(
+            self._unexpected.error(
                 "push",
                 "%s: pushing to %s failed unexpectedly",
                 self._state.name,

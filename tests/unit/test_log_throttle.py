@@ -49,12 +49,14 @@ def test_kinds_are_throttled_apart(caplog: pytest.LogCaptureFixture) -> None:
     assert messages(caplog) == ["a frame", "an accept"]
 
 
-def test_the_traceback_goes_along_when_asked(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_error_with_its_traceback_when_asked(caplog: pytest.LogCaptureFixture) -> None:
     throttle = Throttle(logging.getLogger(LOGGER), clock=Clock())
     with caplog.at_level(logging.WARNING, LOGGER):
         try:
             raise RuntimeError("row 7 is gone")
         except RuntimeError:
-            throttle.warning("push", "pushing failed", exc_info=True)
+            throttle.error("push", "pushing failed", exc_info=True)
+            throttle.error("push", "pushing failed", exc_info=True)
     (record,) = [r for r in caplog.records if r.name == LOGGER]
+    assert record.levelno == logging.ERROR
     assert record.exc_info is not None and "row 7 is gone" in str(record.exc_info[1])
