@@ -9,10 +9,13 @@ records live there; they are importable from here too).
 
 Deferred writes: ``ack``, ``delete`` and ``trim_delivered`` may be written a moment later
 (the SQLite store batches them in the background). Losing them in a crash is safe: the
-events come back and are delivered again, and the subscribers' processed-ID windows
-acknowledge them without calling the handler. ``load``, ``reinsert`` and ``close`` apply
-whatever is deferred first, and ``count`` leaves out the deletes still deferred, so a
-reader never sees them missing.
+events come back to the member owning their partition, whose processed-ID window
+acknowledges them without calling the handler. So no ownership change may be written
+ahead of them: a partition moves once its owner has acknowledged what it held, and if
+that move outlived the acks, the events would come back to the new owner, which would
+process them again. ``save_owners``, ``remove_member``, ``remove_group``, ``load``,
+``reinsert`` and ``close`` apply whatever is deferred first, and ``count`` leaves out the
+deletes still deferred, so a reader never sees them missing.
 """
 
 from __future__ import annotations
@@ -98,7 +101,8 @@ class Store(ABC):
     def save_owners(
         self, channel: str, group: str, changes: dict[PartitionKey, str | None]
     ) -> None:
-        """Record partition ownership changes (None: the partition has no owner now)."""
+        """Record partition ownership changes (None: the partition has no owner now), after
+        whatever is deferred (see the module docstring)."""
 
     @abstractmethod
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:

@@ -149,6 +149,7 @@ class PgWrites:
             )  # fmt: skip
 
     def remove_member(self, channel: str, group: str, member_id: str) -> None:
+        self._write_deferred()  # its last acks first: its partitions go to others now
         with self._tx(channel) as (cur, cid):
             cur.execute(
                 "DELETE FROM members WHERE channel = %s AND grp = %s AND member_id = %s",
@@ -158,6 +159,7 @@ class PgWrites:
     def save_owners(
         self, channel: str, group: str, changes: dict[PartitionKey, str | None]
     ) -> None:
+        self._write_deferred()  # the acks that let a partition move go first (see Store)
         with self._tx(channel) as (cur, cid):
             gone = [(cid, group, pub, encode_part(p)) for (pub, p), o in changes.items() if not o]
             owned = [(cid, group, pub, encode_part(p), o) for (pub, p), o in changes.items() if o]

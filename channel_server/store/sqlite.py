@@ -245,6 +245,7 @@ class SQLiteStore(Store):
             )
 
     def remove_member(self, channel: str, group: str, member_id: str) -> None:
+        self._write_deferred()  # its last acks first: its partitions go to others now
         with self._tx() as db:
             db.execute(
                 "DELETE FROM members WHERE channel = ? AND grp = ? AND member_id = ?",
@@ -292,6 +293,7 @@ class SQLiteStore(Store):
     def save_owners(
         self, channel: str, group: str, changes: dict[PartitionKey, str | None]
     ) -> None:
+        self._write_deferred()  # the acks that let a partition move go first (see Store)
         gone = [(channel, group, *key) for key, owner in changes.items() if owner is None]
         owned = [(channel, group, *key, owner) for key, owner in changes.items() if owner]
         with self._tx() as db:

@@ -259,3 +259,43 @@ def test_runs_cover_exactly_the_offsets_in_order(offsets: set[int]) -> None:
     covered = [o for first, last in runs for o in range(first, last + 1)]
     assert covered == sorted(offsets)
     assert all(b[0] > a[1] + 1 for a, b in itertools.pairwise(runs))  # maximal runs
+
+
+CRASH_AFTER_MOVE = """
+import os, sys
+from channel_server.events import Event
+from channel_server.store.base import ChannelRecord
+from channel_server.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+store.save_channel(ChannelRecord("c", "queue"))
+store.save_group("c", "g", 0)
+store.append("c", [Event("a", "pub", 0, 1.0, "x", 0)], 1, 7.0)
+store.save_owners("c", "g", {("pub", 0): "s3"})
+store.ack("c", "g", [0])  # s3 processed "a": its ack is deferred ...
+if sys.argv[2] == "move":
+    store.save_owners("c", "g", {("pub", 0): "s2"})  # ... and the partition moves to s2
+else:
+    store.remove_member("c", "g", "s3")  # ... and s3 unsubscribes
+os._exit(0)  # a crash: no close, no background write
+"""
+
+
+@pytest.mark.parametrize("then", ["move", "leave"])
+def test_a_partition_never_leaves_its_owner_on_disk_ahead_of_the_owners_acks(
+    tmp_path: Path, then: str
+) -> None:
+    """Chaos seed 326701: s2 joined, s3 acknowledged a partition's events, the partition
+    moved to s2, and the broker was killed before the deferred ack was written. After the
+    restart the events came back to s2, the owner on disk, which processed them again.
+    The same holds for an owner that unsubscribes after its last ack (``leave``): a
+    restored partition whose owner is gone goes to another member."""
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-c", CRASH_AFTER_MOVE, str(data), then], check=True)
+    store = SQLiteStore(data)
+    try:
+        snap = store.load("c")
+        if then == "move":
+            assert snap.owners == {"g": {("pub", 0): "s2"}}
+        assert snap.acks.get("g") == {0}  # done: not pending for another member
+    finally:
+        store.close()
