@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -334,3 +336,48 @@ def test_events_read_back_share_their_publisher_id_and_string_partition(store: S
     events = store.load("c").events
     assert len({id(e.publisher_id) for e in events}) == 1  # one string, not one per event
     assert len({id(e.partition) for e in events}) == 1
+
+
+CRASH_AFTER_MOVE = """
+import os, sys
+from channel_server.events import Event
+from channel_server.store.base import ChannelRecord
+from channel_server.store.postgres import PostgresStore
+from channel_server.store.sqlite import SQLiteStore
+kind, where, then = sys.argv[1:]
+store = SQLiteStore(where) if kind == "sqlite" else PostgresStore(where, "broker-1")
+store.save_channel(ChannelRecord("c", "queue"))
+store.save_group("c", "g", 0)
+store.append("c", [Event("a", "pub", 0, 1.0, "x", 0)], 1, 7.0)
+store.save_owners("c", "g", {("pub", 0): "s3"})
+store.ack("c", "g", [0])  # s3 processed "a": its ack is deferred ...
+if then == "move":
+    store.save_owners("c", "g", {("pub", 0): "s2"})  # ... and the partition moves to s2
+else:
+    store.remove_member("c", "g", "s3")  # ... or s3 unsubscribes
+os._exit(0)  # a crash: no close, no background write
+"""
+
+
+@pytest.mark.parametrize("then", ["move", "leave"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_partition_never_leaves_its_owner_on_disk_ahead_of_the_owners_acks(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str, then: str
+) -> None:
+    """Chaos seed 326701: s2 joined, s3 acknowledged a partition's events, the partition
+    moved to s2, and the broker was killed before the deferred ack was written. After the
+    restart the events came back to s2, the owner on disk, which processed them again.
+    The same holds for an owner that unsubscribes after its last ack (``leave``): a
+    restored partition whose owner is gone goes to another member."""
+    where = str(tmp_path / "data") if kind == "sqlite" else request.getfixturevalue("pg_dsn")
+    subprocess.run([sys.executable, "-c", CRASH_AFTER_MOVE, kind, where, then], check=True)
+    store = SQLiteStore(Path(where)) if kind == "sqlite" else PostgresStore(where, "broker-1")
+    try:
+        if isinstance(store, PostgresStore):
+            assert store.acquire("c", LEASE_S) is not None
+        snap = store.load("c")
+        if then == "move":
+            assert snap.owners == {"g": {("pub", 0): "s2"}}
+        assert snap.acks.get("g") == {0}  # done: not pending for another member
+    finally:
+        store.close()
