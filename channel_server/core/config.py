@@ -212,7 +212,7 @@ class ChannelConfig:
     busy, adds no latency. Measured against the 2 ms linger for members pushed within the
     last 5 ms that it replaced: one-event publishes 1.24x (median of 5 pairs), the default
     workload 1.11x, p99 at 1,000 events/s offered in batches of 10 unchanged; 1,000
-    one-event publishes a second wait for it: p50 +1.7 ms, broker CPU -20 to -29 %."""
+    one-event publishes a second wait for it: p50 +1.7 ms, broker CPU -19 to -29 %."""
     rate_window_s: float = setting(
         10.0,
         "--rate-window",
