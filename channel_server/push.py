@@ -3,7 +3,7 @@
 reply is sent: one thread hand-off less per push).
 
 :class:`PushDelivery` owns the links and the scheduling state (``_links``, ``_queued``,
-``_again``, ``_lingering``, ``_task``, ``_last_push``, ``_probing``), guarded by the
+``_again``, ``_lingering``, ``_task``, ``_pushed``, ``_probing``), guarded by the
 channel lock like the rest of the channel. A member has at most one push task at a time
 (on the pool, or deferred after an ack's reply); a wake-up that comes while it is queued
 or being pushed to marks it ``_again``, so nothing is missed and no two threads push to
@@ -71,11 +71,10 @@ class PushDelivery:
         lingering task whose member was woken by an ack is superseded by a new one, and
         ends without a look when its time comes."""
         self._numbers = itertools.count(1)
-        self._last_push: dict[MemberKey, float] = {}
-        """When each member was last sent a batch (the channel clock)."""
         self._arrivals = Arrivals()
-        self._count_at_push: dict[MemberKey, int] = {}
-        """The channel's publish count when each member was last sent a batch."""
+        self._pushed: dict[MemberKey, tuple[float, int]] = {}
+        """When each member was last sent a batch (the channel clock), and the channel's
+        publish count then (``Arrivals.count``)."""
         self._streamed: set[MemberKey] = set()
         """Members whose next short batch already waited ``stream_linger_s``."""
         self._probing: set[MemberKey] = set()
@@ -113,8 +112,7 @@ class PushDelivery:
         link = self._links.pop(key, None)
         if link is not None:
             self._pool.submit(link.close)
-        self._last_push.pop(key, None)
-        self._count_at_push.pop(key, None)
+        self._pushed.pop(key, None)
         self._streamed.discard(key)
         self._probing.discard(key)
 
@@ -244,8 +242,7 @@ class PushDelivery:
             batch = grp.take_batch(member_id, now)
             if batch is None:
                 return None
-            self._last_push[key] = now
-            self._count_at_push[key] = self._arrivals.count
+            self._pushed[key] = (now, self._arrivals.count)
         try:
             reply, elapsed = link.push(batch.to_wire())
             if isinstance(reply, dict) and reply.get("leaving") is True:
@@ -264,14 +261,12 @@ class PushDelivery:
         """How long the member's next batch waits to be fuller, if it would be short (the
         rules are in the module docstring); None: it goes now."""
         config = self._config
-        last = self._last_push.get(key, -math.inf)
+        last, count_at_push = self._pushed.get(key, (-math.inf, 0))
         wait: float | None = None
         if member.flights:
             if (left := last + config.dispatch_linger_s - now) > 0:
                 wait = Linger(left)
-        elif self._arrivals.worth_lingering(
-            config.stream_linger_s, self._count_at_push.get(key, 0)
-        ):
+        elif self._arrivals.worth_lingering(config.stream_linger_s, count_at_push):
             wait = None if key in self._streamed else config.stream_linger_s
         if wait is None or not grp.ready_short(key[1]):
             self._streamed.discard(key)

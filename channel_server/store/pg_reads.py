@@ -12,7 +12,7 @@ from channel_server.events import Event
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
 from channel_server.store.pg_schema import decode_part
 from channel_server.store.pg_writes import loaded_event
-from channel_server.store.sqlite_reads import PAGE_ROWS
+from channel_server.store.rows import PAGE_ROWS
 
 
 def read_snapshot(

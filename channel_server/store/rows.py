@@ -20,6 +20,10 @@ from channel_server.payloads import payload_size
 GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 """(table, group column) of every table with rows per group, the same in both stores:
 what removing a group deletes."""
+PAGE_ROWS = 10_000
+"""Events rows a ``load`` reads at a time (a SQLite query, a PostgreSQL cursor's fetch):
+SQLite's lock is let go between pages, and a page's payloads are all a restart holds at
+once beyond the payload budget."""
 
 
 def pack(payload: Any) -> Any:

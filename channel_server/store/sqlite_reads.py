@@ -10,16 +10,11 @@ from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.core.spill import cold_past
 from channel_server.events import Event
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
-from channel_server.store.rows import event_from_row, loaded, unpack
+from channel_server.store.rows import PAGE_ROWS, event_from_row, loaded, unpack
 from channel_server.store.sqlite_sql import EVENT_COLUMNS, OFFSET_BITS, OFFSET_MASK, json_list
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]
 """The store's ``_query``: one statement under its lock, every row."""
-
-
-PAGE_ROWS = 10_000
-"""Events rows read per query by ``load``: the store's lock is let go between pages, and
-a page's payloads are all a restart holds at once beyond the payload budget."""
 
 
 def read_snapshot(
