@@ -77,9 +77,11 @@ class EventChannel:
         kind: ChannelKind = ChannelKind.QUEUE,
         clock: Callable[[], float] = time.time,
         id_scope: IdScope = IdScope.PUBLISHER,
+        cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
         """``access``: who may do what (default: a judge for in-process callers only);
-        ``id_scope``: where event ids must be unique (fixed when the channel is created)."""
+        ``id_scope``: where event ids must be unique (fixed when the channel is created);
+        ``cpu_clock``: this process's CPU seconds (whether the broker is busy)."""
         self._name = name
         self.config = config
         self._access = access or Access(secrets.token_urlsafe())
@@ -89,7 +91,7 @@ class EventChannel:
         self._state = state = ChannelState(name, config, core, clock)
         backup = ChannelBackup(state, store)
         outcomes = Outcomes(state, backup)
-        push = PushDelivery(state, pool, outcomes)
+        push = PushDelivery(state, pool, outcomes, cpu_clock)
         liveness = Liveness(state, push)
         self._members = members = Membership(state, self._access, backup, push, liveness)
         self._publishing = Publishing(state, backup, push)

@@ -15,7 +15,11 @@ after its last push (Nagle's rule); for a member holding nothing it goes at once
 publishes stream in fast enough that waiting ``stream_linger_s`` is expected to make it
 half again as full (:mod:`~channel_server.core.arrivals`): then it waits that long, once.
 So a channel that is not busy, or that is published to in bursts, adds no latency, and a
-stream of small publishes is sent in fuller pushes (fewer RPCs and acks).
+stream of small publishes is sent in fuller pushes (fewer RPCs and acks). On a broker busy
+on its CPU (``busy_cpu``, :mod:`~channel_server.core.load`), a batch at most a third full
+may instead wait as long as it is expected to take to fill, at most ``busy_linger_s``,
+once: the CPU a push and its ack cost is then what limits the broker, and a saturated
+broker's queues already cost more latency than the wait.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import itertools
 import logging
 import math
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,6 +41,7 @@ from channel_server.core import rebalance
 from channel_server.core.arrivals import Arrivals
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
+from channel_server.core.load import CpuLoad
 from channel_server.core.member import Batch, Member
 from channel_server.dispatch import DispatchPool, MemberLink, wire_fault
 from channel_server.log_throttle import Throttle
@@ -53,7 +59,14 @@ class Linger(float):
 class PushDelivery:
     """Pushes a channel's events to its push members, on the broker's dispatch pool."""
 
-    def __init__(self, state: ChannelState, pool: DispatchPool, outcomes: Outcomes) -> None:
+    def __init__(
+        self,
+        state: ChannelState,
+        pool: DispatchPool,
+        outcomes: Outcomes,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        """``cpu_clock``: this process's CPU seconds (how busy the broker is)."""
         self._state = state
         self._pool = pool
         self._outcomes = outcomes
@@ -72,6 +85,8 @@ class PushDelivery:
         ends without a look when its time comes."""
         self._numbers = itertools.count(1)
         self._arrivals = Arrivals()
+        self._load = CpuLoad()
+        self._cpu = cpu_clock
         self._pushed: dict[MemberKey, tuple[float, int]] = {}
         """When each member was last sent a batch (the channel clock), and the channel's
         publish count then (``Arrivals.count``)."""
@@ -95,6 +110,15 @@ class PushDelivery:
     def published(self, now: float) -> None:
         """A publish queued events (before :meth:`changed` wakes the members)."""
         self._arrivals.publish(now)
+        busy = self._load.busy(self._config.busy_cpu)
+        self._load.observe(now, self._cpu)
+        if self._load.busy(self._config.busy_cpu) != busy:
+            log.info(
+                "%s: the broker used %.0f %% of a core over the last second: short pushes %s",
+                self._state.name,
+                100 * self._load.share,
+                "wait to fill" if not busy else "go at once again",
+            )
 
     def member_joined(self, key: MemberKey, callback: str, secret: str) -> None:
         """A push member joined or resumed: (re)open its link, then look for work."""
@@ -260,19 +284,32 @@ class PushDelivery:
     def _wait(self, key: MemberKey, grp: ConsumerGroup, member: Member, now: float) -> float | None:
         """How long the member's next batch waits to be fuller, if it would be short (the
         rules are in the module docstring); None: it goes now."""
-        config = self._config
         last, count_at_push = self._pushed.get(key, (-math.inf, 0))
-        wait: float | None = None
         if member.flights:
-            if (left := last + config.dispatch_linger_s - now) > 0:
-                wait = Linger(left)
-        elif self._arrivals.worth_lingering(config.stream_linger_s, count_at_push):
-            wait = None if key in self._streamed else config.stream_linger_s
-        if wait is None or not grp.ready_short(key[1]):
-            self._streamed.discard(key)
-            return None
-        if not isinstance(wait, Linger):
-            self._streamed.add(key)
+            left = last + self._config.dispatch_linger_s - now
+            if left > 0 and grp.shortfall(key[1]) is not None:
+                return Linger(left)
+        elif key not in self._streamed and (wait := self._linger(grp, key[1], count_at_push)):
+            self._streamed.add(key)  # once: the batch goes when the wait is over
+            return wait
+        self._streamed.discard(key)
+        return None
+
+    def _linger(self, grp: ConsumerGroup, member_id: str, count_at_push: int) -> float:
+        """How long a short batch for a member holding nothing waits (0: none): the stream
+        linger while publishes stream in; on a busy broker, while it should fill."""
+        config = self._config
+        streaming = self._arrivals.worth_lingering(config.stream_linger_s, count_at_push)
+        busy = self._load.busy(config.busy_cpu)
+        if not (streaming or busy) or (short := grp.shortfall(member_id)) is None:
+            return 0.0
+        wait = config.stream_linger_s if streaming else 0.0
+        if busy:
+            ready, room = short
+            filling = self._arrivals.filling_linger(
+                ready, room, count_at_push, config.busy_linger_s
+            )
+            wait = max(wait, filling)
         return wait
 
     def _unpushable(self, batch: Batch, faults: dict[str, str]) -> None:

@@ -213,6 +213,28 @@ class ChannelConfig:
     last 5 ms that it replaced: one-event publishes 1.24x (median of 5 pairs), the default
     workload 1.11x, p99 at 1,000 events/s offered in batches of 10 unchanged; 1,000
     one-event publishes a second wait for it: p50 +1.7 ms, broker CPU -19 to -29 %."""
+    busy_cpu: float = setting(
+        0.75,
+        "--busy-cpu",
+        "non_negative_float",
+        "share of one core the broker process must have used over the last second for "
+        "short pushes to wait up to --busy-linger to fill (0: never)",
+    )
+    """When the broker is busy on its CPU (:mod:`~channel_server.core.load`): at this share
+    of a core (the GIL makes about one the most its Python code gets), the fixed cost of
+    each push and its ack is what limits it, and fuller pushes deliver more."""
+    busy_linger_s: float = setting(
+        0.1,
+        "--busy-linger",
+        "non_negative_float",
+        "most seconds a batch at most a third of a subscriber's free prefetch, for a "
+        "subscriber holding nothing, waits to fill while the broker is busy (see --busy-cpu;"
+        " 0: no wait)",
+    )
+    """On a busy broker, a member's short push waits as long as its events are expected to
+    take to fill it, at most this long, once (:meth:`~channel_server.core.arrivals.Arrivals
+    .filling_linger`). It adds up to this much latency while the broker is saturated, and
+    none when it is not."""
     rate_window_s: float = setting(
         10.0,
         "--rate-window",

@@ -106,18 +106,19 @@ class ConsumerGroup:
             return False
         return member.room > 0 or member.owed > 0
 
-    def ready_short(self, member_id: str) -> bool:
-        """Whether the member could be sent a batch now, but not a full one (less ready
-        than its room): the case where lingering a moment fills the batch."""
+    def shortfall(self, member_id: str) -> tuple[int, int] | None:
+        """``(ready, room)`` when the member could be sent a batch now, but not a full one
+        (fewer events ready than its room): the case where lingering a moment fills the
+        batch. None otherwise."""
         member = self.members.get(member_id)
         if member is None or not member.active or not member.ready:
-            return False
+            return None
         budget, ready = member.room, 0
         for key in member.ready:
             ready += len(self.partitions[key].pending)
             if ready >= budget:
-                return False
-        return True
+                return None
+        return ready, budget
 
     def ready_members(self) -> set[str]:
         return {m.member_id for m in self.members.values() if self.has_ready(m.member_id)}

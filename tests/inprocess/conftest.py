@@ -66,10 +66,13 @@ def make_channel(pool: DispatchPool) -> Iterator[ChannelFactory]:
         kind: ChannelKind = ChannelKind.QUEUE,
         clock: Callable[[], float] | None = None,
         store: Store | None = None,
+        cpu_clock: Callable[[], float] | None = None,
         **overrides: Any,
     ) -> EventChannel:
         config = dataclasses.replace(ChannelConfig(), **overrides)
-        extra = {} if clock is None else {"clock": clock}
+        extra: dict[str, Any] = {} if clock is None else {"clock": clock}
+        if cpu_clock is not None:
+            extra["cpu_clock"] = cpu_clock
         channel = EventChannel(name, config, store or MemoryStore(), pool, kind=kind, **extra)
         made.append(channel)
         return channel

@@ -68,3 +68,28 @@ def test_no_linger_when_it_is_off() -> None:
     assert arrivals.gap_s == 0.0
     assert not arrivals.worth_lingering(0.0, count_at_push=arrivals.count)
     assert arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count)
+
+
+def test_a_member_pushed_seldom_on_a_busy_broker_waits_until_its_push_should_fill() -> None:
+    """64 members, 256 partitions: 26 of a room of 100 came over 26 publishes 5 ms apart;
+    filling the rest takes about 370 ms, so the wait is the bound."""
+    arrivals = publishes(*(i * 0.005 for i in range(100)))
+    count_at_push = arrivals.count - 26
+    assert arrivals.filling_linger(26, 100, count_at_push, most_s=0.1) == 0.1
+    expected = 26 * 0.005 * (100 / 26 - 1)
+    assert math.isclose(arrivals.filling_linger(26, 100, count_at_push, most_s=1.0), expected)
+
+
+def test_a_push_more_than_a_third_full_does_not_wait_to_fill() -> None:
+    arrivals = publishes(*(i * 0.005 for i in range(100)))
+    count_at_push = arrivals.count - 10
+    assert arrivals.filling_linger(33, 100, count_at_push, most_s=1.0) > 0
+    assert arrivals.filling_linger(34, 100, count_at_push, most_s=1.0) == 0.0
+
+
+def test_no_filling_wait_without_a_stream_or_a_bound() -> None:
+    assert publishes(5.0).filling_linger(1, 100, 0, most_s=0.1) == 0.0  # no gap known
+    arrivals = publishes(*(i * 0.005 for i in range(100)))
+    assert arrivals.filling_linger(1, 100, arrivals.count - 1, most_s=0.0) == 0.0
+    # a bound too short to span half the publishes that brought what is ready
+    assert arrivals.filling_linger(20, 100, arrivals.count - 20, most_s=0.04) == 0.0

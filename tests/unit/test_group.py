@@ -636,22 +636,22 @@ def test_a_sweep_reads_only_changed_partitions_and_those_due() -> None:
     assert len(d.g.sweep_idle(now=130.0, idle_s=30.0)) == 1000
 
 
-def test_ready_short_means_a_batch_could_go_but_not_a_full_one() -> None:
+def test_a_shortfall_means_a_batch_could_go_but_not_a_full_one() -> None:
     d = Driver()
     d.join("a", prefetch=4)
-    assert not d.g.ready_short("a")  # nothing ready
+    assert d.g.shortfall("a") is None  # nothing ready
     d.g.enqueue([make_event(i) for i in range(2)])
-    assert d.g.ready_short("a")  # 2 ready, room for 4: worth lingering
+    assert d.g.shortfall("a") == (2, 4)  # 2 ready, room for 4: worth lingering
     d.g.enqueue([make_event(i) for i in range(2, 4)])
-    assert not d.g.ready_short("a")  # a full batch is ready
+    assert d.g.shortfall("a") is None  # a full batch is ready
     batch = d.take("a")
     d.g.enqueue([make_event(4)])
-    assert not d.g.ready_short("a")  # its only partition is in flight: not ready
+    assert d.g.shortfall("a") is None  # its only partition is in flight: not ready
     d.ack(batch)
-    assert d.g.ready_short("a")
+    assert d.g.shortfall("a") == (1, 4)
     d.g.deactivate("a", "test")
-    assert not d.g.ready_short("a")
-    assert not d.g.ready_short("nobody")
+    assert d.g.shortfall("a") is None
+    assert d.g.shortfall("nobody") is None
 
 
 def test_touched_names_members_that_may_have_work() -> None:
