@@ -289,23 +289,15 @@ class PushDelivery:
             left = last + self._config.dispatch_linger_s - now
             if left > 0 and grp.shortfall(key[1]) is not None:
                 return Linger(left)
-        elif key not in self._streamed and (
-            wait := self._linger(grp, key[1], now - last, count_at_push)
-        ):
+        elif key not in self._streamed and (wait := self._linger(grp, key[1], count_at_push)):
             self._streamed.add(key)  # once: the batch goes when the wait is over
             return wait
         self._streamed.discard(key)
         return None
 
-    def _linger(
-        self, grp: ConsumerGroup, member_id: str, since_push: float, count_at_push: int
-    ) -> float:
+    def _linger(self, grp: ConsumerGroup, member_id: str, count_at_push: int) -> float:
         """How long a short batch for a member holding nothing waits (0: none): the stream
-        linger while publishes stream in; on a busy broker, while it should fill, but no
-        longer than ``since_push``, the time since the member's last push (when its ack
-        brings the member here, the round trip of that push). So the wait at most doubles
-        what the member's events wait anyway: long on a saturated broker, whose acks come
-        late, and short on one that keeps up, whose acks come in milliseconds."""
+        linger while publishes stream in; on a busy broker, while it should fill."""
         config = self._config
         streaming = self._arrivals.worth_lingering(config.stream_linger_s, count_at_push)
         busy = self._load.busy(config.busy_cpu)
@@ -314,8 +306,9 @@ class PushDelivery:
         wait = config.stream_linger_s if streaming else 0.0
         if busy:
             ready, room = short
-            bound = min(config.busy_linger_s, since_push)
-            filling = self._arrivals.filling_linger(ready, room, count_at_push, bound)
+            filling = self._arrivals.filling_linger(
+                ready, room, count_at_push, config.busy_linger_s
+            )
             wait = max(wait, filling)
         return wait
 
