@@ -1,5 +1,6 @@
-"""Warnings that may repeat many times a second (refused frames, a push that keeps failing)
-logged at most once per interval per kind, each saying how many were left out since."""
+"""Messages that may repeat many times a second (refused frames, a push that keeps failing,
+a broker going in and out of being busy) logged at most once per interval per kind, each
+saying how many were left out since."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ class Throttle:
         self._last: dict[str, tuple[float, int]] = {}
         """Per kind: when it was last logged, and how many were left out since. The kinds
         are a fixed few per caller (never built from what a caller sends)."""
+
+    def info(self, kind: str, message: str, *args: Any) -> None:
+        self._emit(logging.INFO, kind, message, args, False)
 
     def warning(self, kind: str, message: str, *args: Any, exc_info: bool = False) -> None:
         self._emit(logging.WARNING, kind, message, args, exc_info)

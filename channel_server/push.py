@@ -48,6 +48,8 @@ from channel_server.log_throttle import Throttle
 from channel_server.outcomes import Outcomes
 
 log = logging.getLogger("channel_server.channel")
+BUSY_LOG_EVERY_S = 60.0
+"""The broker going busy (or quiet again) is logged at most once a minute each way."""
 LEAVING_PAUSE_S = 1.0
 """No push to a member that said it is leaving for this long (it unsubscribes soon)."""
 
@@ -96,6 +98,8 @@ class PushDelivery:
         """Members being pinged (a ping task on the pool)."""
         self._acking = threading.local()
         """``key``: the member whose ack this thread is applying (see :meth:`acking`)."""
+        self._busy_log = Throttle(log, BUSY_LOG_EVERY_S)
+        """The broker going busy, or quiet again (around the threshold, every second)."""
         self._unexpected = Throttle(log)
         """Unexpected push failures (a store that lost a cold event's row fails every
         retry of that member's push): one traceback per 10 s, not one per retry."""
@@ -113,11 +117,12 @@ class PushDelivery:
         busy = self._load.busy(self._config.busy_cpu)
         self._load.observe(now, self._cpu)
         if self._load.busy(self._config.busy_cpu) != busy:
-            log.info(
+            self._busy_log.info(
+                "quiet" if busy else "busy",
                 "%s: the broker used %.0f %% of a core over the last second: short pushes %s",
                 self._state.name,
                 100 * self._load.share,
-                "wait to fill" if not busy else "go at once again",
+                "go at once again" if busy else "wait to fill",
             )
 
     def member_joined(self, key: MemberKey, callback: str, secret: str) -> None:

@@ -214,7 +214,7 @@ class ChannelConfig:
     workload 1.11x, p99 at 1,000 events/s offered in batches of 10 unchanged; 1,000
     one-event publishes a second wait for it: p50 +1.7 ms, broker CPU -19 to -29 %."""
     busy_cpu: float = setting(
-        0.75,
+        0.8,
         "--busy-cpu",
         "non_negative_float",
         "share of one core the broker process must have used over the last second for "

@@ -4,6 +4,7 @@ holding events is pinged; a failure inside a push task does not wedge its member
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import Pyro5.api
@@ -257,7 +258,10 @@ def test_a_publish_after_a_pause_goes_to_a_member_holding_nothing_at_once(
 
 
 def test_on_a_busy_broker_a_short_push_waits_to_fill(
-    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
+    make_channel: ChannelFactory,
+    daemon: Pyro5.server.Daemon,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The broker's CPU clock runs as fast as the channel's (a busy broker): e1, short and
     for a member holding nothing, waits the busy linger (no stream linger here), and e2
@@ -276,7 +280,9 @@ def test_on_a_busy_broker_a_short_push_waits_to_fill(
     ack_all(channel, "s1", fake)
     clock.advance(1.0)
     cpu.advance(1.0)  # a second of one core: busy from the next publish on
-    channel.publish([event("e1", partition=1)])
+    with caplog.at_level(logging.INFO, "channel_server.channel"):
+        channel.publish([event("e1", partition=1)])
+    assert "used 100 % of a core over the last second: short pushes wait to fill" in caplog.text
     streamed = channel._publishing._push._streamed  # the push side's record (white box)
     wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting to fill")
     channel.publish([event("e2", partition=2)])

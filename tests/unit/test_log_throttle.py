@@ -60,3 +60,16 @@ def test_an_error_with_its_traceback_when_asked(caplog: pytest.LogCaptureFixture
     (record,) = [r for r in caplog.records if r.name == LOGGER]
     assert record.levelno == logging.ERROR
     assert record.exc_info is not None and "row 7 is gone" in str(record.exc_info[1])
+
+
+def test_info_is_throttled_the_same_way_at_its_own_level(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    throttle = Throttle(logging.getLogger(LOGGER), every_s=60.0, clock=clock)
+    with caplog.at_level(logging.INFO, LOGGER):
+        for _ in range(3):  # a broker going busy every second or so
+            throttle.info("busy", "busy now")
+            clock.now += 1.0
+    assert messages(caplog) == ["busy now"]
+    assert {r.levelno for r in caplog.records if r.name == LOGGER} == {logging.INFO}
