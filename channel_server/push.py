@@ -312,7 +312,7 @@ class PushDelivery:
         if busy:
             ready, room = short
             filling = self._arrivals.filling_linger(
-                ready, room, count_at_push, config.busy_linger_s
+                ready, room, count_at_push, config.busy_linger_s, self._state.now()
             )
             wait = max(wait, filling)
         return wait

@@ -23,6 +23,9 @@ so a paced publisher catching up on a late tick (two publishes back to back amon
 publishes 10 ms apart) does not look like a stream."""
 LINGER_GAIN = 0.5
 """A linger is worth it when it is expected to make a push at least half again as full."""
+QUIET_GAPS = 4
+"""Publishes have stopped (for a filling wait) once none came for this many average gaps:
+the events a wait expects will not come."""
 FILL_SHORT = 3
 """A busy broker's push waits to fill only when it is at most 1/FILL_SHORT full: fuller
 pushes already spread the cost of a push thin, and a member kept waiting for more events
@@ -60,13 +63,16 @@ class Arrivals:
         publishes = max(1, self.count - count_at_push)
         return linger_s > 0 and linger_s >= LINGER_GAIN * publishes * self.gap_s
 
-    def filling_linger(self, ready: int, room: int, count_at_push: int, most_s: float) -> float:
+    def filling_linger(
+        self, ready: int, room: int, count_at_push: int, most_s: float, now: float
+    ) -> float:
         """How long a member's short push (``ready`` events of the ``room`` it has) is
         expected to take to fill at the rate the member's events came since its last
         push, at most ``most_s``; 0 when the push is more than a third full
-        (FILL_SHORT), or when the wait is not expected to make it LINGER_GAIN fuller
-        (:meth:`worth_lingering`)."""
-        if ready * FILL_SHORT > room:
+        (FILL_SHORT), when publishes have stopped (QUIET_GAPS: a backlog draining, a retry
+        after the last publish), or when the wait is not expected to make it LINGER_GAIN
+        fuller (:meth:`worth_lingering`)."""
+        if ready * FILL_SHORT > room or now - self._last > QUIET_GAPS * self.gap_s:
             return 0.0
         publishes = max(1, self.count - count_at_push)
         to_fill = publishes * self.gap_s * (room / max(1, ready) - 1)

@@ -70,26 +70,39 @@ def test_no_linger_when_it_is_off() -> None:
     assert arrivals.worth_lingering(LINGER_S, count_at_push=arrivals.count)
 
 
+LAST = 99 * 0.005
+"""The last of the publishes 5 ms apart below."""
+
+
 def test_a_member_pushed_seldom_on_a_busy_broker_waits_until_its_push_should_fill() -> None:
     """64 members, 256 partitions: 26 of a room of 100 came over 26 publishes 5 ms apart;
     filling the rest takes about 370 ms, so the wait is the bound."""
     arrivals = publishes(*(i * 0.005 for i in range(100)))
     count_at_push = arrivals.count - 26
-    assert arrivals.filling_linger(26, 100, count_at_push, most_s=0.1) == 0.1
+    assert arrivals.filling_linger(26, 100, count_at_push, most_s=0.1, now=LAST) == 0.1
     expected = 26 * 0.005 * (100 / 26 - 1)
-    assert math.isclose(arrivals.filling_linger(26, 100, count_at_push, most_s=1.0), expected)
+    waited = arrivals.filling_linger(26, 100, count_at_push, most_s=1.0, now=LAST)
+    assert math.isclose(waited, expected)
 
 
 def test_a_push_more_than_a_third_full_does_not_wait_to_fill() -> None:
     arrivals = publishes(*(i * 0.005 for i in range(100)))
     count_at_push = arrivals.count - 10
-    assert arrivals.filling_linger(33, 100, count_at_push, most_s=1.0) > 0
-    assert arrivals.filling_linger(34, 100, count_at_push, most_s=1.0) == 0.0
+    assert arrivals.filling_linger(33, 100, count_at_push, most_s=1.0, now=LAST) > 0
+    assert arrivals.filling_linger(34, 100, count_at_push, most_s=1.0, now=LAST) == 0.0
 
 
 def test_no_filling_wait_without_a_stream_or_a_bound() -> None:
-    assert publishes(5.0).filling_linger(1, 100, 0, most_s=0.1) == 0.0  # no gap known
+    assert publishes(5.0).filling_linger(1, 100, 0, most_s=0.1, now=5.0) == 0.0  # no gap known
     arrivals = publishes(*(i * 0.005 for i in range(100)))
-    assert arrivals.filling_linger(1, 100, arrivals.count - 1, most_s=0.0) == 0.0
+    assert arrivals.filling_linger(1, 100, arrivals.count - 1, most_s=0.0, now=LAST) == 0.0
     # a bound too short to span half the publishes that brought what is ready
-    assert arrivals.filling_linger(20, 100, arrivals.count - 20, most_s=0.04) == 0.0
+    assert arrivals.filling_linger(20, 100, arrivals.count - 20, most_s=0.04, now=LAST) == 0.0
+
+
+def test_no_filling_wait_once_publishes_have_stopped() -> None:
+    """A backlog draining after the last publish: the events a wait expects won't come."""
+    arrivals = publishes(*(i * 0.005 for i in range(100)))
+    count_at_push = arrivals.count - 26
+    assert arrivals.filling_linger(26, 100, count_at_push, 0.1, now=LAST + 0.019) == 0.1
+    assert arrivals.filling_linger(26, 100, count_at_push, 0.1, now=LAST + 0.021) == 0.0
