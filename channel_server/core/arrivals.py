@@ -68,13 +68,19 @@ class Arrivals:
     ) -> float:
         """How long a member's short push (``ready`` events of the ``room`` it has) is
         expected to take to fill at the rate the member's events came since its last
-        push, at most ``most_s``; 0 when the push is more than a third full
-        (FILL_SHORT), when publishes have stopped (QUIET_GAPS: a backlog draining, a retry
-        after the last publish), or when the wait is not expected to make it LINGER_GAIN
-        fuller (:meth:`worth_lingering`)."""
-        if ready * FILL_SHORT > room or now - self._last > QUIET_GAPS * self.gap_s:
+        push, at most ``most_s``. 0 when:
+
+        - no publish came since that push: what is ready was freed by acks (with 10,000
+          partitions, partitions whose elders were in flight), not streamed in;
+        - the push is more than a third full (FILL_SHORT);
+        - publishes have stopped (QUIET_GAPS): a backlog draining, a retry after the last
+          publish;
+        - the wait is not expected to make it LINGER_GAIN fuller (:meth:`worth_lingering`).
+        """
+        publishes = self.count - count_at_push
+        stopped = now - self._last > QUIET_GAPS * self.gap_s
+        if publishes < 1 or ready * FILL_SHORT > room or stopped:
             return 0.0
-        publishes = max(1, self.count - count_at_push)
         to_fill = publishes * self.gap_s * (room / max(1, ready) - 1)
         wait = min(most_s, to_fill)
         return wait if self.worth_lingering(wait, count_at_push) else 0.0

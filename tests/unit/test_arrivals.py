@@ -106,3 +106,11 @@ def test_no_filling_wait_once_publishes_have_stopped() -> None:
     count_at_push = arrivals.count - 26
     assert arrivals.filling_linger(26, 100, count_at_push, 0.1, now=LAST + 0.019) == 0.1
     assert arrivals.filling_linger(26, 100, count_at_push, 0.1, now=LAST + 0.021) == 0.0
+
+
+def test_no_filling_wait_for_events_no_publish_brought_since_the_last_push() -> None:
+    """Ready after an ack freed their partitions (their elders were in flight): no rate
+    of arrival says when more will come."""
+    arrivals = publishes(*(i * 0.005 for i in range(100)))
+    assert arrivals.filling_linger(3, 100, arrivals.count, 0.1, now=LAST) == 0.0
+    assert arrivals.filling_linger(3, 100, arrivals.count - 1, 0.1, now=LAST) > 0
