@@ -257,6 +257,23 @@ def test_a_publish_after_a_pause_goes_to_a_member_holding_nothing_at_once(
     wait_until(lambda: fake.ids() == ["e1"], what="e1 at once, not after the linger")
 
 
+def pushed_once(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock, **config: Any
+) -> tuple[EventChannel, FakeSubscriber, FakeClock]:
+    """A channel whose CPU clock the test drives (standing still), no stream linger, and
+    s1, pushed e0 and done with it a second ago. Returns the CPU clock too."""
+    cpu = FakeClock(0.0)
+    channel = make_channel(
+        clock=clock, cpu_clock=cpu, dispatch_linger_s=60.0, stream_linger_s=0.0, **config
+    )
+    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
+    channel.publish([event("e0", partition=0)])
+    wait_until(lambda: fake.ids() == ["e0"], what="the first event, at once")
+    ack_all(channel, "s1", fake)
+    clock.advance(1.0)
+    return channel, fake, cpu
+
+
 def test_on_a_busy_broker_a_short_push_waits_to_fill(
     make_channel: ChannelFactory,
     daemon: Pyro5.server.Daemon,
@@ -266,19 +283,7 @@ def test_on_a_busy_broker_a_short_push_waits_to_fill(
     """The broker's CPU clock runs as fast as the channel's (a busy broker): e1, short and
     for a member holding nothing, waits the busy linger (no stream linger here), and e2
     joins it in one push; without it e1 would go alone and e2 wait for e1's ack (60 s)."""
-    cpu = FakeClock(0.0)
-    channel = make_channel(
-        clock=clock,
-        cpu_clock=cpu,
-        dispatch_linger_s=60.0,
-        stream_linger_s=0.0,
-        busy_linger_s=0.5,
-    )
-    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
-    channel.publish([event("e0", partition=0)])
-    wait_until(lambda: fake.ids() == ["e0"], what="the first event, at once")
-    ack_all(channel, "s1", fake)
-    clock.advance(1.0)
+    channel, fake, cpu = pushed_once(make_channel, daemon, clock, busy_linger_s=0.5)
     cpu.advance(1.0)  # a second of one core: busy from the next publish on
     with caplog.at_level(logging.INFO, "channel_server.channel"):
         channel.publish([event("e1", partition=1)])
@@ -295,19 +300,7 @@ def test_on_a_broker_not_busy_a_short_push_goes_at_once(
 ) -> None:
     """The same publishes with the CPU clock standing still: e1 is not held back for the
     (60 s) busy linger."""
-    cpu = FakeClock(0.0)
-    channel = make_channel(
-        clock=clock,
-        cpu_clock=cpu,
-        dispatch_linger_s=60.0,
-        stream_linger_s=0.0,
-        busy_linger_s=60.0,
-    )
-    fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
-    channel.publish([event("e0", partition=0)])
-    wait_until(lambda: fake.ids() == ["e0"], what="the first event, at once")
-    ack_all(channel, "s1", fake)
-    clock.advance(1.0)
+    channel, fake, _ = pushed_once(make_channel, daemon, clock, busy_linger_s=60.0)
     channel.publish([event("e1", partition=1)])
     wait_until(lambda: fake.ids() == ["e1"], timeout_s=10.0, what="e1 at once")
 
