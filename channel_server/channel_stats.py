@@ -7,7 +7,9 @@ samples; the functions below are pure and read the core under the channel's lock
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from channel_server.channel_state import ChannelState
@@ -15,10 +17,16 @@ from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import Member
+from channel_server.core.queues import PartitionQueue
 from channel_server.store.base import Store
 
 MAX_RATE_SAMPLES = 1000
 """Samples a RateWindow keeps at most, whatever its span (older ones make room)."""
+STATS_PARTITIONS = 1000
+"""Partitions a group lists in ``stats`` at most: the busiest (most events pending and in
+flight); ``partitions_total`` and ``in_flight`` count them all. The whole list of 100,000
+partitions was 6.3 MB of msgpack and 33 ms to pack, in every ``stats`` reply (the live
+page asks every second)."""
 
 
 class RateWindow:
@@ -128,17 +136,32 @@ def group_stats(grp: ConsumerGroup, now: float) -> dict[str, Any]:
         "members": [
             member_stats(m, now) for m in sorted(grp.members.values(), key=lambda m: m.member_id)
         ],
-        "partitions": [
-            {
-                "publisher_id": pq.key[0],
-                "partition": pq.key[1],
-                "owner": pq.owner,
-                "pending": len(pq.pending),
-                "in_flight": len(pq.in_flight),
-            }
-            for pq in grp.partitions.values()
-        ],
+        "partitions_total": len(grp.partitions),
+        "in_flight": sum(len(pq.in_flight) for pq in grp.partitions.values()),
+        "partitions": [_partition_row(pq) for pq in _busiest(grp)],
     }
+
+
+def _partition_row(pq: PartitionQueue) -> dict[str, Any]:
+    return {
+        "publisher_id": pq.key[0],
+        "partition": pq.key[1],
+        "owner": pq.owner,
+        "pending": len(pq.pending),
+        "in_flight": len(pq.in_flight),
+    }
+
+
+def _busiest(grp: ConsumerGroup) -> Iterable[PartitionQueue]:
+    """Every partition of the group, or the STATS_PARTITIONS busiest when it has more."""
+    queues = grp.partitions.values()
+    if len(queues) <= STATS_PARTITIONS:
+        return queues
+    return heapq.nlargest(STATS_PARTITIONS, queues, key=_events_held)
+
+
+def _events_held(pq: PartitionQueue) -> int:
+    return len(pq.pending) + len(pq.in_flight)
 
 
 def member_stats(m: Member, now: float) -> dict[str, Any]:

@@ -66,6 +66,9 @@ def channel_renderables(broker: str, stats: dict[str, Any]) -> list[RenderableTy
         parts.append(_members_table(group["members"]))
         if group["partitions"]:
             parts.append(_partitions_table(group["partitions"]))
+        if (total := group.get("partitions_total", 0)) > len(group["partitions"]):
+            listed = len(group["partitions"])
+            parts.append(Text(f"  (the {listed} busiest of {total} partitions)"))
     return parts
 
 

@@ -107,8 +107,8 @@ def channel_families(snapshot: Iterable[dict[str, Any]]) -> list[Metric]:
             for key, family in per_group:
                 family.add_metric(labels, float(group[key]))
             _add_histogram(ack_latency, labels, group["ack_latency_s"])
-            in_flight.add_metric(labels, sum(p["in_flight"] for p in group["partitions"]))
-            partitions.add_metric(labels, len(group["partitions"]))
+            in_flight.add_metric(labels, group["in_flight"])
+            partitions.add_metric(labels, group["partitions_total"])
             active = sum(1 for m in group["members"] if m["active"])
             members.add_metric([*labels, "active"], active)
             members.add_metric([*labels, "inactive"], len(group["members"]) - active)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from channel_server.channel_stats import STATS_PARTITIONS
 from channel_server.credentials import read_token
 from tests.integration.conftest import publisher_for
 from tests.integration.procs import Cluster, free_port, wait_until
@@ -85,6 +86,28 @@ def test_the_page_follows_two_channels_live(cluster: Cluster, browser: Any, tmp_
     finally:
         context.close()
     assert (tmp_path / "monitor.png").stat().st_size > 0
+
+
+def test_a_group_of_many_partitions_says_it_lists_the_busiest(
+    cluster: Cluster, browser: Any
+) -> None:
+    """One more partition than ``stats`` lists: the page says how many there are."""
+    port = free_port()
+    cluster.broker("orders", extra=("--memory", "--http", f"127.0.0.1:{port}"))
+    cluster.subscriber("orders", "s1")
+    many = STATS_PARTITIONS + 1
+    with publisher_for(cluster, "orders", partitions=many) as pub:
+        assert pub.publish([pub.event(i) for i in range(many)])["accepted"] == many
+    token = read_token(cluster.tmp / "state")
+    context = browser.new_context(http_credentials={"username": "owner", "password": token})
+    page = context.new_page()
+    try:
+        page.goto(f"http://127.0.0.1:{port}/#orders")
+        heading = page.locator(".group h3").nth(1)
+        expected = f"partition owners (the {STATS_PARTITIONS} busiest of {many} partitions)"
+        _expect()(heading).to_have_text(expected, timeout=WAIT_MS)
+    finally:
+        context.close()
 
 
 def _expect() -> Any:

@@ -46,6 +46,8 @@ def group(backlog: int, members: list[dict[str, Any]], partitions: list[Any]) ->
         "dead_lettered": 1,
         "ack_latency_s": {"buckets": [[0.01, 5], ["+Inf", 6]], "count": 6, "sum": 0.5},
         "members": members,
+        "partitions_total": len(partitions),
+        "in_flight": sum(p["in_flight"] for p in partitions),
         "partitions": partitions,
     }
 

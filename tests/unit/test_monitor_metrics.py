@@ -123,3 +123,13 @@ def test_group_counters_histograms_and_restore_time_are_exposed() -> None:
     assert values["pubsub_channel_restore_seconds", orders] == 0.25
     s1 = (*group, ("member", "s1"))
     assert values["pubsub_member_offloads_total", s1] == 1
+
+
+def test_group_gauges_count_partitions_the_stats_do_not_list() -> None:
+    """A group of 100,000 partitions lists only its busiest: the gauges take its totals."""
+    channel = stats("orders")
+    channel["groups"]["default"] |= {"partitions_total": 100_000, "in_flight": 250}
+    values = scrape(channel)
+    group = (("channel", "orders"), ("group", "default"))
+    assert values["pubsub_group_partitions", group] == 100_000
+    assert values["pubsub_group_in_flight_events", group] == 250

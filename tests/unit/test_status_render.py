@@ -97,3 +97,12 @@ def test_a_channel_with_cold_events_says_how_many() -> None:
     stats = hostile_channel_stats() | {"queued_cold": 7, "read_back": 5}
     out = printed(lambda console: render_channel(console, "b1", stats))
     assert "0 dead letters; 7 queued without their payloads, 5 read back from the store" in out
+
+
+def test_a_group_listing_only_its_busiest_partitions_says_how_many_it_has() -> None:
+    everything = printed(lambda console: render_channel(console, "b1", hostile_channel_stats()))
+    assert "busiest" not in everything  # the only partition is listed
+    stats = hostile_channel_stats()
+    stats["groups"]["default"]["partitions_total"] = 100_000
+    out = printed(lambda console: render_channel(console, "b1", stats))
+    assert "(the 1 busiest of 100000 partitions)" in out

@@ -130,9 +130,15 @@ function renderGroup(name, group) {
     "div", "group",
     el("h3", "", `group ${name} · backlog ${group.backlog}`),
     table(MEMBER_COLUMNS.map(([h], i) => [h, i > 2]), members, "members"),
-    el("h3", "", "partition owners"),
+    el("h3", "", partitionsHeading(group)),
     table([["owner"], ["partitions", true], ["pending", true], ["in flight", true], ["which"]], ownerRows, "owners"),
   );
+}
+
+function partitionsHeading(group) {
+  const listed = group.partitions.length;
+  const total = group.partitions_total ?? listed;
+  return total > listed ? `partition owners (the ${listed} busiest of ${total} partitions)` : "partition owners";
 }
 
 async function renderDetail(name) {
