@@ -11,9 +11,10 @@ The tables get no grants: only the role that made them (the brokers') can read t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
+if TYPE_CHECKING:  # an optional extra: a broker without it must still start (on SQLite)
+    import psycopg
 
 SCHEMA_VERSION = "1"
 SCHEMA_LOCK = 0x43484E4C
