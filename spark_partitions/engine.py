@@ -21,6 +21,10 @@ from spark_partitions.formats import Format, data_files, is_local, local_path
 
 COUNT_CHUNK_BYTES = 1 << 20
 INSTALL_HINT = "pyspark is not installed: install the spark extra: pip install -e '.[spark]'"
+PYARROW_HINT = (
+    "pyarrow is not installed (the plan's blocks are Parquet): install the spark extra: "
+    "pip install -e '.[spark]'"
+)
 
 
 class Engine(StrEnum):
@@ -43,8 +47,9 @@ class Request:
 
 
 def run(request: Request) -> Outcome:
-    """Check the input exists, pick the engine, and plan."""
+    """Check the input exists and pyarrow is there, pick the engine, and plan."""
     _check_input(request.input_path)
+    require_pyarrow()
     engine = choose_engine(request)
     if engine is Engine.REFERENCE:
         from spark_partitions.reference import run_reference
@@ -73,6 +78,15 @@ def choose_engine(request: Request) -> Engine:
         print(f"note: {exc}; planning with the reference engine", file=sys.stderr)
         return Engine.REFERENCE
     return Engine.SPARK
+
+
+def require_pyarrow() -> None:
+    """Raise EngineUnavailable with the install hint when pyarrow cannot be imported: both
+    engines write the plan's blocks as Parquet (and read Parquet inputs) with it."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise EngineUnavailable(PYARROW_HINT) from None
 
 
 def require_pyspark() -> None:
