@@ -35,6 +35,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def logged(proc: Proc, pattern: str, times: int, timeout_s: float = 10.0) -> None:
+    """``proc`` logged a line matching ``pattern`` exactly ``times`` times: its output is
+    read by a thread, so a line the process wrote before answering may arrive after the
+    answer; wait for the count, then check it is not more."""
+    wait_until(lambda: proc.count(pattern) >= times, timeout_s, what=f"{times} x {pattern!r}")
+    assert proc.count(pattern) == times, proc.output()
+
+
 def wait_until(
     condition: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition"
 ) -> Any:
