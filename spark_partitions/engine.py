@@ -5,6 +5,7 @@ Light: the engines (and pyspark, pyarrow) are imported only once one is chosen.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -81,20 +82,21 @@ def choose_engine(request: Request) -> Engine:
 
 
 def require_pyarrow() -> None:
-    """Raise EngineUnavailable with the install hint when pyarrow cannot be imported: both
-    engines write the plan's blocks as Parquet (and read Parquet inputs) with it."""
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise EngineUnavailable(PYARROW_HINT) from None
+    """Both engines write the plan's blocks as Parquet (and read Parquet inputs) with it."""
+    _require("pyarrow", PYARROW_HINT)
 
 
 def require_pyspark() -> None:
-    """Raise EngineUnavailable with the install hint when pyspark cannot be imported."""
+    _require("pyspark", INSTALL_HINT)
+
+
+def _require(module: str, hint: str) -> None:
+    """Raise EngineUnavailable with ``hint`` (what to install) when ``module`` cannot be
+    imported."""
     try:
-        import pyspark  # noqa: F401
+        importlib.import_module(module)
     except ImportError:
-        raise EngineUnavailable(INSTALL_HINT) from None
+        raise EngineUnavailable(hint) from None
 
 
 def estimate_rows(path: str, fmt: Format) -> int:

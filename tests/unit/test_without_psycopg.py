@@ -3,38 +3,26 @@ on SQLite, and asking it for PostgreSQL says what to install."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-BLOCKED = "import sys; sys.modules['psycopg'] = None  # as if it were not installed\n"
-
-
-def run_without_psycopg(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", BLOCKED + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.unit.without_modules import run_without
 
 
 def test_serve_imports_what_it_needs_without_psycopg() -> None:
-    result = run_without_psycopg(
+    result = run_without(
+        ("psycopg",),
         """
         from channel_server.store.postgres import PostgresConfig, PostgresStore
         from channel_server.store.sqlite import SQLiteStore
         from channel_server.broker import Broker
         print("imported")
-        """
+        """,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "imported"
 
 
 def test_a_postgresql_store_without_psycopg_says_what_to_install() -> None:
-    result = run_without_psycopg(
+    result = run_without(
+        ("psycopg",),
         """
         from channel_server.errors import StoreError
         from channel_server.store.postgres import PostgresStore
@@ -42,7 +30,7 @@ def test_a_postgresql_store_without_psycopg_says_what_to_install() -> None:
             PostgresStore("postgresql://nobody@127.0.0.1:1/x", "b1")
         except StoreError as exc:
             print(exc)
-        """
+        """,
     )
     assert result.returncode == 0, result.stderr
     assert "install the postgres extra" in result.stdout
