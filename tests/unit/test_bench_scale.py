@@ -54,3 +54,42 @@ def test_the_cpu_splits_into_a_part_per_event_and_a_part_per_push(scale: ModuleT
     text = scale.markdown({"prefetch": rows})
     assert "broker: 10.0 µs per event + 700 µs per push" in text
     assert "subscribers:" not in text
+
+
+def test_a_paired_row_takes_the_median_of_its_pairs(scale: ModuleType) -> None:
+    runs = [{"value": 10_000, "events_per_s": v, "p99_ms": v / 1000} for v in (30.0, 20.0, 36.0)]
+    bases = [{"value": 16, "events_per_s": v} for v in (40.0, 40.0, 0.0)]  # the last failed
+    row = scale.paired_row(runs, bases)
+    assert row["pairs"] == [0.75, 0.5, None]
+    assert row["ratio"] == 0.625  # the median of the pairs that have a ratio
+    assert (row["events_per_s"], row["p99_ms"]) == (30.0, 0.03)  # the median run's figures
+    assert scale.median_row(bases) == {"value": 16, "events_per_s": 40.0, "ratio": 1.0}
+
+
+def test_rows_with_a_target_say_whether_it_is_met(scale: ModuleType) -> None:
+    rows = [
+        {"value": 16, "ratio": 1.0},
+        {"value": 10_000, "ratio": 0.79},
+        {"value": 100_000, "ratio": 0.5},
+    ]
+    marked = scale.with_targets("partitions", rows)
+    assert [r.get("target") for r in marked] == [None, ">= 0.8 ✗", ">= 0.5 ✓"]
+    assert scale.with_targets("channels", rows) == rows  # no bounds for that sweep
+    text = scale.markdown({"partitions": [marked[1] | {"pairs": [0.79, None]}]})
+    assert "| >= 0.8 ✗ | 0.79 · failed |" in text
+
+
+def test_pairs_alternate_which_value_runs_first(
+    scale: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order = []
+
+    def fake_row(s: object, name: str, value: int) -> dict[str, object]:
+        order.append(value)
+        return {"value": value, "events_per_s": 100.0 if value == 16 else 80.0}
+
+    monkeypatch.setattr(scale, "one_row", fake_row)
+    rows = scale.paired_sweep(None, "partitions", [16, 10_000], 3)
+    assert order == [16, 10_000, 10_000, 16, 16, 10_000]
+    assert [r["ratio"] for r in rows] == [1.0, 0.8]
+    assert rows[1]["pairs"] == [0.8, 0.8, 0.8]
