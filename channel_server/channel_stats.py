@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 from channel_server.channel_state import ChannelState
@@ -137,7 +138,7 @@ def group_stats(grp: ConsumerGroup, now: float) -> dict[str, Any]:
             member_stats(m, now) for m in sorted(grp.members.values(), key=lambda m: m.member_id)
         ],
         "partitions_total": len(grp.partitions),
-        "in_flight": sum(len(pq.in_flight) for pq in grp.partitions.values()),
+        "in_flight": grp.in_flight,
         "partitions": [_partition_row(pq) for pq in _busiest(grp)],
     }
 
@@ -153,11 +154,18 @@ def _partition_row(pq: PartitionQueue) -> dict[str, Any]:
 
 
 def _busiest(grp: ConsumerGroup) -> Iterable[PartitionQueue]:
-    """Every partition of the group, or the STATS_PARTITIONS busiest when it has more."""
+    """Every partition of the group, or the STATS_PARTITIONS busiest when it has more
+    (then idle ones fill the list up): the time it takes follows the partitions holding
+    events, not the idle ones waiting to be dropped."""
     queues = grp.partitions.values()
     if len(queues) <= STATS_PARTITIONS:
         return queues
-    return heapq.nlargest(STATS_PARTITIONS, queues, key=_events_held)
+    busiest = heapq.nlargest(STATS_PARTITIONS, grp.holding(), key=_events_held)
+    if len(busiest) < STATS_PARTITIONS:
+        listed = {pq.key for pq in busiest}
+        idle = (pq for pq in queues if pq.key not in listed)
+        busiest += islice(idle, STATS_PARTITIONS - len(busiest))
+    return busiest
 
 
 def _events_held(pq: PartitionQueue) -> int:

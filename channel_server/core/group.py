@@ -91,6 +91,17 @@ class ConsumerGroup:
         as they change, so the invariant costs O(1) (:meth:`counted_backlog` counts)."""
         return self._queued.events
 
+    @property
+    def in_flight(self) -> int:
+        """Of the backlog, the events in flight (a counter, like ``backlog``)."""
+        return self._queued.in_flight
+
+    def holding(self) -> list[PartitionQueue]:
+        """The partitions holding any event, pending or in flight: O(their number), however
+        many idle ones wait to be dropped."""
+        found = (self.partitions.get(key) for key in self._queued.holding)
+        return [pq for pq in found if pq is not None]
+
     def counted_backlog(self) -> int:
         """``backlog`` counted partition by partition: what the counter must equal (the
         channel's invariant check and the tests compare them)."""

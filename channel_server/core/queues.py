@@ -66,10 +66,15 @@ class QueueCount:
     right side of the channel's invariant (held == queued + in flight), checked on every
     publish and get: reading it costs O(1), counting the queues O(partitions)."""
 
-    __slots__ = ("events",)
+    __slots__ = ("events", "holding", "in_flight")
 
     def __init__(self) -> None:
         self.events = 0
+        self.in_flight = 0
+        """Of ``events``, those in flight."""
+        self.holding: dict[PartitionKey, None] = {}
+        """The partitions holding any event: what ``stats`` looks through for the busiest,
+        so a group with 100,000 idle partitions answers in what it holds."""
 
 
 class PartitionQueue:
@@ -174,7 +179,10 @@ class PartitionQueue:
         warm(batch)
         self._drop_front(len(batch))
         self._count.events -= len(self.in_flight)  # replaced (a ready partition has none)
+        self._count.in_flight += len(batch) - len(self.in_flight)
         self.in_flight = batch
+        if not batch and not self.pending:
+            self._note()
         return batch, fresh
 
     def held_pending(self) -> int:
@@ -192,6 +200,9 @@ class PartitionQueue:
             gone = set(events)  # events hash by identity
             self.in_flight = [ev for ev in self.in_flight if ev not in gone]
         self._count.events -= before - len(self.in_flight)
+        self._count.in_flight -= before - len(self.in_flight)
+        if not self.in_flight and not self.pending:
+            self._note()
 
     def put_back(self, events: list[Event]) -> int:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""
@@ -210,6 +221,8 @@ class PartitionQueue:
         if type(self.pending) is list and len(self.pending) > SHORT_PENDING:
             self.pending = deque(self.pending)
         self._count.events += len(new)
+        if new and len(self.pending) == len(new) and not self.in_flight:
+            self._count.holding[self.key] = None  # it held nothing: now it does
         return len(new)
 
     def remove_pending(self, events: list[Event]) -> None:
@@ -218,12 +231,14 @@ class PartitionQueue:
             self.pending.remove(ev)
         self._count.events -= len(events)
         self._settle()
+        self._note()
 
     def drop_pending(self) -> int:
         """Empty the pending queue (the fault kill_queues); returns how many it held."""
         dropped = len(self.pending)
         self.pending = []
         self._count.events -= dropped
+        self._note()
         return dropped
 
     def _front(self, count: int) -> list[Event]:
@@ -241,6 +256,13 @@ class PartitionQueue:
         else:
             del pending[:count]
         self._settle()
+
+    def _note(self) -> None:
+        """Keep the group's set of partitions holding events in step (after a change)."""
+        if self.pending or self.in_flight:
+            self._count.holding[self.key] = None
+        else:
+            self._count.holding.pop(self.key, None)
 
     def _settle(self) -> None:
         """An emptied deque or SortedList goes back to being a list."""

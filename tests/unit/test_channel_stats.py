@@ -38,3 +38,20 @@ def test_past_the_bound_the_busiest_partitions_are_listed_and_all_are_counted(
     assert stats["partitions_total"] == 5
     assert stats["in_flight"] == 1  # partition 0's, though it is not listed
     assert [(row["partition"], row["pending"]) for row in stats["partitions"]] == [(4, 5), (3, 4)]
+
+
+def test_past_the_bound_idle_partitions_fill_the_list_and_are_not_looked_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = a_group_with_five_partitions()
+    for partition in (1, 2, 3):  # emptied: idle partitions waiting to be dropped
+        pq = group.partitions[("p", partition)]
+        pq.remove_pending(list(pq.pending))
+    assert {pq.key for pq in group.holding()} == {("p", 0), ("p", 4)}
+    monkeypatch.setattr(channel_stats, "STATS_PARTITIONS", 3)
+    rows = group_stats(group, 0.0)["partitions"]
+    assert [(row["partition"], row["pending"], row["in_flight"]) for row in rows] == [
+        (4, 5, 0),
+        (0, 0, 1),
+        (1, 0, 0),  # an idle one, the first in the group's order, fills the list
+    ]

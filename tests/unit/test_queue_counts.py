@@ -21,12 +21,25 @@ def test_every_change_of_a_partition_queue_is_counted() -> None:
     pq = PartitionQueue(("p", 0), count)
     events = [make_event(n) for n in range(5)]
     assert pq.put_back(events) == 5 and count.events == 5
+    assert (count.in_flight, list(count.holding)) == (0, [("p", 0)])
     taken, _ = pq.take(2)
     assert count.events == 5  # pending to in flight: still held here
+    assert count.in_flight == 2
     pq.resolve(taken[:1])
     pq.remove_pending([events[4]])
     assert count.events == 3 == len(pq.pending) + len(pq.in_flight)
+    assert count.in_flight == 1
     assert pq.drop_pending() == 2 and count.events == 1
+    assert list(count.holding) == [("p", 0)]  # one still in flight
+    pq.resolve(taken[1:])
+    assert (count.events, count.in_flight, count.holding) == (0, 0, {})
+
+
+def holding_counts(group) -> tuple[tuple[int, set], tuple[int, set]]:
+    """The in-flight counter and the partitions said to hold events, then both counted."""
+    counted = sum(len(pq.in_flight) for pq in group.partitions.values())
+    busy = {key for key, pq in group.partitions.items() if pq.pending or pq.in_flight}
+    return (group.in_flight, {pq.key for pq in group.holding()}), (counted, busy)
 
 
 def test_the_counters_equal_a_count_of_the_queues_after_every_step() -> None:
@@ -37,6 +50,9 @@ def test_the_counters_equal_a_count_of_the_queues_after_every_step() -> None:
             random_op(driver, rng.choice, rng.randint)
             counts = {n: (g.backlog, g.counted_backlog()) for n, g in driver.core.groups.items()}
             assert all(a == b for a, b in counts.values()), f"seed {seed}, step {step}: {counts}"
+            for name, group in driver.core.groups.items():
+                kept, counted = holding_counts(group)
+                assert kept == counted, f"seed {seed}, step {step}, group {name}"
 
 
 def test_kill_queues_shows_as_lost_events_until_the_rebuild() -> None:
