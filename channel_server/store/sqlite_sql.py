@@ -114,18 +114,34 @@ def json_list(values: Iterable[int]) -> str:
     return json.dumps(list(values))
 
 
+SCATTERED_RUNS = 4
+"""Offsets to delete are scattered when they form more than one run per this many."""
+KEEP_IDS = (
+    "INSERT OR IGNORE INTO delivered(key, id, accepted_at, publisher_id) "
+    "SELECT key, id, accepted_at, publisher_id FROM events WHERE"
+)
+
+
 def delete_events(
     db: sqlite3.Connection, channel: str, base: int, offsets: Sequence[int], acked: bool
 ) -> int:
-    """Delete the events, keeping their ids in the window (copied into ``delivered`` by
-    offset ranges), and their acks when the channel has any; returns how many were."""
-    ranges = [(base | first, base | last) for first, last in runs(offsets)]
-    db.executemany(
-        "INSERT OR IGNORE INTO delivered(key, id, accepted_at, publisher_id) "
-        "SELECT key, id, accepted_at, publisher_id FROM events WHERE key BETWEEN ? AND ?",
-        ranges,
-    )
-    removed = db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", ranges).rowcount
+    """Delete the events, keeping their ids in the window (copied into ``delivered``), and
+    their acks when the channel has any; returns how many were.
+
+    Offsets that form a few runs go as range statements; scattered ones (acks of many
+    partitions, each holding a few events) as one statement over a JSON list, which SQLite
+    walks in C instead of a statement per run (2.0 against 2.4-3.1 µs per event)."""
+    found = runs(offsets)
+    if len(found) * SCATTERED_RUNS > len(offsets):
+        keys = (json_list(base | offset for offset in offsets),)
+        db.execute(f"{KEEP_IDS} key IN (SELECT value FROM json_each(?))", keys)
+        removed = db.execute(
+            "DELETE FROM events WHERE key IN (SELECT value FROM json_each(?))", keys
+        ).rowcount
+    else:
+        ranges = [(base | first, base | last) for first, last in found]
+        db.executemany(f"{KEEP_IDS} key BETWEEN ? AND ?", ranges)
+        removed = db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", ranges).rowcount
     if acked:  # acks exist only for channels with several groups
         db.execute(
             "DELETE FROM acks WHERE channel = ? AND offset IN (SELECT value FROM json_each(?))",
