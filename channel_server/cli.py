@@ -6,6 +6,7 @@ The parser is assembled here; ``serve``'s flags are in serve_flags, the operator
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -35,6 +36,15 @@ __all__ = ["build_parser", "config_from_args", "main", "serve", "serve_settings"
 
 log = logging.getLogger("channel_server")
 STOP_POLL_S = 1.0
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The cyclic garbage collector's thresholds in a broker process (CPython's: 700, 10, 10).
+A collection is due when objects created minus objects freed pass the first, so a
+publish's short-lived dicts never cause one, but what a broker keeps does: each new
+partition leaves a queue and its lists behind. At a new partition per event (a key per
+order) the defaults ran a young collection every few publishes and a full one over the
+whole heap (85 ms at 630,000 objects) every few seconds: in a run of 700,000 events at
+100,000 partitions the collector took 1.44 s of the broker's 31 s of CPU, and 0.15 s with
+these. The price: up to 50,000 objects of garbage in cycles wait for a scan."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +84,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.print_config:
         print(serve_settings(without_password(args)), end="")
         return cc.EXIT_OK
+    gc.set_threshold(*GC_THRESHOLDS)  # this process is the broker's (see GC_THRESHOLDS)
     stop = cc.stop_on_signals()
     data_dir = None
     dsn = store_dsn(args)
