@@ -75,6 +75,8 @@ def test_rows_with_a_target_say_whether_it_is_met(scale: ModuleType) -> None:
     marked = scale.with_targets("partitions", rows)
     assert [r.get("target") for r in marked] == [None, ">= 0.8 ✗", ">= 0.5 ✓"]
     assert scale.with_targets("channels", rows) == rows  # no bounds for that sweep
+    alone = [{"value": 100_000, "ratio": 1.0}]  # its own baseline: the bound does not apply
+    assert scale.with_targets("partitions", alone) == alone
     text = scale.markdown({"partitions": [marked[1] | {"pairs": [0.79, None]}]})
     assert "| >= 0.8 ✗ | 0.79 · failed |" in text
 
