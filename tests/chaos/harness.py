@@ -51,6 +51,7 @@ class RunResult:
     schedule: list[Fault]
     fault_log: list[dict[str, Any]]
     broker_args: tuple[str, ...] = ()
+    partitions: int = PARTITIONS
 
     @property
     def ok(self) -> bool:
@@ -60,7 +61,8 @@ class RunResult:
         extra = "".join(f"--broker-arg={arg} " for arg in self.broker_args)
         return (
             f"chaos seed {self.seed} FAILED (replay: scripts/chaos.sh --seed {self.seed} "
-            f"{extra}--events {self.events} --stream-seconds {self.stream_s:g}; "
+            f"{extra}--events {self.events} --stream-seconds {self.stream_s:g} "
+            f"--partitions {self.partitions}; "
             f"tmp dir {self.tmp}):\n{self.report.summary()}"
         )
 
@@ -158,10 +160,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def publish(cluster: Cluster, pub_id: str, events: int, rate: float) -> Proc:
+def publish(cluster: Cluster, pub_id: str, events: int, rate: float, partitions: int) -> Proc:
     argv = [
         "-m", "publisher", "publish", *cluster.ns, "--channel", CHANNEL, "--id", pub_id,
-        "--count", str(events), "--partitions", str(PARTITIONS),
+        "--count", str(events), "--partitions", str(partitions),
         "--batch-size", str(BATCH_SIZE), "--rate", f"{rate:.3f}",
         "--retry-for", str(RETRY_FOR_S), "--state-dir", str(cluster.tmp / "pub-state"), "--json",
     ]  # fmt: skip
@@ -214,9 +216,11 @@ def run_once(
     keep: bool = False,
     say: Callable[[str], None] = print,
     broker_args: tuple[str, ...] = (),
+    partitions: int = PARTITIONS,
 ) -> RunResult:
     """Run one seed end to end; the tmp dir is removed only when it passed and not ``keep``.
-    ``broker_args``: flags added to every start of the broker."""
+    ``broker_args``: flags added to every start of the broker; ``partitions``: each
+    publisher's (many make most partitions hold a few events, and new ones appear)."""
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f"chaos-seed{seed}-", dir=workdir))
     say(f"chaos seed {seed}: tmp dir {tmp}")
@@ -225,7 +229,7 @@ def run_once(
     world = ChaosWorld(cluster, broker_args)
     nemesis = Nemesis(world, faults, seed, say)
     try:
-        report = _run(cluster, world, nemesis, events, stream_s)
+        report = _run(cluster, world, nemesis, events, stream_s, partitions)
     except Exception as exc:
         raise RuntimeError(f"chaos seed {seed}: the run broke ({exc}); tmp dir {tmp}") from exc
     finally:
@@ -236,7 +240,7 @@ def run_once(
         _save(tmp, cluster, faults, nemesis)
     seconds = time.monotonic() - started
     result = RunResult(
-        seed, events, stream_s, report, tmp, seconds, faults, nemesis.log, broker_args
+        seed, events, stream_s, report, tmp, seconds, faults, nemesis.log, broker_args, partitions
     )
     (tmp / "report.txt").write_text(result.report.summary(examples=50) + "\n")
     if result.ok and not keep:
@@ -245,14 +249,19 @@ def run_once(
 
 
 def _run(
-    cluster: Cluster, world: ChaosWorld, nemesis: Nemesis, events: int, stream_s: float
+    cluster: Cluster,
+    world: ChaosWorld,
+    nemesis: Nemesis,
+    events: int,
+    stream_s: float,
+    partitions: int,
 ) -> Report:
     world.restart(BROKER)
     for sub in SUBSCRIBERS:
         world.restart(sub)
     for fault in nemesis.faults:
         nemesis.say(f"  planned {fault}")
-    pubs = [publish(cluster, p, events, events / stream_s) for p in PUBLISHERS]
+    pubs = [publish(cluster, p, events, events / stream_s, partitions) for p in PUBLISHERS]
     nemesis.start()
     errors = [e for p in pubs for e in publisher_errors(p, events, stream_s + PUBLISH_SLACK_S)]
     if not nemesis.join(NEMESIS_TIMEOUT_S):

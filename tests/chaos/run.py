@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tests.chaos.harness import RunResult, run_once
+from tests.chaos.harness import PARTITIONS, RunResult, run_once
 
 SHORT = {
     "sub-kill": "kill",
@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARG",
         help="a flag added to every start of the broker, e.g. --broker-arg=--payload-memory=0 "
         "(repeatable)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=PARTITIONS,
+        help="partitions of each publisher (default %(default)s; thousands make most hold "
+        "a few events)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the tmp dir of passed runs too")
     parser.add_argument("--workdir", type=Path, default=None, help="where tmp dirs go")
@@ -93,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.keep,
                 say,
                 tuple(args.broker_arg),
+                args.partitions,
             )
         except RuntimeError as exc:
             broken.append(seed)

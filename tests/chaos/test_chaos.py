@@ -23,3 +23,13 @@ def test_no_loss_no_reordering_no_unexplained_duplicates(seed: int) -> None:
     result = run_once(seed, EVENTS, STREAM_S)
     if not result.ok:
         pytest.fail(result.failure_message(), pytrace=False)
+
+
+def test_the_same_faults_with_a_partition_per_event() -> None:
+    """Seed 95's faults with 2,000 partitions per publisher: every event lands in a
+    partition of its own (a key per order), so what the broker keeps per partition (its
+    owner, persisted before its first push; the set of partitions holding events; acks
+    and deletes of scattered offsets) is what the broker SIGKILL and the lost acks test."""
+    result = run_once(95, EVENTS, STREAM_S, partitions=2000)
+    if not result.ok:
+        pytest.fail(result.failure_message(), pytrace=False)
