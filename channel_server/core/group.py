@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from channel_server.core import acks, delivery, group_membership
 from channel_server.core.acks import AckOutcome
-from channel_server.core.assignment import least_loaded
+from channel_server.core.assignment import LeastLoaded
 from channel_server.core.delivery import by_key
 from channel_server.core.health import DelayPolicy
 from channel_server.core.histogram import LATENCY_BUCKETS_S, Histogram
@@ -169,6 +169,7 @@ class ConsumerGroup:
         self._fill(events)
 
     def _fill(self, events: Iterable[Event]) -> None:
+        book: LeastLoaded[Member] | None = None  # made for the first partition without owner
         for key, evs in by_key(events).items():
             pq = self.partitions.get(key)
             if pq is None:
@@ -176,26 +177,40 @@ class ConsumerGroup:
             pq.idle_since = None
             added = pq.put_back(evs)
             if pq.owner is None:
-                self.assign(pq)
+                if book is None:
+                    book = self.loads()
+                self.assign(pq, book=book)
             else:
                 owner = self.members[pq.owner]
                 owner.queued += added
+                if book is not None:
+                    book.changed(owner)
                 if pq.held_back:  # a rebuild brings owed events back
                     owner.owed += sum(1 for ev in evs if ev.offset in pq.held_back)
                 self.refresh(pq)
 
     # -- ownership -----------------------------------------------------------------------
-    def assign(self, pq: PartitionQueue, exclude: str | None = None) -> str | None:
-        """Give an unowned partition to the least-loaded active member, if any."""
-        weight = self.policy.partition_weight
-        loads = {
-            m.member_id: m.load(weight)
-            for m in self.members.values()
-            if m.active and m.member_id != exclude
-        }
-        if not loads:
+    def loads(self, exclude: str | None = None) -> LeastLoaded[Member]:
+        """The active members' loads (but ``exclude``'s), to hand out several partitions
+        in a row: each :meth:`assign` given it reports the change it makes; any other
+        change of their loads meanwhile must be reported too (``changed``)."""
+        active = (m for m in self.members.values() if m.active and m.member_id != exclude)
+        return LeastLoaded(active, self.policy.partition_weight)
+
+    def assign(
+        self,
+        pq: PartitionQueue,
+        exclude: str | None = None,
+        book: LeastLoaded[Member] | None = None,
+    ) -> str | None:
+        """Give an unowned partition to the least-loaded active member (but ``exclude``),
+        if any; ``book``: the loads of several assignments in a row (see :meth:`loads`)."""
+        book = self.loads(exclude) if book is None else book
+        member = book.least()
+        if member is None:
             return None
-        self.give(pq, self.members[least_loaded(loads)])
+        self.give(pq, member)
+        book.changed(member)
         return pq.owner
 
     def give(self, pq: PartitionQueue, member: Member) -> None:
@@ -264,8 +279,9 @@ class ConsumerGroup:
         """Give every unowned partition with work an owner, oldest work first."""
         waiting = [pq for pq in self.partitions.values() if pq.owner is None and pq.pending]
         waiting.sort(key=lambda pq: pq.pending[0])
+        book = self.loads()
         for pq in waiting:
-            if self.assign(pq) is None:
+            if self.assign(pq, book=book) is None:
                 return
 
     # -- membership (functions of the group_membership module, bound as methods) ---------

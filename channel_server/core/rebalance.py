@@ -117,9 +117,10 @@ def offload(group: ConsumerGroup, member_id: str) -> list[PartitionKey]:
         if group.partitions[k].pending and group.partitions[k].movable
     ]
     moved = []
+    book = group.loads(exclude=member_id)
     for pq in sorted(waiting, key=lambda q: q.pending[0]):
         group.take_away(pq)
-        if group.assign(pq, exclude=member_id) is None:
+        if group.assign(pq, book=book) is None:
             group.give(pq, member)  # nobody else is active: keep it
             break
         moved.append(pq.key)

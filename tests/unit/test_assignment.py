@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from channel_server.core.assignment import MemberLoad, choose_member, least_loaded
+from channel_server.core.assignment import LeastLoaded, MemberLoad, choose_member, least_loaded
 
 
 def test_load_formula() -> None:
@@ -43,3 +45,43 @@ def test_choose_member_tie_on_formula_goes_to_lowest_id() -> None:
     members = [MemberLoad("b", 1, 0, 0), MemberLoad("a", 0, 6, 4)]
     assert choose_member(members, 10) == "a"
     assert choose_member(list(reversed(members)), 10) == "a"
+
+
+class Mutable:
+    """A member whose load the test changes."""
+
+    def __init__(self, member_id: str, load: int) -> None:
+        self.member_id = member_id
+        self.value = load
+
+    def load(self, partition_weight: int) -> int:
+        return self.value
+
+
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=8),
+    st.lists(st.tuples(st.integers(0, 7), st.integers(-20, 20)), max_size=60),
+)
+def test_the_book_chooses_as_least_loaded_would_afresh(
+    loads: list[int], steps: list[tuple[int, int]]
+) -> None:
+    """Hand out partitions (the chosen member's load grows by the weight) between other
+    changes of loads, each reported: every choice is least_loaded's over the loads then."""
+    members = [Mutable(f"m{i}", load) for i, load in enumerate(loads)]
+    book = LeastLoaded(members, 10)
+    for index, delta in steps:
+        chosen = book.least()
+        assert chosen is not None
+        assert chosen.member_id == least_loaded({m.member_id: m.value for m in members})
+        chosen.value += 10
+        book.changed(chosen)
+        other = members[index % len(members)]
+        other.value = max(0, other.value + delta)
+        book.changed(other)
+
+
+def test_an_empty_book_has_no_member_and_ignores_strangers() -> None:
+    book: LeastLoaded[Mutable] = LeastLoaded([], 10)
+    assert book.least() is None
+    book.changed(Mutable("stranger", 0))  # not in the book: an excluded member
+    assert book.least() is None
