@@ -100,9 +100,8 @@ def pipeline_run(
         subs = start_subscribers(procs, s, ns_port)
         channel = channel_proxy(ns_port)
         with channel, Publisher(CHANNEL, "bench", ns_port=ns_port, state_dir=None) as publisher:
-            baseline = warm_up(
-                publisher, channel, s.partitions, s.payload_size, max(batch_size, 4 * s.partitions)
-            )
+            warm = s.warmup_events or max(batch_size, 4 * s.partitions)
+            baseline = warm_up(publisher, channel, s.partitions, s.payload_size, warm)
 
             maker = EventMaker(f"{label}{run}", s.partitions, s.payload_size)
             pids = [broker.pid] + [p.pid for p, _ in subs]

@@ -4,6 +4,9 @@
 Sweeps (pick with ``--sweep``; fresh processes every row, SQLite store in a temp dir):
 
   subscribers  4 / 16 / 64 / 256 bench subscribers, 256 partitions
+  keys         4 / 64 / 256 bench subscribers, every event in a partition of its own (a
+               key per order: 1,000,000 partitions; a warm-up of 4,000 events only
+               opens the connections)
   partitions   16 / 1,000 / 10,000 / 100,000 partitions, 4 subscribers
   channels     1 / 10 / 100 channels on one broker, the events spread round robin, one
                bench subscriber per channel (4 for a single channel)
@@ -59,9 +62,10 @@ from bench_support.service import (
     wait_acked,
 )
 
-SWEEPS = ("subscribers", "partitions", "channels", "backlog", "prefetch")
+SWEEPS = ("subscribers", "keys", "partitions", "channels", "backlog", "prefetch")
 DEFAULTS = {
     "subscribers": [4, 16, 64, 256],
+    "keys": [4, 64, 256],
     "partitions": [16, 1_000, 10_000, 100_000],
     "channels": [1, 10, 100],
     "backlog": [0, 1_000_000, 5_000_000],
@@ -69,12 +73,17 @@ DEFAULTS = {
 }
 QUICK = {
     "subscribers": [4, 16],
+    "keys": [4, 16],
     "partitions": [16, 1_000],
     "channels": [1, 4],
     "backlog": [0, 50_000],
     "prefetch": [10, 100],
 }
 SWEEP_PARTITIONS = 256  # the subscribers sweep's partitions
+KEY_PARTITIONS = 1_000_000
+"""The keys sweep's partitions: more than a row's events, so each lands in a new one."""
+KEY_WARMUP_EVENTS = 4_000
+"""The keys sweep's warm-up (4 events per partition would be 4 million)."""
 BATCH = 100
 BACKLOG_BYTES = "4G"
 """``--max-queued-bytes`` of a backlog run (the default 256 MiB holds about 1.9 million
@@ -188,12 +197,23 @@ def pipeline(settings: bench.Settings, label: str, **changes: int) -> dict[str, 
     return bench.pipeline_run(s, label, 1, s.events, s.batch_size)
 
 
-def sweep_subscribers(s: bench.Settings, value: int) -> dict[str, Any]:
+def with_room(s: bench.Settings, subscribers: int) -> bench.Settings:
     """Each subscriber holds a connection to the broker (acks, heartbeats): past the
     default ``--max-connections`` (256) the broker gets room for all of them."""
-    room = ["--max-connections", str(max(256, 2 * value + 64))]
-    s = replace(s, broker_args=[*s.broker_args, *room])
+    room = ["--max-connections", str(max(256, 2 * subscribers + 64))]
+    return replace(s, broker_args=[*s.broker_args, *room])
+
+
+def sweep_subscribers(s: bench.Settings, value: int) -> dict[str, Any]:
+    s = with_room(s, value)
     return pipeline(s, f"subs{value}", subscribers=value, partitions=SWEEP_PARTITIONS)
+
+
+def sweep_keys(s: bench.Settings, value: int) -> dict[str, Any]:
+    """A key per order: every event opens a partition, which is assigned to the least
+    loaded of ``value`` subscribers and persisted, then dropped once idle."""
+    s = replace(with_room(s, value), warmup_events=KEY_WARMUP_EVENTS)
+    return pipeline(s, f"keys{value}", subscribers=value, partitions=KEY_PARTITIONS)
 
 
 def sweep_partitions(s: bench.Settings, value: int) -> dict[str, Any]:
@@ -297,6 +317,7 @@ def _result(
 
 SWEEP: dict[str, Callable[[bench.Settings, int], dict[str, Any]]] = {
     "subscribers": sweep_subscribers,
+    "keys": sweep_keys,
     "partitions": sweep_partitions,
     "channels": sweep_channels,
     "backlog": sweep_backlog,

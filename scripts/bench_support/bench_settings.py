@@ -31,6 +31,9 @@ class Settings:
     store: str
     broker_args: list[str]
     workdir: Path = field(default_factory=Path)
+    warmup_events: int | None = None
+    """Events published (and acknowledged) before a throughput run; None: 4 per partition.
+    The run's own partitions are new whatever the warm-up (its publisher id differs)."""
 
 
 def add_bench_flags(parser: argparse.ArgumentParser) -> None:
