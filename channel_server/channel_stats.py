@@ -27,7 +27,8 @@ STATS_PARTITIONS = 1000
 """Partitions a group lists in ``stats`` at most: the busiest (most events pending and in
 flight); ``partitions_total`` and ``in_flight`` count them all. The whole list of 100,000
 partitions was 5.9 MB of msgpack and 97 ms to build and pack in every ``stats`` reply (the
-live page asks every second); now 59 KB and 17 ms."""
+live page asks every second); now 59 KB, and the busiest are looked for only among the
+partitions holding events (0.9 ms with 2,000 of 100,000 holding)."""
 
 
 class RateWindow:

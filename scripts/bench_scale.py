@@ -127,8 +127,7 @@ def paired_row(runs: list[dict[str, Any]], bases: list[dict[str, Any]]) -> dict[
         for run, base in zip(runs, bases, strict=True)
     ]
     known = [r for r in ratios if r is not None]
-    by_rate = sorted(runs, key=lambda r: r["events_per_s"])
-    return by_rate[(len(by_rate) - 1) // 2] | {
+    return _median_run(runs) | {
         "ratio": round(statistics.median(known), 3) if known else None,
         "pairs": ratios,
     }
@@ -136,8 +135,12 @@ def paired_row(runs: list[dict[str, Any]], bases: list[dict[str, Any]]) -> dict[
 
 def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The baseline's row: its median run, ratio 1 by definition."""
-    by_rate = sorted(runs, key=lambda r: r["events_per_s"])
-    return by_rate[(len(by_rate) - 1) // 2] | {"ratio": 1.0}
+    return _median_run(runs) | {"ratio": 1.0}
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median events/s (the lower one of an even number)."""
+    return sorted(runs, key=lambda r: r["events_per_s"])[(len(runs) - 1) // 2]
 
 
 def with_targets(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

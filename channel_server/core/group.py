@@ -197,15 +197,10 @@ class ConsumerGroup:
         active = (m for m in self.members.values() if m.active and m.member_id != exclude)
         return LeastLoaded(active, self.policy.partition_weight)
 
-    def assign(
-        self,
-        pq: PartitionQueue,
-        exclude: str | None = None,
-        book: LeastLoaded[Member] | None = None,
-    ) -> str | None:
-        """Give an unowned partition to the least-loaded active member (but ``exclude``),
-        if any; ``book``: the loads of several assignments in a row (see :meth:`loads`)."""
-        book = self.loads(exclude) if book is None else book
+    def assign(self, pq: PartitionQueue, book: LeastLoaded[Member] | None = None) -> str | None:
+        """Give an unowned partition to the least-loaded active member, if any; ``book``:
+        the loads of several assignments in a row (see :meth:`loads`)."""
+        book = self.loads() if book is None else book
         member = book.least()
         if member is None:
             return None
