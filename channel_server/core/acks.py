@@ -61,14 +61,16 @@ def acknowledge(
     finished: list[Event] = []
     failed: list[Flight] = []
     elsewhere: list[str] = []
+    failures = group.handler_failures
     for uid in acked:
         flight = member.flights.pop(uid, None)
         if flight is not None:
-            group.handler_failures.pop(flight.event.offset, None)
-            outcome.done.append(flight.event)
+            if failures:
+                failures.pop(flight.event.offset, None)
             finished.append(flight.event)
         else:
             elsewhere.append(uid)
+    outcome.done.extend(finished)
     for uid, error in nacked.items():
         flight = member.flights.pop(uid, None)
         if flight is None:
@@ -208,7 +210,8 @@ def finish(group: ConsumerGroup, member: Member, events: list[Event]) -> None:
     for key, done in by_key(events).items():
         pq = group.partitions[key]
         pq.resolve(done)
-        unpin(group, pq, done)
+        if pq.pinned or pq.held_back:
+            unpin(group, pq, done)
         group.refresh(pq)
     if events:
         rebalance.after_progress(group, member)

@@ -73,8 +73,11 @@ def launch(group: ConsumerGroup, member: Member, events: list[Event], now: float
     """Account events taken from the member's partitions as held by it."""
     if not member.flights:
         member.busy_since = now
-    attempts = [group.attempts.pop(ev.offset, 0) + 1 for ev in events]
-    group.redelivered += sum(a > 1 for a in attempts)
+    if group.attempts:
+        attempts = [group.attempts.pop(ev.offset, 0) + 1 for ev in events]
+        group.redelivered += sum(a > 1 for a in attempts)
+    else:
+        attempts = [1] * len(events)  # the usual push: none of them was delivered before
     first = member.next_seq
     for i, (ev, attempt) in enumerate(zip(events, attempts, strict=True)):
         member.flights[ev.uid] = Flight(ev, attempt, first + i, now)

@@ -234,16 +234,17 @@ class ConsumerGroup:
 
     def refresh(self, pq: PartitionQueue) -> None:
         """Keep the owner's ready set in step with the partition (after any change)."""
-        self._changed[pq.key] = None
-        owner = self.members.get(pq.owner) if pq.owner is not None else None
+        key = pq.key
+        self._changed[key] = None
+        owner = self.members.get(pq.owner)  # (None when it has none: no member id is None)
         if owner is None:
             return
-        if pq.ready:
-            if pq.key not in owner.ready:
-                owner.ready[pq.key] = None
+        if pq.pending and not pq.in_flight:  # (pq.ready, inlined: called per partition)
+            if key not in owner.ready:
+                owner.ready[key] = None
                 self.touched.add(owner.member_id)
         else:
-            owner.ready.pop(pq.key, None)
+            owner.ready.pop(key, None)
 
     def take_owner_changes(self) -> dict[PartitionKey, str | None]:
         """Ownership changed since the last call (partition -> owner, None: no owner);

@@ -163,6 +163,16 @@ class PartitionQueue:
 
         ``warm`` gives cold events their payloads back first (see
         :mod:`~channel_server.core.spill`); when it raises, nothing was taken."""
+        pending = self.pending
+        if not self.held_back and type(pending) is list and len(pending) <= limit:
+            warm(pending)  # the usual take: all of a short list, moved rather than copied
+            self.pending = []
+            self._count.events -= len(self.in_flight)
+            self._count.in_flight += len(pending) - len(self.in_flight)
+            self.in_flight = pending
+            if not pending:
+                self._note()
+            return pending, len(pending)
         if not self.held_back:
             batch = self._front(limit)
             fresh = len(batch)
@@ -199,15 +209,22 @@ class PartitionQueue:
         else:
             gone = set(events)  # events hash by identity
             self.in_flight = [ev for ev in self.in_flight if ev not in gone]
-        self._count.events -= before - len(self.in_flight)
-        self._count.in_flight -= before - len(self.in_flight)
+        resolved = before - len(self.in_flight)
+        self._count.events -= resolved
+        self._count.in_flight -= resolved
         if not self.in_flight and not self.pending:
-            self._note()
+            self._count.holding.pop(self.key, None)  # it holds nothing now
 
     def put_back(self, events: list[Event]) -> int:
         """Return unacknowledged events to the pending queue (they re-sort into place)."""
-        new = events if len(events) == 1 else sorted(events, key=DELIVERY_ORDER)
-        pending = self.pending
+        pending, added = self.pending, len(events)
+        if not pending and type(pending) is list and added <= SHORT_PENDING:
+            pending.extend(events if added == 1 else sorted(events, key=DELIVERY_ORDER))
+            self._count.events += added  # (the usual case: an empty partition, inlined)
+            if added and not self.in_flight:
+                self._count.holding[self.key] = None
+            return added
+        new = events if added == 1 else sorted(events, key=DELIVERY_ORDER)
         if not isinstance(pending, _ENDS_ONLY):  # (not SortedList: slow on its ABC)
             pending.update(new)
         elif not pending or not new or DELIVERY_ORDER(new[0]) >= DELIVERY_ORDER(pending[-1]):
