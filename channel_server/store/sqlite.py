@@ -46,6 +46,7 @@ from channel_server.store.sqlite_sql import (
     EVENT_ROW_WIDTH,
     OFFSET_BITS,
     OFFSET_MASK,
+    OWNER_ROW_WIDTH,
     ROWS_PER_STATEMENT,
     delete_events,
     event_params,
@@ -302,7 +303,8 @@ class SQLiteStore(Store):
                 "publisher_id = ? AND partition = ?",
                 gone,
             )
-            db.executemany("INSERT OR REPLACE INTO owners VALUES (?, ?, ?, ?, ?)", owned)
+            if owned:
+                insert(db, "INSERT OR REPLACE", "owners", OWNER_ROW_WIDTH, flat(owned))
 
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:
         with self._tx() as db:

@@ -35,8 +35,11 @@ ROWS_PER_STATEMENT = 200
 """Rows per multi-row INSERT. The sqlite3 module lets go of the GIL for every statement it
 steps, and getting it back can cost a thread switch while the channel lock is held: one
 statement per batch instead of one per row keeps the publish path off that convoy."""
-CACHED_STATEMENTS = 4 * ROWS_PER_STATEMENT
-"""Room for the multi-row INSERTs of every batch size (per table) besides the rest."""
+OWNER_ROW_WIDTH = 5
+"""channel, grp, publisher_id, partition, owner"""
+CACHED_STATEMENTS = 5 * ROWS_PER_STATEMENT
+"""Room for the multi-row INSERTs of every batch size (events with two verbs, acks,
+owners, dead letters) besides the rest."""
 
 
 def trim(db: sqlite3.Connection, base: int, count: int) -> None:

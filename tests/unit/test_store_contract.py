@@ -157,6 +157,19 @@ def test_owners_follow_the_changes(store: Store) -> None:
     assert store.load("c").owners == {"g": {("pub", "eu"): "s3"}}
 
 
+def test_owners_of_many_partitions_at_once_are_all_kept(store: Store) -> None:
+    """A publish with a new key per event gives hundreds of partitions their first owner
+    at once (the SQLite store writes them many rows per statement): each is kept, a
+    later change replaces its row, and string and integer partitions stay apart."""
+    store.save_channel(ChannelRecord("c", "queue"))
+    first = {("pub", i): f"s{i % 3}" for i in range(450)} | {("pub", "7"): "s9"}
+    store.save_owners("c", "g", first)
+    moved = {("pub", i): "s4" for i in range(0, 450, 50)} | {("pub", 1): None}
+    store.save_owners("c", "g", moved)
+    expected = {key: owner for key, owner in (first | moved).items() if owner is not None}
+    assert store.load("c").owners == {"g": expected}
+
+
 def test_dead_letters_keep_a_full_copy_until_replayed(store: Store) -> None:
     store.save_channel(ChannelRecord("c", "queue"))
     poison = ev(5, 1.0, {"bad": True}, partition="p")
