@@ -236,7 +236,7 @@ class ConsumerGroup:
         """Keep the owner's ready set in step with the partition (after any change)."""
         key = pq.key
         self._changed[key] = None
-        owner = self.members.get(pq.owner)  # (None when it has none: no member id is None)
+        owner = self.members.get(pq.owner) if pq.owner is not None else None
         if owner is None:
             return
         if pq.pending and not pq.in_flight:  # (pq.ready, inlined: called per partition)
