@@ -101,9 +101,11 @@ def pipeline_run(
         channel = channel_proxy(ns_port)
         with channel, Publisher(CHANNEL, "bench", ns_port=ns_port, state_dir=None) as publisher:
             warm = s.warmup_events or max(batch_size, 4 * s.partitions)
-            baseline = warm_up(publisher, channel, s.partitions, s.payload_size, warm)
+            run_publisher = f"{label}{run}"
+            warm_as = run_publisher if s.open_partitions else WARMUP_PUBLISHER
+            baseline = warm_up(publisher, channel, s.partitions, s.payload_size, warm, warm_as)
 
-            maker = EventMaker(f"{label}{run}", s.partitions, s.payload_size)
+            maker = EventMaker(run_publisher, s.partitions, s.payload_size)
             pids = [broker.pid] + [p.pid for p, _ in subs]
             cpu_before = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
             batches_before = batch_counts(channel)

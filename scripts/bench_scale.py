@@ -7,7 +7,12 @@ Sweeps (pick with ``--sweep``; fresh processes every row, SQLite store in a temp
   keys         4 / 64 / 256 bench subscribers, every event in a partition of its own (a
                key per order: 1,000,000 partitions; a warm-up of 4,000 events only
                opens the connections)
-  partitions   16 / 1,000 / 10,000 / 100,000 partitions, 4 subscribers
+  partitions   16 / 1,000 / 10,000 / 100,000 partitions, 4 subscribers; the warm-up has
+               a publisher of its own, so the run opens all of its partitions (a
+               partition is per publisher and partition): at 100,000 every event opens one
+  open         the same with the run's partitions open already (the warm-up publishes
+               as the run's publisher): the cost of holding many partitions without the
+               cost of opening them
   channels     1 / 10 / 100 channels on one broker, the events spread round robin, one
                bench subscriber per channel (4 for a single channel)
   backlog      0 / 1,000,000 / 5,000,000 events published before any subscriber joins;
@@ -62,11 +67,12 @@ from bench_support.service import (
     wait_acked,
 )
 
-SWEEPS = ("subscribers", "keys", "partitions", "channels", "backlog", "prefetch")
+SWEEPS = ("subscribers", "keys", "partitions", "open", "channels", "backlog", "prefetch")
 DEFAULTS = {
     "subscribers": [4, 16, 64, 256],
     "keys": [4, 64, 256],
     "partitions": [16, 1_000, 10_000, 100_000],
+    "open": [16, 10_000, 100_000],
     "channels": [1, 10, 100],
     "backlog": [0, 1_000_000, 5_000_000],
     "prefetch": [10, 25, 100, 1_000],
@@ -75,6 +81,7 @@ QUICK = {
     "subscribers": [4, 16],
     "keys": [4, 16],
     "partitions": [16, 1_000],
+    "open": [16, 1_000],
     "channels": [1, 4],
     "backlog": [0, 50_000],
     "prefetch": [10, 100],
@@ -223,6 +230,12 @@ def sweep_partitions(s: bench.Settings, value: int) -> dict[str, Any]:
     return pipeline(s, f"parts{value}", partitions=value, subscribers=4)
 
 
+def sweep_open(s: bench.Settings, value: int) -> dict[str, Any]:
+    return pipeline(
+        replace(s, open_partitions=True), f"open{value}", partitions=value, subscribers=4
+    )
+
+
 def sweep_prefetch(s: bench.Settings, value: int) -> dict[str, Any]:
     """A small prefetch makes small pushes: the same events cost more RPCs and acks."""
     return pipeline(s, f"prefetch{value}", prefetch=value, subscribers=4, partitions=256)
@@ -322,6 +335,7 @@ SWEEP: dict[str, Callable[[bench.Settings, int], dict[str, Any]]] = {
     "subscribers": sweep_subscribers,
     "keys": sweep_keys,
     "partitions": sweep_partitions,
+    "open": sweep_open,
     "channels": sweep_channels,
     "backlog": sweep_backlog,
     "prefetch": sweep_prefetch,

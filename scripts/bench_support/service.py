@@ -158,10 +158,14 @@ def channel_proxy(ns_port: int, channel: str = CHANNEL, timeout_s: float = 10.0)
 
 
 class EventMaker:
-    """Event dicts as the publisher library makes them, stamped when the batch is built."""
+    """Event dicts as the publisher library makes them, stamped when the batch is built;
+    their ids are ``<id_prefix>-<n>`` (the publisher id by default)."""
 
-    def __init__(self, publisher_id: str, partitions: int, payload_size: int) -> None:
+    def __init__(
+        self, publisher_id: str, partitions: int, payload_size: int, id_prefix: str = ""
+    ) -> None:
         self.publisher_id = publisher_id
+        self.id_prefix = id_prefix or publisher_id
         self.partitions = partitions
         self.payload = "x" * payload_size
         self.seq = 0
@@ -173,7 +177,7 @@ class EventMaker:
             self.seq += 1
             events.append(
                 {
-                    "id": f"{self.publisher_id}-{self.seq}",
+                    "id": f"{self.id_prefix}-{self.seq}",
                     "publisher_id": self.publisher_id,
                     "partition": self.seq % self.partitions,
                     "timestamp": now,
@@ -216,11 +220,21 @@ def publish_count(
     return published
 
 
-def warm_up(publisher: Any, channel: Any, partitions: int, payload_size: int, size: int) -> int:
-    """Publish a batch of ``size`` warm-up events (publisher ``warmup``, which bench
+def warm_up(
+    publisher: Any,
+    channel: Any,
+    partitions: int,
+    payload_size: int,
+    size: int,
+    publisher_id: str = WARMUP_PUBLISHER,
+) -> int:
+    """Publish a batch of ``size`` warm-up events (ids ``warmup-<n>``, which bench
     subscribers leave out of their figures) and wait for their acks, so connections exist
-    before measuring. Returns ``size``: the acked count the measurement starts from."""
-    warm = EventMaker(WARMUP_PUBLISHER, partitions, payload_size)
+    before measuring. Returns ``size``: the acked count the measurement starts from.
+
+    A partition is per (publisher, partition): under the warm-up's own publisher id (the
+    default) the run opens partitions of its own; under the run's, they are open already."""
+    warm = EventMaker(publisher_id, partitions, payload_size, id_prefix=WARMUP_PUBLISHER)
     publish_count(publisher, warm, size, WARMUP_BATCH)  # a batch stays a normal one
     wait_acked(channel, warm.seq, max(30.0, size / 1_000))
     return warm.seq

@@ -38,6 +38,8 @@ class Recorder:
         self, skip_prefix: str, max_samples: int, keep_ids: bool = False, trace: bool = False
     ) -> None:
         self.skip_prefix = skip_prefix
+        self.skip_id = f"{skip_prefix}-"
+        """Warm-up events published under the run's own publisher id have ids with it."""
         self.max_samples = max_samples
         self.keep_ids = keep_ids
         self.trace: list[tuple[float, str, Any, str, int]] | None = [] if trace else None
@@ -52,7 +54,10 @@ class Recorder:
 
     def handle(self, event: dict[str, Any]) -> None:
         now = time.time()
-        if self.skip_prefix and event["publisher_id"].startswith(self.skip_prefix):
+        if self.skip_prefix and (
+            event["publisher_id"].startswith(self.skip_prefix)
+            or event["id"].startswith(self.skip_id)
+        ):
             self.skipped += 1
             return
         event_id = event["id"]

@@ -95,3 +95,39 @@ def test_pairs_alternate_which_value_runs_first(
     assert order == [16, 10_000, 10_000, 16, 16, 10_000]
     assert [r["ratio"] for r in rows] == [1.0, 0.8]
     assert rows[1]["pairs"] == [0.8, 0.8, 0.8]
+
+
+def test_the_open_sweep_warms_the_runs_own_partitions(
+    scale: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``partitions`` rows open every partition they use (the warm-up has a publisher of
+    its own); ``open`` rows run on partitions the warm-up opened as the run's publisher."""
+    runs: dict[str, object] = {}
+
+    def fake_run(s: object, label: str, run: int, count: int, batch: int) -> dict[str, object]:
+        runs[label] = s
+        return {}
+
+    monkeypatch.setattr(scale.bench, "pipeline_run", fake_run)
+    s = scale.settings(scale.build_parser().parse_args([]), Path("."))
+    scale.SWEEP["partitions"](s, 10_000)
+    scale.SWEEP["open"](s, 10_000)
+    assert runs["parts10000"].open_partitions is False
+    assert runs["open10000"].open_partitions is True
+    assert runs["open10000"].partitions == 10_000
+
+
+def test_bench_subscribers_leave_out_warm_up_events_under_any_publisher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    service = importlib.import_module("bench_support.service")
+    sub = importlib.import_module("bench_support.sub")
+    recorder = sub.Recorder(service.WARMUP_PUBLISHER, max_samples=10)
+    own = service.EventMaker(service.WARMUP_PUBLISHER, 4, 10, id_prefix="warmup").batch(2)
+    as_run = service.EventMaker("run1", 4, 10, id_prefix="warmup").batch(3)
+    run = service.EventMaker("run1", 4, 10).batch(5)
+    for event in own + as_run + run:
+        recorder.handle({**event, "attempt": 1})
+    assert (recorder.skipped, recorder.count, recorder.duplicates) == (5, 5, 0)
+    assert {e["id"] for e in as_run}.isdisjoint(e["id"] for e in run)
