@@ -392,7 +392,9 @@ class PushDelivery:
             return
         delay, offload = member.delays.observe(elapsed_s, self._state.now())
         if delay is Delay.NONE:
-            member.offloaded = False  # fast again: rebalancing may give it work
+            if member.offloaded:  # fast again: rebalancing may give it work
+                member.offloaded = False
+                grp.rebalancing = True
             return
         log.info("%s: %s delay from %s: %.3f s", self._state.name, delay, member_id, elapsed_s)
         if offload and member.active:

@@ -69,6 +69,9 @@ class ConsumerGroup:
         them)."""
         self.offloads: list[tuple[str, int]] = []
         """(member, partitions moved away) of slow members since the facade last looked."""
+        self.rebalancing = False
+        """A join (or a member fast again after an offload) asked for partitions that
+        were busy: progress moves them as they become movable (see rebalance)."""
         self.pin_below = 0
         """Events with a lower offset were restored by a restart (see PartitionQueue)."""
         self.attempts: dict[int, int] = {}

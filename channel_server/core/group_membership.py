@@ -58,6 +58,7 @@ def join(
     member.seen(now)
     group.assign_unowned()
     rebalance.rebalance_to(group, member)
+    group.rebalancing = True  # what was busy moves as it becomes movable
     group.touched.add(member_id)
     return member
 

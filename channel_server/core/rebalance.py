@@ -6,7 +6,12 @@ nothing overtakes an event being processed) and no restored event still owed to 
 
 - A joining member takes movable partitions (each donor's longest owned first) from the
   members owning the most, until no one is more than ``rebalance_threshold`` partitions
-  ahead of it; as partitions become movable later, progress carries the same rebalance on.
+  ahead of it; as partitions become movable later, progress carries the same rebalance on
+  (``ConsumerGroup.rebalancing``), until the counts are even. Counts that drift apart
+  otherwise are left alone: new partitions go to the least *loaded* member, which may own
+  a few more than another, and evening the counts after every ack would move idle
+  partitions back and forth, each move written to the store (a key per order opens a
+  partition per event).
 - A member with nothing to do takes a ready partition from a busy member that has other
   work in hand and no room for it (work stealing), so no batch waits behind a long job it
   could go around.
@@ -62,22 +67,31 @@ def after_progress(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
     """After a member finished events: a slow member's partitions that became movable
     leave it; then a join's rebalance carries on, and an idle member may steal work."""
     moved = offload(group, member.member_id) if member.offloaded and member.active else []
-    return moved + rebalance(group) + steal(group, member)
+    if group.rebalancing:
+        moved += rebalance(group)
+    return moved + steal(group, member)
 
 
 def rebalance(group: ConsumerGroup) -> list[PartitionKey]:
     """The active member owning the fewest partitions takes movable ones from the busiest
-    (see rebalance_to); members offloaded for slowness are not given more."""
+    (see rebalance_to); members offloaded for slowness are not given more. Once the
+    counts are even, progress stops carrying a rebalance on (``group.rebalancing``)."""
     active = group.active_members()
-    if len(active) < 2:
+    if _even(group, active):
+        group.rebalancing = False
         return []
-    sizes = [len(m.partitions) for m in active]
-    if max(sizes) - min(sizes) <= group.policy.rebalance_threshold:
-        return []  # balanced, the usual case after an ack: one pass over the members
     takers = [m for m in active if not m.offloaded]
     if not takers:
         return []
-    return rebalance_to(group, min(takers, key=lambda m: (len(m.partitions), m.member_id)))
+    moved = rebalance_to(group, min(takers, key=lambda m: (len(m.partitions), m.member_id)))
+    group.rebalancing = not _even(group, active)
+    return moved
+
+
+def _even(group: ConsumerGroup, active: list[Member]) -> bool:
+    """No active member owns more than ``rebalance_threshold`` partitions above another."""
+    sizes = [len(m.partitions) for m in active]
+    return len(sizes) < 2 or max(sizes) - min(sizes) <= group.policy.rebalance_threshold
 
 
 def steal(group: ConsumerGroup, member: Member) -> list[PartitionKey]:

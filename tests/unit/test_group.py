@@ -500,6 +500,24 @@ def test_rebalance_goes_on_when_partitions_become_movable() -> None:
     check_group(d.g)
 
 
+def test_counts_that_load_based_assignment_left_uneven_are_not_evened_after_acks() -> None:
+    """New partitions go to the least loaded member, so a busy member may own fewer;
+    evening the counts after every ack would move idle partitions back and forth (each
+    move written to the store). Only a join's rebalance is carried on."""
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    assert rebalance.rebalance(d.g) == [] and not d.g.rebalancing  # the joins' are done
+    d.g.enqueue([make_event(i, partition=0) for i in range(50)])  # a: load 10 + 50
+    d.g.enqueue([make_event(50 + n, partition=n) for n in (1, 2, 3)])  # each to b
+    assert owners(d.g) == {P0: "a", P1: "b", P2: "b", P3: "b"}
+    d.ack(d.take("b"))  # b's three partitions are idle, two ahead of a: they stay
+    assert owners(d.g) == {P0: "a", P1: "b", P2: "b", P3: "b"}
+    d.join("c")  # a join evens the counts out
+    assert sorted(owners(d.g).values()) == ["a", "b", "b", "c"]
+    check_group(d.g)
+
+
 def test_an_idle_member_steals_a_ready_partition_from_a_busy_one() -> None:
     d = Driver(window=1)
     d.join("a", prefetch=1)
