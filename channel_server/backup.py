@@ -72,8 +72,10 @@ class ChannelBackup:
         if gone:
             self.store.delete(self._name, sorted(gone))
 
-    def owners(self, group: str, changes: dict[PartitionKey, str | None]) -> None:
-        self.store.save_owners(self._name, group, changes)
+    def owners(
+        self, group: str, changes: dict[PartitionKey, str | None], opened: bool = False
+    ) -> None:
+        self.store.save_owners(self._name, group, changes, opened=opened)
 
     def group_added(self, group: str, created_offset: int) -> None:
         self.store.save_group(self._name, group, created_offset)

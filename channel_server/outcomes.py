@@ -38,8 +38,9 @@ class Outcomes:
                     "%s: moved %d queued partitions of slow %s to others", name, moved, member_id
                 )
             grp.offloads.clear()
-            if changes := grp.take_owner_changes():
-                self._backup.owners(grp.name, changes)
+            changes = grp.take_owner_changes()
+            if changes.owners:
+                self._backup.owners(grp.name, changes.owners, changes.opened)
             touched.extend((grp.name, member_id) for member_id in grp.touched)
             grp.touched.clear()
         return touched

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from channel_server.core import acks, delivery, group_membership
 from channel_server.core.acks import AckOutcome
@@ -23,7 +24,19 @@ from channel_server.core.member import Batch, Flight, Member, WindowPolicy
 from channel_server.core.queues import PartitionQueue, QueueCount, Warm, warm_nothing
 from channel_server.events import Event, PartitionKey
 
-__all__ = ["AckOutcome", "ConsumerGroup", "GroupPolicy"]
+__all__ = ["AckOutcome", "ConsumerGroup", "GroupPolicy", "OwnerChanges"]
+
+
+class OwnerChanges(NamedTuple):
+    """Ownership changed since it was last taken, for the facade to persist."""
+
+    owners: dict[PartitionKey, str | None]
+    """partition -> its owner now (None: it has none)"""
+    opened: bool
+    """Every change gives its first owner to a partition a publish opened since: none of
+    their events was ever handed out, so no deferred ack can be about them and the store
+    need not write those first (see :meth:`Store.save_owners
+    <channel_server.store.base.Store.save_owners>`)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,10 @@ class ConsumerGroup:
         self.created_offset = created_offset
         """The channel's next offset when the group was created: it sees events from there."""
         self.owner_changes: dict[PartitionKey, str | None] = {}
+        self._opened: set[PartitionKey] = set()
+        """Partitions a publish opened since the owner changes were last taken, none of
+        whose changes was waiting then (a partition dropped idle and opened again before
+        its drop was persisted is not new to the store)."""
         self.held = 0
         """Events this group must still deliver: enqueued minus done or dead-lettered. The
         invariant ``held == backlog`` tells when the in-memory queues lost events."""
@@ -177,6 +194,8 @@ class ConsumerGroup:
             pq = self.partitions.get(key)
             if pq is None:
                 pq = self.partitions[key] = PartitionQueue(key, self._queued)
+                if key not in self.owner_changes:
+                    self._opened.add(key)
             pq.idle_since = None
             added = pq.put_back(evs)
             if pq.owner is None:
@@ -249,11 +268,13 @@ class ConsumerGroup:
         else:
             owner.ready.pop(key, None)
 
-    def take_owner_changes(self) -> dict[PartitionKey, str | None]:
-        """Ownership changed since the last call (partition -> owner, None: no owner);
-        the facade persists them so a restarted broker keeps partitions where they were."""
+    def take_owner_changes(self) -> OwnerChanges:
+        """Ownership changed since the last call; the facade persists it so a restarted
+        broker keeps partitions where they were."""
         changes, self.owner_changes = self.owner_changes, {}
-        return changes
+        opened, self._opened = self._opened, set()
+        first = all(owner is not None and key in opened for key, owner in changes.items())
+        return OwnerChanges(changes, first)
 
     def restore_owner(self, key: PartitionKey, owner: str) -> None:
         """Give a partition back to the member that owned it before a restart."""

@@ -13,9 +13,10 @@ events come back to the member owning their partition, whose processed-ID window
 acknowledges them without calling the handler. So no ownership change may be written
 ahead of them: a partition moves once its owner has acknowledged what it held, and if
 that move outlived the acks, the events would come back to the new owner, which would
-process them again. ``save_owners``, ``remove_member``, ``remove_group``, ``load``,
-``reinsert`` and ``close`` apply whatever is deferred first, and ``count`` leaves out the
-deletes still deferred, so a reader never sees them missing.
+process them again. ``save_owners`` (unless it only gives partitions just opened their
+first owner), ``remove_member``, ``remove_group``, ``load``, ``reinsert`` and ``close``
+apply whatever is deferred first, and ``count`` leaves out the deletes still deferred, so
+a reader never sees them missing.
 """
 
 from __future__ import annotations
@@ -99,10 +100,18 @@ class Store(ABC):
 
     @abstractmethod
     def save_owners(
-        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+        self,
+        channel: str,
+        group: str,
+        changes: dict[PartitionKey, str | None],
+        *,
+        opened: bool = False,
     ) -> None:
         """Record partition ownership changes (None: the partition has no owner now), after
-        whatever is deferred (see the module docstring)."""
+        whatever is deferred (see the module docstring), unless ``opened``: every change
+        gives a partition just opened its first owner. No event of theirs was handed out,
+        so nothing deferred is about them, and a key per event does not make every
+        publish write the deferred acks and deletes."""
 
     @abstractmethod
     def add_dead_letters(self, channel: str, letters: Sequence[DeadLetterRecord]) -> None:

@@ -107,7 +107,12 @@ class MemoryStore(Store):
             self._of(channel).members.pop((group, member_id), None)
 
     def save_owners(
-        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+        self,
+        channel: str,
+        group: str,
+        changes: dict[PartitionKey, str | None],
+        *,
+        opened: bool = False,
     ) -> None:
         with self._lock:
             owners = self._of(channel).owners.setdefault(group, {})

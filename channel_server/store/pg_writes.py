@@ -157,9 +157,15 @@ class PgWrites:
             )
 
     def save_owners(
-        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+        self,
+        channel: str,
+        group: str,
+        changes: dict[PartitionKey, str | None],
+        *,
+        opened: bool = False,
     ) -> None:
-        self._write_deferred()  # the acks that let a partition move go first (see Store)
+        if not opened:  # the acks that let a partition move go first (see Store)
+            self._write_deferred()
         with self._tx(channel) as (cur, cid):
             gone = [(cid, group, pub, encode_part(p)) for (pub, p), o in changes.items() if not o]
             owned = [(cid, group, pub, encode_part(p), o) for (pub, p), o in changes.items() if o]

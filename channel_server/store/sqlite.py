@@ -292,9 +292,15 @@ class SQLiteStore(Store):
             self._deferred.trim(channel, count)
 
     def save_owners(
-        self, channel: str, group: str, changes: dict[PartitionKey, str | None]
+        self,
+        channel: str,
+        group: str,
+        changes: dict[PartitionKey, str | None],
+        *,
+        opened: bool = False,
     ) -> None:
-        self._write_deferred()  # the acks that let a partition move go first (see Store)
+        if not opened:  # the acks that let a partition move go first (see Store)
+            self._write_deferred()
         gone = [(channel, group, *key) for key, owner in changes.items() if owner is None]
         owned = [(channel, group, *key, owner) for key, owner in changes.items() if owner]
         with self._tx() as db:

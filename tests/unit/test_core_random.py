@@ -132,8 +132,9 @@ class Driver:
             grp.deactivations.clear()
             grp.offloads.clear()
             grp.touched.clear()
-            if changes := grp.take_owner_changes():
-                self.store.save_owners(NAME, grp.name, changes)
+            changes = grp.take_owner_changes()
+            if changes.owners:
+                self.store.save_owners(NAME, grp.name, changes.owners, opened=changes.opened)
 
     def pending_by_key(self, mg: MGroup) -> dict[PartitionKey, list[Event]]:
         out: dict[PartitionKey, list[Event]] = {}

@@ -598,6 +598,48 @@ def test_an_offloaded_member_is_not_rebalanced_work_until_fast_again() -> None:
     check_group(d.g)
 
 
+def test_owner_changes_say_when_they_only_give_new_partitions_their_first_owner() -> None:
+    """The store may leave deferred acks for later when every change is a partition a
+    publish just opened getting its first owner: none of its events was handed out."""
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(0, partition=0), make_event(1, partition=1)])
+    assert d.g.take_owner_changes() == ({P0: "a", P1: "a"}, True)
+    d.ack(d.take("a"))
+    d.g.enqueue([make_event(2, partition=2)])
+    d.join("b")  # takes idle partitions from a: moves of partitions a processed
+    changes = d.g.take_owner_changes()
+    assert P2 in changes.owners and changes.owners.keys() - {P2} and not changes.opened
+    assert d.g.take_owner_changes() == ({}, True)
+    check_group(d.g)
+
+
+def test_a_partition_opened_again_before_its_drop_was_persisted_is_no_new_one() -> None:
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(0, partition=0)])
+    d.g.take_owner_changes()
+    d.ack(d.take("a"))
+    d.g.sweep_idle(now=100.0, idle_s=30.0)
+    assert d.g.sweep_idle(now=130.0, idle_s=30.0) == [P0]  # its row goes with the next take
+    d.g.enqueue([make_event(1, partition=0)])  # ... but P0 is open again first
+    assert d.g.take_owner_changes() == ({P0: "a"}, False)
+    d.ack(d.take("a"))
+    d.g.sweep_idle(now=140.0, idle_s=30.0)
+    assert d.g.sweep_idle(now=170.0, idle_s=30.0) == [P0]
+    assert d.g.take_owner_changes() == ({P0: None}, False)  # a drop is no first owner
+    d.g.enqueue([make_event(2, partition=0)])  # opened after its drop was taken: new
+    assert d.g.take_owner_changes() == ({P0: "a"}, True)
+
+
+def test_a_partition_opened_with_no_member_gets_its_owner_as_no_new_one() -> None:
+    d = Driver()
+    d.g.enqueue([make_event(0, partition=0)])
+    assert d.g.take_owner_changes() == ({}, True)
+    d.join("a")  # the partition waited: conservatively not new any more
+    assert d.g.take_owner_changes() == ({P0: "a"}, False)
+
+
 # -- housekeeping -------------------------------------------------------------------------
 def test_sweep_idle_drops_only_idle_partitions_after_idle_s() -> None:
     d = Driver()
