@@ -392,9 +392,7 @@ class PushDelivery:
             return
         delay, offload = member.delays.observe(elapsed_s, self._state.now())
         if delay is Delay.NONE:
-            if member.offloaded:  # fast again: rebalancing may give it work
-                member.offloaded = False
-                grp.rebalancing = True
+            rebalance.fast_again(grp, member)
             return
         log.info("%s: %s delay from %s: %.3f s", self._state.name, delay, member_id, elapsed_s)
         if offload and member.active:

@@ -273,8 +273,8 @@ class ConsumerGroup:
         broker keeps partitions where they were."""
         changes, self.owner_changes = self.owner_changes, {}
         opened, self._opened = self._opened, set()
-        first = all(owner is not None and key in opened for key, owner in changes.items())
-        return OwnerChanges(changes, first)
+        firsts = all(owner is not None and key in opened for key, owner in changes.items())
+        return OwnerChanges(changes, firsts)
 
     def restore_owner(self, key: PartitionKey, owner: str) -> None:
         """Give a partition back to the member that owned it before a restart."""

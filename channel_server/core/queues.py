@@ -167,11 +167,7 @@ class PartitionQueue:
         if not self.held_back and type(pending) is list and len(pending) <= limit:
             warm(pending)  # the usual take: all of a short list, moved rather than copied
             self.pending = []
-            self._count.events -= len(self.in_flight)
-            self._count.in_flight += len(pending) - len(self.in_flight)
-            self.in_flight = pending
-            if not pending:
-                self._note()
+            self._fly(pending)
             return pending, len(pending)
         if not self.held_back:
             batch = self._front(limit)
@@ -188,12 +184,17 @@ class PartitionQueue:
                 batch.append(ev)
         warm(batch)
         self._drop_front(len(batch))
-        self._count.events -= len(self.in_flight)  # replaced (a ready partition has none)
+        self._fly(batch)
+        return batch, fresh
+
+    def _fly(self, batch: list[Event]) -> None:
+        """``batch`` (out of pending already) is in flight now, replacing what was (a ready
+        partition has nothing in flight)."""
+        self._count.events -= len(self.in_flight)
         self._count.in_flight += len(batch) - len(self.in_flight)
         self.in_flight = batch
         if not batch and not self.pending:
             self._note()
-        return batch, fresh
 
     def held_pending(self) -> int:
         """Pending events held back for the owner."""

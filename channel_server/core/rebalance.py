@@ -72,6 +72,14 @@ def after_progress(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
     return moved + steal(group, member)
 
 
+def fast_again(group: ConsumerGroup, member: Member) -> None:
+    """A push to a member offloaded for slowness was fast: it may be given work again, and
+    progress evens the counts out (see ``group.rebalancing``)."""
+    if member.offloaded:
+        member.offloaded = False
+        group.rebalancing = True
+
+
 def rebalance(group: ConsumerGroup) -> list[PartitionKey]:
     """The active member owning the fewest partitions takes movable ones from the busiest
     (see rebalance_to); members offloaded for slowness are not given more. Once the
