@@ -30,6 +30,23 @@ def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         yield
 
 
+FAILED_OUTPUT_LINES = 60
+"""How much of each process's output a failed cluster test shows (its last lines)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """A failed test's processes show the end of their output beside the failure, so a
+    CI log says what the brokers and subscribers did."""
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("cluster")
+    if report.when == "call" and report.failed and isinstance(cluster, Cluster):
+        for proc in cluster.procs:
+            tail = proc.output().splitlines()[-FAILED_OUTPUT_LINES:]
+            report.sections.append((f"output of {proc.name}", "\n".join(tail)))
+    return report
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)

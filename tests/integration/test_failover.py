@@ -50,6 +50,21 @@ def received(cluster: Cluster, channel: str, *subs: str) -> list[dict]:
     return [r for s in subs for r in read_records(cluster.record_path(channel, s))]
 
 
+def wait_for_every_event(cluster: Cluster, channel: str, what: str) -> None:
+    """Every event handled by s1 or s2 within a minute; else a failure naming the missing."""
+    expected = {f"P-{i}" for i in range(1, EVENTS + 1)}
+    try:
+        wait_until(
+            lambda: expected <= {r["id"] for r in received(cluster, channel, "s1", "s2")},
+            60,
+            what,
+        )
+    except AssertionError as exc:
+        missing = expected - {r["id"] for r in received(cluster, channel, "s1", "s2")}
+        first = sorted(missing, key=lambda i: int(i.split("-")[1]))[:20]
+        raise AssertionError(f"{exc}: {len(missing)} missing, first {first}") from None
+
+
 def assert_all_once_in_order(records: list[dict], allowed_duplicates: int) -> None:
     ids = [r["id"] for r in records]
     assert {f"P-{i}" for i in range(1, EVENTS + 1)} <= set(ids), "events lost"
@@ -101,11 +116,7 @@ def test_a_standby_takes_over_when_the_owner_dies_freezes_or_stops(
         owner.popen.send_signal(signal.SIGCONT)
         owner.wait_for(r"channel fo: no longer served here", TAKE_OVER_S)
     assert pub.popen.wait(90) == 0, pub.output()
-    wait_until(
-        lambda: len({r["id"] for r in received(cluster, "fo", "s1", "s2")}) >= EVENTS,
-        60,
-        "every event after the take-over",
-    )
+    wait_for_every_event(cluster, "fo", "every event after the take-over")
     # a duplicate only of what the old owner had pushed and not seen acknowledged: at
     # most a prefetch window per subscriber
     assert_all_once_in_order(received(cluster, "fo", "s1", "s2"), 2 * PREFETCH)
@@ -129,11 +140,7 @@ def test_move_hands_a_channel_over_mid_flow(cluster: Cluster, pg_dsn: str) -> No
     target.wait_for(r"channel mv \(queue", TAKE_OVER_S)
     assert lease_of(pg_dsn, "mv") == ("b2", 2)
     assert pub.popen.wait(90) == 0, pub.output()
-    wait_until(
-        lambda: len({r["id"] for r in received(cluster, "mv", "s1", "s2")}) >= EVENTS,
-        60,
-        "every event after the move",
-    )
+    wait_for_every_event(cluster, "mv", "every event after the move")
     assert_all_once_in_order(received(cluster, "mv", "s1", "s2"), 2 * PREFETCH)
 
 
