@@ -259,30 +259,47 @@ class Subscriber:
 
     # -- the worker ----------------------------------------------------------------------
     def _work(self) -> None:
-        """Handle what was pushed, in order; hand the outcomes to the control thread in
-        groups (at once when a job was long, or when nothing is left to do)."""
+        """Handle what was pushed, in order, a chunk (all that waits) at a time."""
         while not self._stopping.is_set():
-            done: list[Outcome] = []
-            first_at = 0.0
             items = self._inbox.take_all(IDLE_WAIT_S)
             self._working = bool(items)
-            for item in items:
-                if not self._wait_trusted():
-                    break
-                if not self._inbox.current(item):
-                    continue  # its session ended: the channel gave it to another member
-                outcome = self._process(item)
-                if outcome is None:
-                    continue
-                if not done:
-                    first_at = time.monotonic()
-                done.append(outcome)
-                if time.monotonic() - first_at >= ACK_LINGER_S:
-                    self._outbox.add(done, urgent=True)
-                    done = []
-            if done:
-                self._outbox.add(done, urgent=self._inbox.empty())
+            self._handle(items)
             self._working = False
+
+    def _handle(self, items: list[Item]) -> None:
+        """Run the handler on a chunk of events and hand their outcomes to the control
+        thread in groups (at once when a job was long, else at the chunk's end), each
+        group's processed ids in the window first. The window is asked once per chunk
+        (only this thread adds to it; ``handled`` holds what the chunk added)."""
+        uids = [event_uid(item.event["publisher_id"], item.event["id"]) for item in items]
+        known = self._processed.known(uids)
+        handled: set[str] = set()
+        done: list[Outcome] = []
+        first_at = 0.0
+        trusted = self._session.trusted if self._session is not None else None
+        for item, uid in zip(items, uids, strict=True):
+            if trusted is not None and not trusted.is_set() and not self._wait_trusted():
+                break
+            if not self._inbox.current(item):
+                continue  # its session ended: the channel gave it to another member
+            outcome = self._process(item, uid, uid in known or uid in handled)
+            if outcome is None:
+                continue
+            if outcome.error is None:
+                handled.add(uid)
+            if not done:
+                first_at = time.monotonic()
+            done.append(outcome)
+            if time.monotonic() - first_at >= ACK_LINGER_S:
+                self._hand_over(done, urgent=True)
+                done = []
+        if done:
+            self._hand_over(done, urgent=self._inbox.empty())
+
+    def _hand_over(self, done: list[Outcome], urgent: bool) -> None:
+        """Outcomes to the control thread, the processed ids in the window first."""
+        self._processed.add(o.uid for o in done if o.error is None)
+        self._outbox.add(done, urgent=urgent)
 
     def _wait_trusted(self) -> bool:
         """Before starting an event: wait while the control thread checks our standing
@@ -292,14 +309,13 @@ class Subscriber:
                 return True
         return False
 
-    def _process(self, item: Item) -> Outcome | None:
+    def _process(self, item: Item, uid: str, seen: bool) -> Outcome | None:
         """Run the handler once on an event; None when stopping intervened before it ran.
-        An event processed before (its ack was lost, or the broker restarted) is
+        An event processed before (``seen``: its ack was lost, or the broker restarted) is
         acknowledged without running the handler again: the processed-ID window and the
         acks name events by uid, so two publishers' events with one id are two events."""
         event = item.event
-        uid = event_uid(event["publisher_id"], event["id"])
-        if uid in self._processed:
+        if seen:
             log.info("%s was processed already: acknowledged again", uid)
             return Outcome(item.session, item.seq, uid, dropped=self._faults.drop_ack(event))
         self._faults.before(event)
@@ -317,7 +333,6 @@ class Subscriber:
         self.processed += 1
         if self._recorder is not None:
             self._recorder.write(event)
-        self._processed.add([uid])
         return Outcome(item.session, item.seq, uid, dropped=self._faults.drop_ack(event))
 
 

@@ -61,6 +61,11 @@ class ProcessedIds:
         with self._lock:
             return event_id in self._ids
 
+    def known(self, event_ids: Iterable[str]) -> set[str]:
+        """Those of ``event_ids`` in the window (one look for a whole chunk of events)."""
+        with self._lock:
+            return self._ids.intersection(event_ids)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._ids)

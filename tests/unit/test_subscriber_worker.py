@@ -1,0 +1,58 @@
+"""The subscriber's worker on a chunk of pushed events: the handler runs once per event
+uid, an event seen before is acknowledged without it, a failure is a nack the window does
+not remember, and the outcomes reach the outbox in delivery order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from subscriber.client import Subscriber
+from subscriber.processed import ProcessedIds
+
+
+def event(event_id: str, publisher: str = "P") -> dict[str, Any]:
+    return {"id": event_id, "publisher_id": publisher, "partition": 0, "payload": "x"}
+
+
+def handle(sub: Subscriber, events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """Push ``events`` in one session and run the worker on them as one chunk."""
+    sub.take_in({"session": 1, "seq": 1, "events": events})
+    sub._handle(sub._inbox.take_all(0.0))
+    return [(o.uid, o.error) for o in sub._outbox.drain()]
+
+
+def test_an_event_twice_in_one_chunk_runs_the_handler_once() -> None:
+    ran: list[str] = []
+    sub = Subscriber("c", "s1", lambda ev: ran.append(ev["id"]))
+    outcomes = handle(sub, [event("a"), event("b"), event("a"), event("a", "Q")])
+    assert ran == ["a", "b", "a"]  # Q's "a" is another event
+    assert outcomes == [("P/a", None), ("P/b", None), ("P/a", None), ("Q/a", None)]
+    assert sub._processed.known(["P/a", "P/b", "Q/a", "P/z"]) == {"P/a", "P/b", "Q/a"}
+
+
+def test_an_event_in_the_window_is_acknowledged_without_the_handler() -> None:
+    ran: list[str] = []
+    window = ProcessedIds()
+    window.add(["P/a"])
+    sub = Subscriber("c", "s1", lambda ev: ran.append(ev["id"]), processed=window)
+    assert handle(sub, [event("a"), event("b")]) == [("P/a", None), ("P/b", None)]
+    assert ran == ["b"]
+
+
+def test_a_failed_event_is_not_remembered_and_runs_again_when_redelivered() -> None:
+    calls: list[str] = []
+
+    def flaky(ev: dict[str, Any]) -> None:
+        calls.append(ev["id"])
+        if calls.count(ev["id"]) == 1:
+            raise ValueError("first try fails")
+
+    sub = Subscriber("c", "s1", flaky)
+    outcomes = handle(sub, [event("a"), event("a")])
+    assert calls == ["a", "a"]
+    assert outcomes == [("P/a", "ValueError: first try fails"), ("P/a", None)]
+    assert sub._processed.known(["P/a"]) == {"P/a"}
+    sub2 = Subscriber("c", "s2", flaky)  # "a" failed nowhere here yet: fails once more
+    calls.clear()
+    assert handle(sub2, [event("a")]) == [("P/a", "ValueError: first try fails")]
+    assert sub2._processed.known(["P/a"]) == set()
