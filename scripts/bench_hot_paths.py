@@ -13,6 +13,9 @@
   push-wire     a push's 100 events turned into the dicts the subscriber receives
   records       the per-event records: a broker's Flight, a subscriber's inbox Item and
                 outbox Outcome
+  subscriber    a subscriber's worker on a push of 100 events: taken in, the handler (a
+                no-op) run on each, the outcomes in the outbox and their uids in the
+                processed-ID window (``Subscriber.take_in``, ``_handle``)
 
 Each figure is the best of ``--repeat`` timings, in µs per event. Pure CPU in one thread:
 steadier than an end-to-end run on a shared machine, but it says nothing about threads,
@@ -35,7 +38,9 @@ from channel_server.core.channel_core import _numbered
 from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.member import Flight
 from channel_server.events import event_uid, validate_batch, validate_each
+from subscriber.client import Subscriber
 from subscriber.inbox import Item, Outcome
+from subscriber.processed import ProcessedIds
 
 BATCH = 100
 WINDOW_IDS = 1_000_000
@@ -61,10 +66,26 @@ def fill_window(uids: list[str]) -> None:
         window.add_many(uids[start : start + BATCH], 1000.0 + start * 1e-5)
 
 
+def subscriber_worker(batch: list[dict[str, object]]) -> Callable[[], object]:
+    """A push through a subscriber's worker (no threads, no network). The window starts
+    empty each time (a set and a deque made per push), so no event is a duplicate."""
+    subscriber = Subscriber("bench", "bench-sub", lambda event: None)
+    push = {"session": 1, "seq": 1, "events": batch}
+
+    def one_push() -> None:
+        subscriber._processed = ProcessedIds()
+        subscriber.take_in(push)
+        subscriber._handle(subscriber._inbox.take_all(0.0))
+        subscriber._outbox.drain()
+
+    return one_push
+
+
 def cases() -> list[tuple[str, int, Callable[[], object]]]:
     """(name, events per call, the call)."""
     batch = published(BATCH)
     events = validate_batch(batch)
+    pushed = [dict(ev, offset=i, attempt=1) for i, ev in enumerate(batch)]
     uids = [event_uid("bench-pub", f"PUB-{i}") for i in range(WINDOW_IDS)]
     acked = uids[:BATCH]
     attempts = [1] * BATCH
@@ -82,6 +103,7 @@ def cases() -> list[tuple[str, int, Callable[[], object]]]:
         ("records: Flight", 1, lambda: Flight(events[0], 1, 7, 1.0)),
         ("records: Item", 1, lambda: Item(1, 7, batch[0])),
         ("records: Outcome", 1, lambda: Outcome(1, 7, acked[0])),
+        ("subscriber: a push handled", BATCH, subscriber_worker(pushed)),
     ]
 
 
