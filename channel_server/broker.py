@@ -1,8 +1,9 @@
 """The broker: one Pyro5 daemon hosting many channels, published in the name server.
 
-Threads: the daemon's request loop and the dispatch pool (both owned here), and Pyro5
-workers. The pool pushes for every channel and runs the housekeeping round, which
-reschedules itself every ``housekeeping_s``. The table of channels
+Threads: the daemon's request loop, the dispatch pool and, with a shared store, the lease
+rounds (all owned here), and Pyro5 workers. The pool pushes for every channel, runs the
+housekeeping round, which reschedules itself every ``housekeeping_s``, and restores the
+channels the lease rounds take over. The table of channels
 (:mod:`hosted`) has the broker lock, held for nothing but the table: the name server is
 called outside it.
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
+from functools import partial
 from typing import Any
 
 import Pyro5.api
@@ -29,6 +32,7 @@ from channel_server.dispatch import DispatchPool
 from channel_server.errors import (
     BrokerUnavailable,
     ChannelConflict,
+    ChannelError,
     FaultInjectionDisabled,
     InvalidArgument,
     UnknownChannel,
@@ -80,6 +84,10 @@ class Broker:
         """With a store shared by several brokers: the channel leases this one holds."""
         if isinstance(store, LeaseStore):
             self.leases = LeaseKeeper(store, config.lease_s, self._take_over, self._drop)
+        # Guards _taking_over: the channels a take-over is restoring (on the pool), so
+        #   the lease rounds, which go on meanwhile, do not start another.
+        self._taking_over_lock = threading.Lock()
+        self._taking_over: set[str] = set()
         self._claims = ChannelClaims(self._names, config.broker_id, self.leases is not None)
 
     def _names(self) -> NameService:
@@ -125,6 +133,8 @@ class Broker:
             self._daemon.register(service, objectId=broker_ns_name(self.config.broker_id))
         )
         self.ns.register(broker_ns_name(self.config.broker_id), self.uri, False, {"broker"})
+        if self.leases is not None:
+            self.leases.start()
         for record in self.store.channels():
             if self.leases is not None and not self.leases.take(record.name):
                 log.info("channel %s is served by another broker; standing by", record.name)
@@ -135,8 +145,6 @@ class Broker:
             self._note_kept_scope(name)
         self._serving.start()
         self._pool.submit(self._housekeep, self.config.housekeeping_s)
-        if self.leases is not None:
-            self._pool.submit(self._keep_leases, self.leases.interval_s)
         if self.config.http is not None:
             handle = BrokerHandle(self.config.broker_id, self.access, self.channel_table)
             self.monitor = MonitorServer(self.config.http, handle)
@@ -157,21 +165,25 @@ class Broker:
         if not self._stopping:
             self._pool.submit(self._housekeep, self.config.housekeeping_s)
 
-    def _keep_leases(self) -> None:
-        """Renew the leases, take over channels nobody renews, then the next round."""
-        assert self.leases is not None
-        try:
-            self.leases.round()
-        except Exception:
-            log.exception("lease round failed")
-        if not self._stopping:
-            self._pool.submit(self._keep_leases, self.leases.interval_s)
-
     def _take_over(self, name: str) -> None:
-        """Host a channel of the database whose owner stopped renewing its lease."""
-        record = next((r for r in self.store.channels() if r.name == name), None)
-        if record is not None:
-            self.create_channel(record.name, record.kind, record.id_scope, restoring=True)
+        """Host a channel of the database whose owner stopped renewing its lease: restored
+        on the pool, once at a time (the lease rounds must not wait for a restore)."""
+        with self._taking_over_lock:
+            if name in self._taking_over:
+                return
+            self._taking_over.add(name)
+        self._pool.submit(partial(self._restore_taken, name))
+
+    def _restore_taken(self, name: str) -> None:
+        try:
+            record = next((r for r in self.store.channels() if r.name == name), None)
+            if record is not None and not self._stopping:
+                self.create_channel(record.name, record.kind, record.id_scope, restoring=True)
+        except (ChannelError, OSError) as exc:
+            log.warning("could not take over channel %s: %s", name, exc)
+        finally:
+            with self._taking_over_lock:
+                self._taking_over.discard(name)
 
     def _drop(self, name: str, why: str) -> None:
         """Stop serving a channel whose lease was lost: out of the table and the daemon,
@@ -197,6 +209,7 @@ class Broker:
         for channel in channels:
             channel.close()
         if self.leases is not None:
+            self.leases.stop(STOP_TIMEOUT_S)
             self.leases.release_all()
         self._pool.stop()
         if self._serving is not None:

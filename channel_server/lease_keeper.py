@@ -8,6 +8,12 @@ renewal failed (another broker took it, or the database stayed unreachable for a
 term), and takes over the channels whose owner stopped renewing. The database's clock
 decides expiry and its fencing refuses a late owner's writes (``LeaseLost``); this module
 only decides what to ask for and when.
+
+The rounds run on a thread of their own (:meth:`LeaseKeeper.start`), never on the dispatch
+pool: a push to a frozen subscriber holds a pool thread for the ack timeout, and a few of
+them would hold every one for longer than a lease term, costing the broker channels it
+serves well. A take-over only starts there: the broker restores the channel elsewhere, so
+the rounds go on renewing while it does.
 """
 
 from __future__ import annotations
@@ -51,8 +57,9 @@ class _Held:
 
 
 class LeaseKeeper:
-    """The leases one broker holds, renewed by :meth:`round` (the broker schedules it every
-    :attr:`interval_s`), and the take-over of channels nobody renews."""
+    """The leases one broker holds, renewed by :meth:`round` (on its own thread every
+    :attr:`interval_s`, between :meth:`start` and :meth:`stop`), and the take-over of
+    channels nobody renews."""
 
     def __init__(
         self,
@@ -73,6 +80,26 @@ class LeaseKeeper:
         # broker's creating threads take leases while the round renews them.
         self._lock = threading.Lock()
         self._held: dict[str, _Held] = {}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._rounds, name="leases", daemon=True)
+
+    def start(self) -> None:
+        """Start the rounds (the broker does, before it restores its channels, so the
+        leases it takes are renewed while the rest restore)."""
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """End the rounds: the round in hand finishes (waited for at most ``timeout_s``)."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _rounds(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            try:
+                self.round()
+            except Exception:
+                log.exception("lease round failed")
 
     @property
     def interval_s(self) -> float:

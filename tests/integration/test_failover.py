@@ -21,6 +21,9 @@ TAKE_OVER_S = 3 * LEASE_S + 10.0
 EVENTS = 400
 PREFETCH = 100
 """The subscribers' default prefetch: what one may hold unacknowledged."""
+PUSH_THREADS = 4
+"""The broker's default dispatch pool (``push_threads``)."""
+FROZEN_TERMS = 6
 
 
 def pg_broker(cluster: Cluster, dsn: str, name: str, *channels: str) -> Proc:
@@ -50,17 +53,20 @@ def received(cluster: Cluster, channel: str, *subs: str) -> list[dict]:
     return [r for s in subs for r in read_records(cluster.record_path(channel, s))]
 
 
-def wait_for_every_event(cluster: Cluster, channel: str, what: str) -> None:
-    """Every event handled by s1 or s2 within a minute; else a failure naming the missing."""
+def wait_for_every_event(
+    cluster: Cluster, channel: str, what: str, subs: tuple[str, ...] = ("s1", "s2")
+) -> None:
+    """Every event handled by one of ``subs`` within a minute; else a failure naming the
+    missing."""
     expected = {f"P-{i}" for i in range(1, EVENTS + 1)}
     try:
         wait_until(
-            lambda: expected <= {r["id"] for r in received(cluster, channel, "s1", "s2")},
+            lambda: expected <= {r["id"] for r in received(cluster, channel, *subs)},
             60,
             what,
         )
     except AssertionError as exc:
-        missing = expected - {r["id"] for r in received(cluster, channel, "s1", "s2")}
+        missing = expected - {r["id"] for r in received(cluster, channel, *subs)}
         first = sorted(missing, key=lambda i: int(i.split("-")[1]))[:20]
         raise AssertionError(f"{exc}: {len(missing)} missing, first {first}") from None
 
@@ -120,6 +126,37 @@ def test_a_standby_takes_over_when_the_owner_dies_freezes_or_stops(
     # a duplicate only of what the old owner had pushed and not seen acknowledged: at
     # most a prefetch window per subscriber
     assert_all_once_in_order(received(cluster, "fo", "s1", "s2"), 2 * PREFETCH)
+
+
+def test_frozen_subscribers_do_not_cost_the_owner_its_lease(cluster: Cluster, pg_dsn: str) -> None:
+    """More frozen subscribers than push threads: each push to one holds a pool thread
+    for the ack timeout, longer than a lease term. The lease rounds have a thread of their
+    own, so the owner keeps the channel (no take-over: the epoch stays 1); once thawed,
+    the subscribers get every event."""
+    subs = tuple(f"s{i}" for i in range(PUSH_THREADS + 2))
+    cluster.start("ns", ["-m", "channel_server", "nameserver", *cluster.ns], "ready at")
+    pg_broker(cluster, pg_dsn, "b1", "fz")
+    standby = pg_broker(cluster, pg_dsn, "b2")
+    frozen = [cluster.subscriber("fz", sub) for sub in subs]
+    pub = publish(cluster, "fz", rate=200.0)
+    wait_until(lambda: len(received(cluster, "fz", *subs)) >= EVENTS // 8, 30, "flowing")
+    for proc in frozen:
+        proc.popen.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        wait_until(
+            lambda: time.monotonic() - started > FROZEN_TERMS * LEASE_S,
+            FROZEN_TERMS * LEASE_S + 10,
+            f"{FROZEN_TERMS} lease terms with every subscriber frozen",
+        )
+        assert lease_of(pg_dsn, "fz") == ("b1", 1), standby.output()
+    finally:
+        for proc in frozen:
+            proc.popen.send_signal(signal.SIGCONT)
+    assert standby.count("taking over channel fz") == 0, standby.output()
+    assert pub.popen.wait(90) == 0, pub.output()
+    wait_for_every_event(cluster, "fz", "every event after the thaw", subs)
+    assert_all_once_in_order(received(cluster, "fz", *subs), len(subs) * PREFETCH)
 
 
 def admin(cluster: Cluster, *argv: str) -> str:

@@ -3,6 +3,7 @@ taken over (the database's side is tests/unit/test_pg_leases.py)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from channel_server.errors import StoreError
@@ -137,3 +138,19 @@ def test_rebalance_plans_the_fewest_moves_to_within_one() -> None:
     counts = sorted(list(after.values()).count(b) for b in ("b1", "b2", "b3"))
     assert counts[-1] - counts[0] <= 1
     assert plan_rebalance({"a": "b1", "b": "b2"}, ["b1", "b2"]) == []
+
+
+def test_the_rounds_run_on_their_own_thread_until_stopped() -> None:
+    """start() runs rounds every interval on a thread of the keeper's (not the dispatch
+    pool, which pushes to subscribers that may be frozen); stop() ends them."""
+    store = FakeLeases()
+    store.rows["dead"] = Lease("dead", "other", 1, -1.0)
+    took = threading.Event()
+    k = LeaseKeeper(store, 0.03, lambda name: took.set(), lambda name, why: None)
+    k.start()
+    try:
+        assert took.wait(5.0), "no round ran"
+        assert k._thread.name == "leases" and k._thread is not threading.current_thread()
+    finally:
+        k.stop(5.0)
+    assert not k._thread.is_alive()
