@@ -9,15 +9,18 @@ this store took it at (:data:`~channel_server.store.pg_schema.FENCE`). A broker 
 lease (frozen past it, or the channel moved) gets ``LeaseLost`` and writes nothing; its
 deferred writes for the channel are dropped (losing them is safe, see base).
 
-One connection, guarded by ``_lock``, serves every channel, opened again when it broke.
-Lock order: channel lock -> _writing_deferred -> _lock -> DeferredWrites._lock.
+One connection, guarded by ``_lock``, serves every channel, opened again when it broke;
+the leases have one of their own (``_lease_lock``), so a renewal never waits behind a long
+statement of a channel (a restore reading a big backlog) until the term runs out.
+Lock order: channel lock -> _writing_deferred -> _lock -> DeferredWrites._lock;
+``_lease_lock`` is taken with none of them held and takes none.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +85,9 @@ class PostgresStore(PgWrites, Store):
         self._stored: dict[str, int] = {}
         self._changes: dict[str, int] = {}
         self._conn: Any = None
+        # Guards _lease_conn: the leases' statements (acquire, renew, release, leases).
+        self._lease_lock = threading.Lock()
+        self._lease_conn: Any = None
         with self._lock:
             conn = self._connection()
             found = self._guard(lambda: sql.create_schema(conn))
@@ -99,19 +105,30 @@ class PostgresStore(PgWrites, Store):
 
     # -- connection and transactions ---------------------------------------------------
     def _connection(self) -> Any:
-        """The open connection (opened again when it broke); call under _lock."""
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            timeout_ms = int(self.config.statement_timeout_s * 1000)
-            self._conn = self._guard(
-                lambda: self._psycopg.connect(
-                    self._dsn,
-                    autocommit=True,
-                    connect_timeout=self.config.connect_timeout_s,
-                    options=f"-c statement_timeout={timeout_ms}",
-                    application_name=f"channel_server {self.broker_id}"[:63],
-                )
-            )
+        """The channels' connection (opened again when it broke); call under _lock."""
+        self._conn = self._opened(self._conn)
         return self._conn
+
+    def _lease_connection(self) -> Any:
+        """The leases' connection (opened again when it broke); call under _lease_lock."""
+        self._lease_conn = self._opened(self._lease_conn, "leases")
+        return self._lease_conn
+
+    def _opened(self, conn: Any, role: str = "") -> Any:
+        """``conn``, or a new connection when there is none or it broke."""
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        timeout_ms = int(self.config.statement_timeout_s * 1000)
+        name = f"channel_server {self.broker_id} {role}".rstrip()
+        return self._guard(
+            lambda: self._psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=self.config.connect_timeout_s,
+                options=f"-c statement_timeout={timeout_ms}",
+                application_name=name[:63],
+            )
+        )
 
     def _guard(self, call: Any) -> Any:
         """Run ``call``; a database error becomes a StoreError without the password."""
@@ -193,9 +210,15 @@ class PostgresStore(PgWrites, Store):
             raise LeaseLost(channel)
 
     # -- leases (channel_server.store.leases.LeaseStore) ---------------------------------
+    def _on_lease_connection(self, call: Callable[[Any], Any]) -> Any:
+        """``call(connection)`` on the leases' connection, under its lock."""
+        with self._lease_lock:
+            conn = self._lease_connection()
+            return self._guard(lambda: call(conn))
+
     def acquire(self, channel: str, ttl_s: float) -> Lease | None:
         args = {"channel": channel, "me": self.broker_id, "ttl": ttl_s}
-        rows = self._query(sql.ACQUIRE, args)
+        rows = self._on_lease_connection(lambda c: c.execute(sql.ACQUIRE, args).fetchall())
         with self._lock:
             if not rows:
                 self._epochs.pop(channel, None)
@@ -207,28 +230,25 @@ class PostgresStore(PgWrites, Store):
             return lease
 
     def renew(self, channel: str, epoch: int, ttl_s: float) -> bool:
+        args = (ttl_s, channel, self.broker_id, epoch)
+        if self._on_lease_connection(lambda c: c.execute(sql.RENEW, args).rowcount) == 1:
+            return True
         with self._lock:
-            conn = self._connection()
-            cur = self._guard(
-                lambda: conn.execute(sql.RENEW, (ttl_s, channel, self.broker_id, epoch))
-            )
-            if cur.rowcount == 1:
-                return True
             if self._epochs.get(channel) == epoch:
                 del self._epochs[channel]
-            return False
+        return False
 
     def release(self, channel: str, epoch: int, handoff_to: str | None = None) -> None:
         self._write_deferred()  # what this broker acknowledged lands before it lets go
         args = {"channel": channel, "me": self.broker_id, "epoch": epoch, "to": handoff_to}
-        with self._lock:
+        with self._lock:  # a write in flight ends first; later ones find no epoch
             if self._epochs.get(channel) == epoch:
                 del self._epochs[channel]
-            conn = self._connection()
-            self._guard(lambda: conn.execute(sql.RELEASE, args))
+        self._on_lease_connection(lambda c: c.execute(sql.RELEASE, args))
 
     def leases(self) -> list[Lease]:
-        return [Lease(*row) for row in self._query(sql.LEASES)]
+        rows = self._on_lease_connection(lambda c: c.execute(sql.LEASES).fetchall())
+        return [Lease(*row) for row in rows]
 
     # -- channels ------------------------------------------------------------------------
     def save_channel(self, record: ChannelRecord) -> None:
@@ -351,6 +371,9 @@ class PostgresStore(PgWrites, Store):
             with self._lock:
                 if self._conn is not None:
                     self._conn.close()
+            with self._lease_lock:
+                if self._lease_conn is not None:
+                    self._lease_conn.close()
 
 
 def _only(pending: PendingWrites, channels: set[str]) -> PendingWrites:

@@ -172,9 +172,9 @@ def append_or_error(store: PostgresStore) -> Exception | None:
 def waiting_on_a_lock(dsn: str, broker_id: str) -> bool:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = %s "
-            "AND wait_event_type = 'Lock'",
-            (f"channel_server {broker_id}",),
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name IN (%s, %s) "
+            "AND wait_event_type = 'Lock'",  # its channels' connection or its leases'
+            (f"channel_server {broker_id}", f"channel_server {broker_id} leases"),
         ).fetchone()
     return bool(row and row[0])
 
@@ -223,3 +223,32 @@ def test_a_broken_connection_is_opened_again(stores, pg_dsn) -> None:
         a.append("c", [ev(0)], 1, 0.0)
     a.append("c", [ev(0)], 1, 0.0)  # the next one reconnects
     assert rows(pg_dsn, "events") == 1
+
+
+def test_leases_do_not_wait_behind_a_long_statement_of_the_channels(stores, pg_dsn) -> None:
+    """The leases have a connection of their own: while the channels' connection runs a
+    long statement (a restore reading a big backlog), the lease rounds' calls (renewals
+    and a look at the leases) still go through, so no term runs out behind it."""
+    a, b = stores
+    cancelled: list[BaseException] = []
+
+    def long_statement() -> None:
+        try:
+            a._query("SELECT pg_sleep(60)")
+        except StoreError as exc:  # cancelled below
+            cancelled.append(exc)
+
+    busy = threading.Thread(target=long_statement, daemon=True)
+    busy.start()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        sleeping = "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(60)'"
+        pid = wait_until(lambda: admin.execute(sleeping).fetchone(), WAIT_S, "the long one")
+        try:
+            assert a.renew("c", 1, LONG_S)
+            assert [(lease.channel, lease.owner) for lease in b.leases()] == [("c", "A")]
+            assert [(lease.channel, lease.owner) for lease in a.leases()] == [("c", "A")]
+            assert busy.is_alive()  # all of that while the long statement ran
+        finally:
+            admin.execute("SELECT pg_cancel_backend(%s)", pid)
+    busy.join(WAIT_S)
+    assert cancelled and not busy.is_alive()
