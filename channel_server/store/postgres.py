@@ -35,6 +35,8 @@ from channel_server.store.pg_reads import read_snapshot
 from channel_server.store.pg_writes import PgWrites, stored_payload
 
 log = logging.getLogger(__name__)
+IDLE_IN_TRANSACTION_SHARE = 0.5
+"""Of a lease term: how long a transaction may sit idle (see PostgresConfig.lease_s)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,15 @@ class PostgresConfig:
     deferred_interval_s: float = 0.05
     """How often deferred acks, deletes and trims are written (and how stale they may be)."""
     lease_s: float = 6.0
-    """The term of a new channel's lease (the broker's ``--lease``; it renews it)."""
+    """The term of a new channel's lease (the broker's ``--lease``; it renews it). A session
+    of this store left idle inside a transaction for half of it is closed by the server
+    (``idle_in_transaction_session_timeout``), its locks with it: a broker frozen between
+    two statements of a write would otherwise hold its lease row ``FOR SHARE`` and keep
+    every take-over waiting until it woke."""
+
+    @property
+    def idle_in_transaction_s(self) -> float:
+        return self.lease_s * IDLE_IN_TRANSACTION_SHARE
 
 
 class PostgresStore(PgWrites, Store):
@@ -119,13 +129,17 @@ class PostgresStore(PgWrites, Store):
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         timeout_ms = int(self.config.statement_timeout_s * 1000)
+        idle_ms = int(self.config.idle_in_transaction_s * 1000)
         name = f"channel_server {self.broker_id} {role}".rstrip()
         return self._guard(
             lambda: self._psycopg.connect(
                 self._dsn,
                 autocommit=True,
                 connect_timeout=self.config.connect_timeout_s,
-                options=f"-c statement_timeout={timeout_ms}",
+                options=(
+                    f"-c statement_timeout={timeout_ms} "
+                    f"-c idle_in_transaction_session_timeout={idle_ms}"
+                ),
                 application_name=name[:63],
             )
         )

@@ -16,9 +16,9 @@ import pytest
 from channel_server.errors import BrokerUnavailable, LeaseLost, StoreError
 from channel_server.events import Event
 from channel_server.store.base import ChannelRecord, MemberRecord
-from channel_server.store.leases import LeaseStore
+from channel_server.store.leases import Lease, LeaseStore
 from channel_server.store.pg_schema import FENCE
-from channel_server.store.postgres import PostgresStore
+from channel_server.store.postgres import PostgresConfig, PostgresStore
 from tests.integration.procs import wait_until
 
 LONG_S = 60.0
@@ -252,3 +252,34 @@ def test_leases_do_not_wait_behind_a_long_statement_of_the_channels(stores, pg_d
             admin.execute("SELECT pg_cancel_backend(%s)", pid)
     busy.join(WAIT_S)
     assert cancelled and not busy.is_alive()
+
+
+def test_a_broker_frozen_inside_a_write_does_not_hold_a_take_over_back(pg_dsn) -> None:
+    """A frozen between two statements of a write transaction, its lease row held FOR
+    SHARE: the server closes its idle session after half a term, so B takes the expired
+    lease instead of waiting for A to wake; A's write then fails and A holds nothing."""
+    a = PostgresStore(pg_dsn, "A", PostgresConfig(lease_s=1.0))
+    b = PostgresStore(pg_dsn, "B")
+    try:
+        a.save_channel(ChannelRecord("c", "queue"))
+        assert a.acquire("c", SHORT_S) is not None
+        taken: list = []
+        # A's write, fenced: its lease row held FOR SHARE
+        with pytest.raises(StoreError), a._tx("c") as (cur, _):
+            taken.append(wait_until(lambda: acquired(b, "c"), WAIT_S, "B takes over"))
+            cur.execute("SELECT 1")  # A wakes: its session was closed meanwhile
+        assert [(lease.owner, lease.epoch) for lease in taken] == [("B", 2)]
+        with pytest.raises(LeaseLost):
+            a.append("c", [ev(0)], 1, 0.0)
+        assert rows(pg_dsn, "events") == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def acquired(store: PostgresStore, channel: str) -> Lease | None:
+    """The lease, or None when not taken (another holds it, or the statement timed out)."""
+    try:
+        return store.acquire(channel, LONG_S)
+    except StoreError:
+        return None
