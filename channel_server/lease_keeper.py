@@ -70,7 +70,8 @@ class LeaseKeeper:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``take_over(name)``: host a channel whose lease is free (it calls :meth:`take`
-        before restoring); ``drop(name, why)``: stop serving a channel whose lease is lost."""
+        before restoring; it returns at once and logs a failure itself);
+        ``drop(name, why)``: stop serving a channel whose lease is lost."""
         self.store = store
         self.lease_s = lease_s
         self._take_over = take_over
@@ -156,10 +157,7 @@ class LeaseKeeper:
         log.warning(
             "taking over channel %s from %s (lease %s)", lease.channel, lease.owner or "-", since
         )
-        try:
-            self._take_over(lease.channel)
-        except (ChannelError, OSError) as exc:
-            log.warning("could not take over channel %s: %s", lease.channel, exc)
+        self._take_over(lease.channel)  # it starts the restore elsewhere and says how it went
 
     def forget(self, name: str) -> None:
         with self._lock:

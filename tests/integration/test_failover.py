@@ -24,6 +24,7 @@ PREFETCH = 100
 PUSH_THREADS = 4
 """The broker's default dispatch pool (``push_threads``)."""
 FROZEN_TERMS = 6
+"""Lease terms the subscribers stay frozen in the frozen-subscribers test."""
 
 
 def pg_broker(cluster: Cluster, dsn: str, name: str, *channels: str) -> Proc:
