@@ -40,6 +40,7 @@ from channel_server.errors import (
 from channel_server.events import IdScope
 from channel_server.hosted import HostedChannels
 from channel_server.lease_keeper import LeaseKeeper
+from channel_server.machine_cpu import MachineCpu
 from channel_server.monitor.app import BrokerHandle
 from channel_server.monitor.server import MonitorServer
 from channel_server.nameservice import NameService
@@ -75,6 +76,8 @@ class Broker:
         self._daemon: Pyro5.server.Daemon | None = None
         self._serving: DaemonLoop | None = None
         self._pool = DispatchPool(config.push_threads)
+        self._machine = MachineCpu()
+        """How busy this machine's CPUs are (every channel's pushes ask)."""
         self._stopping = False
         self.ns: NameService | None = None
         self.uri: str = ""
@@ -275,7 +278,14 @@ class Broker:
         add it to the table. A failure leaves nothing behind: not in the daemon, and the
         name-server entry removed when it was claimed."""
         channel = EventChannel(
-            name, self.config.channel, self.store, self._pool, self.access, kind, id_scope=scope
+            name,
+            self.config.channel,
+            self.store,
+            self._pool,
+            self.access,
+            kind,
+            id_scope=scope,
+            machine_clock=self._machine,
         )
         uri = str(self._served().register(channel, objectId=CHANNEL_OBJECT_PREFIX + name))
         try:

@@ -38,6 +38,7 @@ from channel_server.channel_state import ChannelState, MemberSession
 from channel_server.channel_stats import ChannelStats
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
+from channel_server.core.load import CpuTimes, unknown_machine
 from channel_server.core.member import PULL_CALLBACK
 from channel_server.core.records import ChannelKind
 from channel_server.dead_letters import DeadLetters
@@ -78,10 +79,12 @@ class EventChannel:
         clock: Callable[[], float] = time.time,
         id_scope: IdScope = IdScope.PUBLISHER,
         cpu_clock: Callable[[], float] = time.process_time,
+        machine_clock: Callable[[], CpuTimes | None] = unknown_machine,
     ) -> None:
         """``access``: who may do what (default: a judge for in-process callers only);
         ``id_scope``: where event ids must be unique (fixed when the channel is created);
-        ``cpu_clock``: this process's CPU seconds (whether the broker is busy)."""
+        ``cpu_clock``: this process's CPU seconds and ``machine_clock`` its machine's CPU
+        times (whether the broker is busy; by default the machine's are unknown)."""
         self._name = name
         self.config = config
         self._access = access or Access(secrets.token_urlsafe())
@@ -91,7 +94,7 @@ class EventChannel:
         self._state = state = ChannelState(name, config, core, clock)
         backup = ChannelBackup(state, store)
         outcomes = Outcomes(state, backup)
-        push = PushDelivery(state, pool, outcomes, cpu_clock)
+        push = PushDelivery(state, pool, outcomes, cpu_clock, machine_clock)
         liveness = Liveness(state, push)
         self._members = members = Membership(state, self._access, backup, push, liveness)
         self._publishing = Publishing(state, backup, push)

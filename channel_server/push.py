@@ -41,7 +41,7 @@ from channel_server.core import rebalance
 from channel_server.core.arrivals import Arrivals
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
-from channel_server.core.load import CpuLoad
+from channel_server.core.load import CpuLoad, CpuTimes, unknown_machine
 from channel_server.core.member import Batch, Member
 from channel_server.dispatch import DispatchPool, MemberLink, wire_fault
 from channel_server.log_throttle import Throttle
@@ -67,8 +67,11 @@ class PushDelivery:
         pool: DispatchPool,
         outcomes: Outcomes,
         cpu_clock: Callable[[], float] = time.process_time,
+        machine_clock: Callable[[], CpuTimes | None] = unknown_machine,
     ) -> None:
-        """``cpu_clock``: this process's CPU seconds (how busy the broker is)."""
+        """``cpu_clock``: this process's CPU seconds (how busy the broker is);
+        ``machine_clock``: the machine's CPU times (how busy its machine is; by default
+        unknown)."""
         self._state = state
         self._pool = pool
         self._outcomes = outcomes
@@ -89,6 +92,7 @@ class PushDelivery:
         self._arrivals = Arrivals()
         self._load = CpuLoad()
         self._cpu = cpu_clock
+        self._machine = machine_clock
         self._pushed: dict[MemberKey, tuple[float, int]] = {}
         """When each member was last sent a batch (the channel clock), and the channel's
         publish count then (``Arrivals.count``)."""
@@ -114,16 +118,21 @@ class PushDelivery:
     def published(self, now: float) -> None:
         """A publish queued events (before :meth:`changed` wakes the members)."""
         self._arrivals.publish(now)
-        busy = self._load.busy(self._config.busy_cpu)
-        self._load.observe(now, self._cpu)
-        if self._load.busy(self._config.busy_cpu) != busy:
+        busy = self._busy()
+        self._load.observe(now, self._cpu, self._machine)
+        if self._busy() != busy:
             self._busy_log.info(
                 "quiet" if busy else "busy",
-                "%s: the broker used %.0f %% of a core over the last second: short pushes %s",
+                "%s: the broker used %.0f %% of a core and its machine %.0f %% of its CPUs "
+                "over the last second: short pushes %s",
                 self._state.name,
                 100 * self._load.share,
+                100 * self._load.machine_share,
                 "go at once again" if busy else "wait to fill",
             )
+
+    def _busy(self) -> bool:
+        return self._load.busy(self._config.busy_cpu, self._config.busy_machine)
 
     def member_joined(self, key: MemberKey, callback: str, secret: str) -> None:
         """A push member joined or resumed: (re)open its link, then look for work."""
@@ -305,7 +314,7 @@ class PushDelivery:
         linger while publishes stream in; on a busy broker, while it should fill."""
         config = self._config
         streaming = self._arrivals.worth_lingering(config.stream_linger_s, count_at_push)
-        busy = self._load.busy(config.busy_cpu)
+        busy = self._busy()
         if not (streaming or busy) or (short := grp.shortfall(member_id)) is None:
             return 0.0
         wait = config.stream_linger_s if streaming else 0.0

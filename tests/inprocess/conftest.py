@@ -67,12 +67,15 @@ def make_channel(pool: DispatchPool) -> Iterator[ChannelFactory]:
         clock: Callable[[], float] | None = None,
         store: Store | None = None,
         cpu_clock: Callable[[], float] | None = None,
+        machine_clock: Callable[[], tuple[float, float] | None] | None = None,
         **overrides: Any,
     ) -> EventChannel:
         config = dataclasses.replace(ChannelConfig(), **overrides)
         extra: dict[str, Any] = {} if clock is None else {"clock": clock}
         if cpu_clock is not None:
             extra["cpu_clock"] = cpu_clock
+        if machine_clock is not None:
+            extra["machine_clock"] = machine_clock
         channel = EventChannel(name, config, store or MemoryStore(), pool, kind=kind, **extra)
         made.append(channel)
         return channel

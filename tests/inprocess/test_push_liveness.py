@@ -259,14 +259,36 @@ def test_a_publish_after_a_pause_goes_to_a_member_holding_nothing_at_once(
     wait_until(lambda: fake.ids() == ["e1"], what="e1 at once, not after the linger")
 
 
+class MachineClock:
+    """A machine's CPU times the test drives: two CPUs, ``in_use`` of their time busy."""
+
+    def __init__(self) -> None:
+        self.times = (0.0, 0.0)
+
+    def __call__(self) -> tuple[float, float]:
+        return self.times
+
+    def run(self, seconds: float, in_use: float) -> None:
+        self.times = (self.times[0] + 2 * seconds * in_use, self.times[1] + 2 * seconds)
+
+
 def pushed_once(
-    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock, **config: Any
+    make_channel: ChannelFactory,
+    daemon: Pyro5.server.Daemon,
+    clock: FakeClock,
+    machine: MachineClock | None = None,
+    **config: Any,
 ) -> tuple[EventChannel, FakeSubscriber, FakeClock]:
-    """A channel whose CPU clock the test drives (standing still), no stream linger, and
+    """A channel whose CPU clocks the test drives (standing still), no stream linger, and
     s1, pushed e0 and done with it a second ago. Returns the CPU clock too."""
     cpu = FakeClock(0.0)
     channel = make_channel(
-        clock=clock, cpu_clock=cpu, dispatch_linger_s=60.0, stream_linger_s=0.0, **config
+        clock=clock,
+        cpu_clock=cpu,
+        machine_clock=machine,
+        dispatch_linger_s=60.0,
+        stream_linger_s=0.0,
+        **config,
     )
     fake, _ = subscriber(channel, daemon, "s1", prefetch=10)
     channel.publish([event("e0", partition=0)])
@@ -289,12 +311,51 @@ def test_on_a_busy_broker_a_short_push_waits_to_fill(
     cpu.advance(1.0)  # a second of one core: busy from the next publish on
     with caplog.at_level(logging.INFO, "channel_server.channel"):
         channel.publish([event("e1", partition=1)])
-    assert "used 100 % of a core over the last second: short pushes wait to fill" in caplog.text
+    said = "used 100 % of a core and its machine 0 % of its CPUs over the last second"
+    assert f"{said}: short pushes wait to fill" in caplog.text
     streamed = channel._publishing._push._streamed  # the push side's record (white box)
     wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting to fill")
     channel.publish([event("e2", partition=2)])
     wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the events that waited")
     assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+
+
+def test_on_a_saturated_machine_half_the_busy_share_makes_a_short_push_wait(
+    make_channel: ChannelFactory,
+    daemon: Pyro5.server.Daemon,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The broker used 0.4 of a core (short of --busy-cpu 0.8) while its machine's CPUs
+    were 90 % in use (its subscribers took the rest): busy, so e1 waits and e2 joins it."""
+    machine = MachineClock()
+    channel, fake, cpu = pushed_once(
+        make_channel, daemon, clock, machine, busy_linger_s=0.5, busy_cpu=0.8, busy_machine=0.75
+    )
+    cpu.advance(0.4)
+    machine.run(1.0, 0.9)
+    with caplog.at_level(logging.INFO, "channel_server.channel"):
+        channel.publish([event("e1", partition=1)])
+    said = "used 40 % of a core and its machine 90 % of its CPUs over the last second"
+    assert f"{said}: short pushes wait to fill" in caplog.text
+    streamed = channel._publishing._push._streamed  # the push side's record (white box)
+    wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting to fill")
+    channel.publish([event("e2", partition=2)])
+    wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the events that waited")
+    assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+
+
+def test_on_a_machine_busy_with_other_work_an_idle_broker_does_not_wait(
+    make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
+) -> None:
+    """The machine's CPUs all in use, the broker at 0.1 of a core: e1 goes at once, not
+    after the (60 s) busy linger."""
+    machine = MachineClock()
+    channel, fake, cpu = pushed_once(make_channel, daemon, clock, machine, busy_linger_s=60.0)
+    cpu.advance(0.1)
+    machine.run(1.0, 1.0)
+    channel.publish([event("e1", partition=1)])
+    wait_until(lambda: fake.ids() == ["e1"], timeout_s=10.0, what="e1 at once")
 
 
 def test_on_a_broker_not_busy_a_short_push_goes_at_once(

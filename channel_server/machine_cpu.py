@@ -1,0 +1,45 @@
+"""The machine's CPU time, read from Linux's ``/proc/stat`` (how busy the machine the
+broker runs on is; see :mod:`~channel_server.core.load`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from channel_server.core.load import CpuTimes
+
+log = logging.getLogger(__name__)
+PROC_STAT = Path("/proc/stat")
+IDLE_FIELDS = (3, 4)
+"""idle and iowait among the first line's times: user nice system idle iowait irq softirq
+steal (guest and guest_nice are counted in user and nice already)."""
+COUNTED_FIELDS = 8
+"""The times that add up to all of the CPUs' time."""
+
+
+class MachineCpu:
+    """Reads the machine's CPU times; None on a system without ``/proc/stat`` (then the
+    machine never counts as busy). Says once that it cannot."""
+
+    def __init__(self, path: Path = PROC_STAT) -> None:
+        self.path = path
+        self._warned = False
+
+    def __call__(self) -> CpuTimes | None:
+        try:
+            with self.path.open("rb") as f:
+                first = f.readline().split()
+            times = [int(field) for field in first[1 : 1 + COUNTED_FIELDS]]
+        except (OSError, ValueError) as exc:
+            self._unknown(f"cannot read the machine's CPU times: {exc}")
+            return None
+        if first[:1] != [b"cpu"] or len(times) <= max(IDLE_FIELDS):
+            self._unknown(f"unexpected first line in {self.path}")
+            return None
+        total = sum(times)
+        return total - sum(times[i] for i in IDLE_FIELDS), total
+
+    def _unknown(self, why: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.info("%s: the broker's own CPU alone says when it is busy", why)
