@@ -101,7 +101,7 @@ class EventChannel:
         self._acking = Acking(state, backup, outcomes, members, push, liveness)
         self._pull = PullSide(state, backup, self._acking, outcomes, members, push)
         self._dead = DeadLetters(state, backup, push)
-        self._stats = stats = ChannelStats(state, store)
+        self._stats = stats = ChannelStats(state, store, push.load_figures)
         self._upkeep = Upkeep(state, backup, members, push, liveness, stats)
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
@@ -75,9 +75,13 @@ class RateWindow:
 class ChannelStats:
     """Answers ``stats`` for one channel; owns its rate samples (under the channel lock)."""
 
-    def __init__(self, state: ChannelState, store: Store) -> None:
+    def __init__(
+        self, state: ChannelState, store: Store, load: Callable[[], dict[str, Any]]
+    ) -> None:
+        """``load``: how busy the broker is, as its pushes see it (under the lock)."""
         self._state = state
         self._store = store
+        self._load = load
         self._rates = RateWindow(state.config.rate_window_s)
 
     def sample(self, now: float) -> None:
@@ -94,6 +98,7 @@ class ChannelStats:
             stats = channel_stats(state.core, state.config, durable, state.now(), self._rates)
             stats["store_write_s"] = state.timings.store_write.to_dict()
             stats["restore_s"] = round(state.timings.restore_s, 6)
+            stats.update(self._load())
         stats["stored"] = self._store.count(state.name)
         return stats
 

@@ -134,6 +134,15 @@ class PushDelivery:
     def _busy(self) -> bool:
         return self._load.busy(self._config.busy_cpu, self._config.busy_machine)
 
+    def load_figures(self) -> dict[str, Any]:
+        """Under the channel lock: how busy the broker and its machine were over the
+        second before a recent publish, and whether short pushes wait to fill (stats)."""
+        return {
+            "broker_cpu_share": round(self._load.share, 3),
+            "machine_cpu_share": round(self._load.machine_share, 3),
+            "busy": self._busy(),
+        }
+
     def member_joined(self, key: MemberKey, callback: str, secret: str) -> None:
         """A push member joined or resumed: (re)open its link, then look for work."""
         link = self._links.get(key)

@@ -61,6 +61,8 @@ def channel_renderables(broker: str, stats: dict[str, Any]) -> list[RenderableTy
     parts: list[RenderableType] = [_line(_bold(stats["name"]), summary)]
     if "rates" in stats:  # a broker from before rates says nothing about them
         parts.append(Text(f"  {rates_line(stats['rates'])}"))
+    if stats.get("busy"):
+        parts.append(Text(f"  {busy_line(stats)}"))
     for name, group in stats["groups"].items():
         parts.append(_line("  group ", _bold(name), f": backlog {group['backlog']}"))
         parts.append(_members_table(group["members"]))
@@ -70,6 +72,16 @@ def channel_renderables(broker: str, stats: dict[str, Any]) -> list[RenderableTy
             listed = len(group["partitions"])
             parts.append(Text(f"  (the {listed} busiest of {total} partitions)"))
     return parts
+
+
+def busy_line(stats: dict[str, Any]) -> str:
+    """Why latency is up on a saturated broker: its short pushes wait to fill."""
+    return (
+        f"busy: short pushes wait to fill (the broker used "
+        f"{100 * stats['broker_cpu_share']:.0f} % of a core and its machine "
+        f"{100 * stats['machine_cpu_share']:.0f} % of its CPUs over the second before a "
+        "recent publish)"
+    )
 
 
 def status_renderables(

@@ -42,6 +42,19 @@ CHANNEL_METRICS = (
     ("channel_dead_letters", "gauge", "Events in the dead-letter queue now.", "dead_letters"),
     ("channel_stored_events", "gauge", "Events in the store (backup queue).", "stored"),
     ("channel_restore_seconds", "gauge", "Seconds the channel's last restore took.", "restore_s"),
+    (
+        "channel_broker_cpu_share",
+        "gauge",
+        "Cores the broker used (last window).",
+        "broker_cpu_share",
+    ),
+    (
+        "channel_machine_cpu_share",
+        "gauge",
+        "Machine CPUs in use (last window).",
+        "machine_cpu_share",
+    ),
+    ("channel_busy", "gauge", "1 while short pushes wait to fill.", "busy"),
 )
 GROUP_METRICS = (
     ("group_nacked_events", "counter", "Handler failures subscribers reported.", "nacked"),

@@ -338,6 +338,8 @@ def test_on_a_saturated_machine_half_the_busy_share_makes_a_short_push_wait(
         channel.publish([event("e1", partition=1)])
     said = "used 40 % of a core and its machine 90 % of its CPUs over the last second"
     assert f"{said}: short pushes wait to fill" in caplog.text
+    figures = {k: channel.stats()[k] for k in ("broker_cpu_share", "machine_cpu_share", "busy")}
+    assert figures == {"broker_cpu_share": 0.4, "machine_cpu_share": 0.9, "busy": True}
     streamed = channel._publishing._push._streamed  # the push side's record (white box)
     wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting to fill")
     channel.publish([event("e2", partition=2)])
@@ -356,6 +358,12 @@ def test_on_a_machine_busy_with_other_work_an_idle_broker_does_not_wait(
     machine.run(1.0, 1.0)
     channel.publish([event("e1", partition=1)])
     wait_until(lambda: fake.ids() == ["e1"], timeout_s=10.0, what="e1 at once")
+    stats = channel.stats()
+    assert (stats["busy"], stats["broker_cpu_share"], stats["machine_cpu_share"]) == (
+        False,
+        0.1,
+        1.0,
+    )
 
 
 def test_on_a_broker_not_busy_a_short_push_goes_at_once(

@@ -73,6 +73,9 @@ def stats(name: str, accepted: int = 12, acked: int = 7, **groups: Any) -> dict[
         "stored": accepted - acked,
         "store_write_s": {"buckets": [[0.001, 3], ["+Inf", 4]], "count": 4, "sum": 0.01},
         "restore_s": 0.25,
+        "broker_cpu_share": 0.83,
+        "machine_cpu_share": 0.79,
+        "busy": True,
         "groups": groups
         or {
             "default": group(

@@ -30,6 +30,9 @@ def test_channel_counters_and_gauges_carry_the_stats() -> None:
     assert values["pubsub_channel_dead_letters", orders] == 1
     assert values["pubsub_channel_cold_events_total", orders] == 4
     assert values["pubsub_channel_read_back_events_total", orders] == 3
+    assert values["pubsub_channel_broker_cpu_share", orders] == 0.83
+    assert values["pubsub_channel_machine_cpu_share", orders] == 0.79
+    assert values["pubsub_channel_busy", orders] == 1
     assert values["pubsub_channel_accepted_events_total", (("channel", "audit"),)] == 3
     assert values["pubsub_broker_channels", ()] == 2
     assert values["pubsub_broker_info", (("broker", "b1"),)] == 1

@@ -106,3 +106,12 @@ def test_a_group_listing_only_its_busiest_partitions_says_how_many_it_has() -> N
     stats["groups"]["default"]["partitions_total"] = 100_000
     out = printed(lambda console: render_channel(console, "b1", stats))
     assert "(the 1 busiest of 100000 partitions)" in out
+
+
+def test_a_busy_channel_says_its_short_pushes_wait_and_why() -> None:
+    quiet = printed(lambda console: render_channel(console, "b1", hostile_channel_stats()))
+    assert "busy" not in quiet
+    figures = {"broker_cpu_share": 0.4, "machine_cpu_share": 0.9, "busy": True}
+    out = printed(lambda console: render_channel(console, "b1", hostile_channel_stats() | figures))
+    assert "busy: short pushes wait to fill (the broker used 40 % of a core and its" in out
+    assert "machine 90 % of its CPUs" in out
