@@ -226,6 +226,16 @@ def test_a_member_that_rejoins_while_its_events_wait_for_an_ack_gets_them_at_onc
     wait_until(lambda: sorted(fake.ids()) == ["e0", "e1"], timeout_s=10.0, what="both again")
 
 
+def e1_waits_for_e2(channel: EventChannel, fake: FakeSubscriber) -> None:
+    """e1 (published) waits for more (a linger) for s1, holding nothing; e2 then goes with
+    it in one push."""
+    streamed = channel._publishing._push._streamed  # the push side's record (white box)
+    wait_until(lambda: ("default", "s1") in streamed, what="e1 lingering")
+    channel.publish([event("e2", partition=2)])
+    wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the events that waited")
+    assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+
+
 def test_events_streaming_to_a_member_holding_nothing_wait_the_stream_linger_together(
     make_channel: ChannelFactory, daemon: Pyro5.server.Daemon, clock: FakeClock
 ) -> None:
@@ -238,11 +248,7 @@ def test_events_streaming_to_a_member_holding_nothing_wait_the_stream_linger_tog
     wait_until(lambda: fake.ids() == ["e0"], what="the first event, at once")
     ack_all(channel, "s1", fake)
     channel.publish([event("e1", partition=1)])
-    streamed = channel._publishing._push._streamed  # the push side's record (white box)
-    wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting the stream linger")
-    channel.publish([event("e2", partition=2)])
-    wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the streamed events")
-    assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+    e1_waits_for_e2(channel, fake)
 
 
 def test_a_publish_after_a_pause_goes_to_a_member_holding_nothing_at_once(
@@ -313,11 +319,7 @@ def test_on_a_busy_broker_a_short_push_waits_to_fill(
         channel.publish([event("e1", partition=1)])
     said = "used 100 % of a core and its machine 0 % of its CPUs over the last second"
     assert f"{said}: short pushes wait to fill" in caplog.text
-    streamed = channel._publishing._push._streamed  # the push side's record (white box)
-    wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting to fill")
-    channel.publish([event("e2", partition=2)])
-    wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the events that waited")
-    assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+    e1_waits_for_e2(channel, fake)
 
 
 def test_on_a_saturated_machine_half_the_busy_share_makes_a_short_push_wait(
@@ -340,11 +342,7 @@ def test_on_a_saturated_machine_half_the_busy_share_makes_a_short_push_wait(
     assert f"{said}: short pushes wait to fill" in caplog.text
     figures = {k: channel.stats()[k] for k in ("broker_cpu_share", "machine_cpu_share", "busy")}
     assert figures == {"broker_cpu_share": 0.4, "machine_cpu_share": 0.9, "busy": True}
-    streamed = channel._publishing._push._streamed  # the push side's record (white box)
-    wait_until(lambda: ("default", "s1") in streamed, what="e1 waiting to fill")
-    channel.publish([event("e2", partition=2)])
-    wait_until(lambda: len(fake.ids()) == 2, timeout_s=10.0, what="the events that waited")
-    assert [ev["id"] for ev in fake.deliveries[0]["events"]] == ["e1", "e2"]
+    e1_waits_for_e2(channel, fake)
 
 
 def test_on_a_machine_busy_with_other_work_an_idle_broker_does_not_wait(
