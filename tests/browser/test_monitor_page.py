@@ -110,6 +110,33 @@ def test_a_group_of_many_partitions_says_it_lists_the_busiest(
         context.close()
 
 
+def test_a_busy_broker_says_so_on_the_page(cluster: Cluster, browser: Any) -> None:
+    """A broker busy at any CPU use (--busy-cpu 0.000001): once a publish closes its
+    one-second load window, the channel's summary says its short pushes wait to fill."""
+    port = free_port()
+    cluster.broker(
+        "orders", extra=("--memory", "--http", f"127.0.0.1:{port}", "--busy-cpu", "0.000001")
+    )
+    token = read_token(cluster.tmp / "state")
+    context = browser.new_context(http_credentials={"username": "owner", "password": token})
+    page = context.new_page()
+    summary = page.locator("#detail-summary")
+    sent = iter(range(1_000_000))
+    try:
+        page.goto(f"http://127.0.0.1:{port}/#orders")
+        _expect()(summary).to_contain_text("accepted", timeout=WAIT_MS)
+        assert "busy" not in summary.inner_text()  # no window closed yet
+        with publisher_for(cluster, "orders") as pub:
+
+            def says_busy() -> bool:
+                assert pub.publish([pub.event(next(sent))])["accepted"] == 1
+                return "busy: short pushes wait to fill (the broker used" in summary.inner_text()
+
+            wait_until(says_busy, timeout_s=20.0, what="the page saying the broker is busy")
+    finally:
+        context.close()
+
+
 def _expect() -> Any:
     from playwright.sync_api import expect
 

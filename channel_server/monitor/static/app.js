@@ -141,6 +141,14 @@ function partitionsHeading(group) {
   return total > listed ? `partition owners (the ${listed} busiest of ${total} partitions)` : "partition owners";
 }
 
+function busyText(stats) {
+  // why a saturated broker's latency is up: its short pushes wait to fill
+  if (!stats.busy) return "";
+  const pct = (share) => (100 * share).toFixed(0);
+  return `; busy: short pushes wait to fill (the broker used ${pct(stats.broker_cpu_share)} % ` +
+    `of a core and its machine ${pct(stats.machine_cpu_share)} % of its CPUs)`;
+}
+
 async function renderDetail(name) {
   let stats;
   try {
@@ -159,7 +167,8 @@ async function renderDetail(name) {
   document.getElementById("detail-summary").textContent =
     `${stats.kind}, ids unique per ${stats.ids}: ${stats.unacked}/${stats.capacity} unacknowledged, ` +
     `${stats.accepted} accepted, ${stats.acked} acknowledged, ${stats.dead_letters} dead letters; ` +
-    (r ? `${rate(r, "accepted_per_s")} ev/s in, ${rate(r, "acked_per_s")} ev/s acked over the last ${r.interval_s.toFixed(0)} s` : "rates not measured yet");
+    (r ? `${rate(r, "accepted_per_s")} ev/s in, ${rate(r, "acked_per_s")} ev/s acked over the last ${r.interval_s.toFixed(0)} s` : "rates not measured yet") +
+    busyText(stats);
   drawChart(history.get(name) || []);
   document.getElementById("groups").replaceChildren(
     ...Object.entries(stats.groups).map(([g, group]) => renderGroup(g, group)),
