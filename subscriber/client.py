@@ -276,9 +276,8 @@ class Subscriber:
         handled: set[str] = set()
         done: list[Outcome] = []
         first_at = 0.0
-        trusted = self._session.trusted if self._session is not None else None
         for item, uid in zip(items, uids, strict=True):
-            if trusted is not None and not trusted.is_set() and not self._wait_trusted():
+            if not self._wait_trusted():
                 break
             if not self._inbox.current(item):
                 continue  # its session ended: the channel gave it to another member
@@ -303,9 +302,11 @@ class Subscriber:
 
     def _wait_trusted(self) -> bool:
         """Before starting an event: wait while the control thread checks our standing
-        after a freeze (False when stopping)."""
+        after a freeze (False when stopping). The flag is read before it is waited on:
+        it is set nearly always, and a wait takes its lock."""
         while not self._stopping.is_set():
-            if self._session is None or self._session.trusted.wait(IDLE_WAIT_S):
+            session = self._session
+            if session is None or session.trusted.is_set() or session.trusted.wait(IDLE_WAIT_S):
                 return True
         return False
 
