@@ -145,6 +145,8 @@ class ConsumerGroup:
         if member is None or not member.active or not member.ready:
             return None
         budget, ready = member.room, 0
+        if len(member.ready) >= budget:
+            return None  # a ready partition holds an event at least: no need to count
         for key in member.ready:
             ready += len(self.partitions[key].pending)
             if ready >= budget:

@@ -665,6 +665,10 @@ class CountingDict(dict):
         CountingDict.lookups += 1
         return super().get(key, default)
 
+    def __getitem__(self, key: object) -> object:
+        CountingDict.lookups += 1
+        return super().__getitem__(key)
+
 
 def test_idle_partitions_are_dropped_in_the_order_their_clocks_started() -> None:
     d = Driver()
@@ -712,6 +716,22 @@ def test_a_shortfall_means_a_batch_could_go_but_not_a_full_one() -> None:
     d.g.deactivate("a", "test")
     assert d.g.shortfall("a") is None
     assert d.g.shortfall("nobody") is None
+
+
+def test_a_shortfall_reads_no_partition_when_more_are_ready_than_there_is_room() -> None:
+    """A push service asks it on every publish: a member owning thousands of ready
+    partitions (a key per customer) must not have them counted each time."""
+    d = Driver()
+    d.join("a", prefetch=100)
+    d.g.enqueue([make_event(n, partition=n) for n in range(10_000)])
+    d.g.partitions = CountingDict(d.g.partitions)
+    CountingDict.lookups = 0
+    assert d.g.shortfall("a") is None  # each ready partition holds an event at least
+    assert CountingDict.lookups == 0
+    fewer = Driver()
+    fewer.join("a", prefetch=100)
+    fewer.g.enqueue([make_event(n, partition=n) for n in range(99)])
+    assert fewer.g.shortfall("a") == (99, 100)  # one partition short of a full push
 
 
 def test_touched_names_members_that_may_have_work() -> None:
