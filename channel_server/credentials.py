@@ -99,22 +99,54 @@ def _bad_file(path: Path, reason: str) -> InvalidArgument:
 
 
 def read_token(directory: Path) -> str | None:
+    """The token kept in ``directory``; None when there is none, or when it is not this
+    user's alone: a file or directory another user owns, or one others may write to (then
+    someone else chose it, and an owner's token they know is theirs too: logged)."""
+    path = directory / TOKEN_FILE
     try:
-        token = (directory / TOKEN_FILE).read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
         return None
+    with os.fdopen(fd, encoding="ascii") as handle:
+        try:
+            planted = _not_ours(directory, os.fstat(handle.fileno()))
+            token = None if planted else handle.read().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+    if planted:
+        log.warning("ignoring the token in %s: %s", path, planted)
     return token or None
+
+
+def _not_ours(directory: Path, st: os.stat_result) -> str | None:
+    """Why a token file (``st``) in ``directory`` may have been put there by someone else
+    (None: only this user can have written it)."""
+    me = os.geteuid()
+    if st.st_uid != me:
+        return f"it belongs to uid {st.st_uid}, not to this user ({me})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "other users may write to it"
+    dir_st = os.stat(directory)
+    if dir_st.st_uid != me:
+        return f"its directory belongs to uid {dir_st.st_uid}, not to this user ({me})"
+    if dir_st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "other users may write to its directory"
+    return None
 
 
 def ensure_token(state_dir: Path, data_dir: Path | None = None) -> str:
     """The local token, created if there is none (broker side): the user's state dir
     copy wins (every broker of one user shares it), else the data dir's; both are written,
-    0600, in 0700 directories."""
-    token = read_token(state_dir) or (read_token(data_dir) if data_dir else None)
+    0600, in 0700 directories. A directory another user owns is refused (StoreError)
+    before any token is read from it."""
+    directories = [private_dir(state_dir)]
+    if data_dir is not None:
+        directories.append(private_dir(data_dir, "data dir"))
+    token = next(filter(None, map(read_token, directories)), None)
     token = token or secrets.token_urlsafe(TOKEN_BYTES)
-    for directory in filter(None, (state_dir, data_dir)):
+    for directory in directories:
         if read_token(directory) != token:
-            write_private(private_dir(directory) / TOKEN_FILE, token + "\n")
+            write_private(directory / TOKEN_FILE, token + "\n")
     return token
 
 
