@@ -237,6 +237,17 @@ def _account_from(name: Any, entry: Any) -> _Account:
     return _Account(hashed, User(name, tuple(grants)))
 
 
+def _check_writers(path: Path) -> None:
+    """Refuse a users file someone other than this user (or root) may write."""
+    st = path.stat()
+    if st.st_uid not in (os.geteuid(), 0):
+        raise InvalidArgument(
+            str(path), f"users file belongs to uid {st.st_uid}, not to this user or root"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InvalidArgument(str(path), "other users may write to this users file (chmod 600 it)")
+
+
 class UsersFile:
     """The users of a broker: names, password hashes and grants; loaded and saved as YAML."""
 
@@ -248,8 +259,11 @@ class UsersFile:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> UsersFile:
-        """Read and validate ``path``; InvalidArgument names the file and the bad entry."""
+        """Read and validate ``path``; InvalidArgument names the file and the bad entry.
+        A file that grants rights must be this user's (or root's) and writable by its
+        owner alone: anyone who can write it can make themselves an admin."""
         try:
+            _check_writers(Path(path))
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeError) as exc:
             raise InvalidArgument(str(path), f"cannot read users file: {exc}") from None

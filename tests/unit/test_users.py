@@ -251,6 +251,17 @@ def test_bad_users_file_refused_with_reason(tmp_path: Path, data: object, reason
     assert re.search(reason, message), message
 
 
+@pytest.mark.parametrize("mode", [0o620, 0o602, 0o666])
+def test_a_users_file_others_may_write_is_refused(tmp_path: Path, mode: int) -> None:
+    """Whoever can write it can grant themselves every right."""
+    path = write(tmp_path, one_user({"password": hash_password("pw")}))
+    path.chmod(mode)
+    with pytest.raises(InvalidArgument, match="other users may write to this users file"):
+        UsersFile.load(path)
+    path.chmod(0o644)
+    assert UsersFile.load(path).names() == ["alice"]
+
+
 def test_unreadable_file_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="cannot read users file"):
         UsersFile.load(tmp_path / "missing.yaml")
