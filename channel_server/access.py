@@ -19,12 +19,20 @@ from typing import Any
 from Pyro5.callcontext import current_context
 
 from channel_server.credentials import OWNER
-from channel_server.errors import NotAuthorized
+from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.guard import peer_of
+from channel_server.log_throttle import Throttle
 from channel_server.users import Action, User, UsersFile, owner
 
 log = logging.getLogger(__name__)
 VERIFIED_MAX = 1024
+PASSWORD_CHECKS_AT_ONCE = 2
+"""Passwords checked with argon2 at the same time: each check takes 64 MiB and a core for
+~0.1 s, so strangers sending wrong passwords on every connection could otherwise take
+gigabytes and every CPU (one check per core of this machine kind)."""
+PASSWORD_CHECK_WAIT_S = 2.0
+"""How long a connection waits for a turn to have its password checked before it is
+refused as busy (the clients retry refused connections)."""
 USER_ATTRIBUTE = "pubsub_user"
 """The attribute of a Pyro5 connection that holds its authenticated user."""
 
@@ -41,6 +49,8 @@ class Access:
         self._verified: dict[tuple[str, bytes], User] = {}
         """(user, digest of its password) that passed argon2 once: a KDF costs ~0.1 s,
         too much for every connection of a busy client (failures are never kept)."""
+        self._checking = threading.BoundedSemaphore(PASSWORD_CHECKS_AT_ONCE)
+        self._busy_log = Throttle(log)
 
     def admit(self, conn: Any, data: Any) -> str:
         """Pyro5's handshake hook: remember the caller's user on its connection, or
@@ -49,6 +59,9 @@ class Access:
             user = self.authenticate(data)
         except NotAuthorized as exc:
             log.warning("refused a connection from %s: %s", peer_of(conn), exc.reason)
+            raise
+        except LimitReached as exc:
+            self._busy_log.warning("busy", "refused a connection from %s: %s", peer_of(conn), exc)
             raise
         setattr(conn, USER_ATTRIBUTE, user)
         return "welcome"
@@ -71,13 +84,24 @@ class Access:
         with self._lock:
             if (known := self._verified.get(key)) is not None:
                 return known
-        user = self._users.authenticate(name, password) if self._users else None
+        user = self._check_password(name, password)
         if user is not None:
             with self._lock:
                 if len(self._verified) >= VERIFIED_MAX:
                     self._verified.clear()
                 self._verified[key] = user
         return user
+
+    def _check_password(self, name: str, password: str) -> User | None:
+        """argon2, a bounded number at a time: LimitReached when no turn comes in time."""
+        if self._users is None:
+            return None
+        if not self._checking.acquire(timeout=PASSWORD_CHECK_WAIT_S):
+            raise LimitReached("password checks at once", PASSWORD_CHECKS_AT_ONCE, "the broker")
+        try:
+            return self._users.authenticate(name, password)
+        finally:
+            self._checking.release()
 
     def current(self) -> User:
         """The user of the call being served (the owner for an in-process call)."""

@@ -24,7 +24,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO, cast
 
-from channel_server.errors import NotAuthorized
+from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.monitor.app import BrokerHandle, MonitorApp, Response, error
 from channel_server.monitor.http_auth import authenticate
 from channel_server.monitor.settings import HttpConfig
@@ -140,6 +140,11 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("refused HTTP %s from %s: %s", self.path, self._peer(), exc.reason)
             response = error(HTTPStatus.UNAUTHORIZED, str(exc))
             response.headers["WWW-Authenticate"] = f'Basic realm="{REALM}", charset="UTF-8"'
+            self._send(response)
+            return None
+        except LimitReached as exc:  # too many passwords being checked at once
+            response = error(HTTPStatus.SERVICE_UNAVAILABLE, str(exc))
+            response.headers["Retry-After"] = "1"
             self._send(response)
             return None
 
