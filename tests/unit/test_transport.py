@@ -25,7 +25,7 @@ from channel_server.frames import (
     FrameRefused,
     read_header,
 )
-from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
+from channel_server.strict_calls import MAX_CONTAINERS, StrictMsgpack, checked_arity, serving
 
 LIMIT = 1 << 20
 
@@ -175,6 +175,18 @@ def test_a_well_formed_call_decodes() -> None:
 def test_a_malformed_call_is_a_typed_refusal(data: bytes, reason: str) -> None:
     with pytest.raises(InvalidArgument, match=reason):
         STRICT.loadsCall(data)
+
+
+def test_a_call_of_more_arrays_and_maps_than_the_bound_is_refused_before_it_is_built() -> None:
+    """Empty arrays and maps are a byte each on the wire and about 60 decoded: the bound
+    keeps a call from taking gigabytes before it can be refused."""
+    one_big = call_bytes("o", "m", [[[]] * (MAX_CONTAINERS + 1)], {})
+    many = call_bytes("o", "m", [[[{}] * 1000 for _ in range(MAX_CONTAINERS // 1000 + 1)]], {})
+    for data in (one_big, many):
+        with pytest.raises(InvalidArgument, match="not a msgpack call"):
+            STRICT.loadsCall(data)
+    at_the_bound = [[[]] * 1000 for _ in range(MAX_CONTAINERS // 1000 - 3)]
+    assert STRICT.loadsCall(call_bytes("o", "m", [at_the_bound], {}))[2] == [at_the_bound]
 
 
 def test_no_classes_or_extension_types_are_rebuilt() -> None:
