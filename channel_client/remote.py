@@ -19,7 +19,7 @@ import Pyro5.client
 import Pyro5.errors
 
 from channel_client.lookup import resolve_channel
-from channel_server.errors import BrokerUnavailable, UnknownChannel
+from channel_server.errors import BrokerUnavailable, InvalidArgument, UnknownChannel
 from channel_server.wire import as_refusal, check_name, closed_by_peer, make_proxy
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,20 @@ class LostReply(Exception):
     """A reply dropped on purpose (the drop-reply fault): the call is retried."""
 
 
+TOO_LARGE = "message too large"
+"""What Pyro5 says of a message over its size limit (before sending it)."""
+
+
+def _unsendable(exc: Exception) -> InvalidArgument | None:
+    """The refusal a call's own arguments earned (Pyro5 could not serialize them, or they
+    exceed the message size), if that is what failed: not the network, so not retried."""
+    if isinstance(exc, Pyro5.errors.SerializeError):
+        return InvalidArgument("message", f"cannot be sent: {exc}")
+    if isinstance(exc, Pyro5.errors.ProtocolError) and TOO_LARGE in str(exc):
+        return InvalidArgument("message", f"{exc}: send fewer or smaller events at a time")
+    return None
+
+
 class RemoteChannel:
     """Calls on one channel's RPC object; owned by one thread (its proxy is)."""
 
@@ -114,6 +128,8 @@ class RemoteChannel:
             ) as exc:
                 if isinstance(exc, UnknownChannel) and last is None:
                     raise  # unknown from the start; after a lost connection, a broker restarting
+                if unsendable := _unsendable(exc):
+                    raise unsendable from None  # no retry makes it sendable
                 if refusal := as_refusal(exc):
                     self.release()
                     raise refusal from None
@@ -126,6 +142,12 @@ class RemoteChannel:
         raise BrokerUnavailable(
             f"channel {self.channel}", f"no answer after {self._attempts} attempts ({last})"
         )
+
+    def claim(self) -> None:
+        """Make the calling thread the owner of the proxy (made by another thread that
+        will not use it again)."""
+        if self._proxy is not None:
+            self._proxy._pyroClaimOwnership()
 
     def _log_retry(self, method: str, exc: Exception, attempt: int) -> None:
         """One warning when a call starts failing, not one per attempt."""
@@ -163,7 +185,9 @@ class RemoteChannel:
             raise LostReply(f"reply to {method} dropped")
 
     def release(self) -> None:
+        """Close the connection (from any thread: the one that used it is done)."""
         if self._proxy is not None:
+            self._proxy._pyroClaimOwnership()
             self._proxy._pyroRelease()
             self._proxy = None
 

@@ -44,6 +44,7 @@ from channel_server.frames import (
     read_header,
 )
 from channel_server.log_throttle import Throttle
+from channel_server.wire import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class TransportConfig:
     """An established connection that sends nothing for this long is closed."""
     handshake_timeout_s: float = 5.0
     """A new connection must have sent its whole handshake within this."""
-    max_message_bytes: int = 64 << 20
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     """Largest frame accepted; its header is refused before the body is read."""
     max_waiting: int = 1024
     """Connections waiting for their handshake (a file descriptor each, no thread)."""

@@ -95,6 +95,14 @@ REFUSED = REFUSED_MARK
 """How a refused handshake reads in the client's CommunicationError."""
 
 
+MAX_MESSAGE_BYTES = 64 << 20
+"""The largest message a broker reads unless told otherwise (``--max-message-bytes``).
+A client holds its calls to it, so a call too large is refused before it is sent, where
+the broker would close the connection in the middle of it."""
+PYRO5_MAX_MESSAGE_BYTES = 1 << 30
+"""Pyro5's own limit, in force until this process sets one (a daemon sets its own)."""
+
+
 def make_proxy(
     uri: str | Pyro5.core.URI, timeout_s: float | None, credential: Credential | None = None
 ) -> Pyro5.client.Proxy:
@@ -103,6 +111,8 @@ def make_proxy(
     belongs to the calling thread."""
     register_errors()
     tls.from_environment()
+    if Pyro5.config.MAX_MESSAGE_SIZE == PYRO5_MAX_MESSAGE_BYTES:
+        Pyro5.config.MAX_MESSAGE_SIZE = MAX_MESSAGE_BYTES
     proxy = Pyro5.client.Proxy(uri)
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:

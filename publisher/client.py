@@ -153,6 +153,15 @@ class Publisher:
             pause_s=RETRY_PAUSE_S,
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
+        self._owned = False
+        """Whether a thread used it yet: the first to publish (or wait) becomes its
+        proxy's owner, whichever thread made it."""
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if not self._owned:
+            self._remote.claim()
+            self._owned = True
+        return self._remote.call(method, *args)
 
     @property
     def retries(self) -> int:
@@ -206,7 +215,7 @@ class Publisher:
             self._floor = max(self._floor, self.state.reserve(self.channel, ahead))
             self._reserved = ahead
         try:
-            summary = self._remote.call("publish", events)
+            summary = self._call("publish", events)
         except (ValueError, ClientError):
             # The broker may not even read the call (msgpack refuses an integer map key
             # there): say which event and field, as the broker would have.
@@ -245,7 +254,7 @@ class Publisher:
         BrokerUnavailable when the channel cannot be asked."""
         counts: dict[str, int] = {}
         for _ in polling(timeout_s):
-            counts = self._remote.call("outstanding", self.publisher_id)
+            counts = self._call("outstanding", self.publisher_id)
             if counts["outstanding"] == 0:
                 if counts["dead_letters"]:
                     log.warning(

@@ -110,6 +110,8 @@ class Subscriber:
         self.group = None if group is None else check_name("group", group)
         """None: the channel's choice (``default`` on a queue, an own group on a topic)."""
         self.prefetch = prefetch
+        if not callable(handler):  # else every event it is given goes to the DLQ
+            raise InvalidArgument("handler", f"must be callable, got {type(handler).__name__}")
         self._handler = handler
         self._ns = (ns_host, ns_port)
         self._bind = (host, port)
@@ -136,7 +138,12 @@ class Subscriber:
     def start(self) -> dict[str, Any]:
         """Find (or create) the channel, serve the callback, then subscribe. Returns the
         channel's answer; raises what the first subscribe raised (UnknownChannel,
-        BrokerUnavailable, SubscriberIdInUse ...), with no thread left running."""
+        BrokerUnavailable, SubscriberIdInUse ...), with no thread left running.
+        InvalidArgument if it is running already (``with Subscriber(...)`` starts it)."""
+        if self._serving is not None and not self._stopping.is_set():
+            raise InvalidArgument(
+                "subscriber", f"{self.subscriber_id} is started already (stop it first)"
+            )
         register_errors()
         if self._create or self._wait_for_channel_s > 0:
             self._find_channel()
@@ -327,7 +334,7 @@ class Subscriber:
             self._faults.check_poison(event)
             self._handler(event)
         except Exception as exc:
-            log.warning("handler failed on %s: %s", uid, exc)
+            log.warning("handler failed on %s: %s: %s", uid, type(exc).__name__, exc)
             return Outcome(item.session, item.seq, uid, nack_text(exc))
         finally:
             self._busy_since = None

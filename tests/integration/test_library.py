@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from channel_server.errors import ProcessingTimeout, UnknownChannel
+from channel_server.errors import InvalidArgument, InvalidEvent, ProcessingTimeout, UnknownChannel
 from publisher import DEFAULT_PARTITIONS, Publisher
 from subscriber import Subscriber
 from tests.integration.procs import Cluster, wait_until
@@ -117,3 +117,48 @@ def test_wait_raises_a_typed_timeout_when_nobody_processes(cluster: Cluster) -> 
     assert isinstance(err, TimeoutError)
     assert (err.outstanding, err.queued, err.in_flight) == (3, 3, 0)
     assert "is a subscriber running?" in str(err)
+
+
+@pytest.mark.parametrize("handler", ["print", None, 42])
+def test_a_handler_that_is_not_callable_is_refused_before_anything_starts(handler: Any) -> None:
+    with pytest.raises(InvalidArgument, match="handler: must be callable"):
+        Subscriber("jobs", "w1", handler=handler)
+
+
+def test_starting_a_running_subscriber_again_is_refused_and_leaves_no_thread(
+    cluster: Cluster,
+) -> None:
+    cluster.broker()
+    with Subscriber("jobs", "twice", handler=Worker(), ns_port=cluster.ns_port, create=True) as sub:
+        running = set(subscriber_threads("twice"))
+        with pytest.raises(InvalidArgument, match="twice is started already"):
+            sub.start()
+        assert set(subscriber_threads("twice")) == running
+    wait_until(lambda: not subscriber_threads("twice"), what="its threads to end")
+
+
+def test_a_payload_that_cannot_be_sent_is_refused_at_once_not_retried(cluster: Cluster) -> None:
+    """What no retry can send is the caller's to fix: a typed refusal naming the event,
+    not BrokerUnavailable after the whole retry window."""
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None, retry_for_s=30) as pub:
+        started = time.monotonic()
+        with pytest.raises(InvalidEvent) as refused:
+            pub.publish([pub.event("fine"), pub.event(object())])
+        assert (refused.value.field, refused.value.index) == ("payload", 1)
+        with pytest.raises(InvalidArgument, match=r"message too large.*fewer or smaller events"):
+            pub.publish([pub.event(b"x" * (65 << 20))])
+        assert time.monotonic() - started < 10, "refused at once, not retried for 30 s"
+        assert pub.retries == 0
+        assert pub.publish([pub.event("after")])["accepted"] == 1  # the connection is fine
+
+
+def test_a_publisher_belongs_to_the_thread_that_first_publishes(cluster: Cluster) -> None:
+    """docs/api.md: made in one thread, used by another (one Publisher per thread)."""
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        results: list[Any] = []
+        worker = threading.Thread(target=lambda: results.append(pub.publish([pub.event(1)])))
+        worker.start()
+        worker.join(10)
+        assert [r["accepted"] for r in results] == [1]
