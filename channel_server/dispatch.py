@@ -21,8 +21,8 @@ from typing import Any
 import Pyro5.api
 import Pyro5.serializers
 
-from channel_server.guard import callback_credential
-from channel_server.wire import SERIALIZER, closed_by_peer, make_proxy
+from channel_server.guard import callback_proxy
+from channel_server.wire import SERIALIZER, closed_by_peer
 
 log = logging.getLogger(__name__)
 Task = Callable[[], None]
@@ -147,8 +147,7 @@ class MemberLink:
             if self._proxy is not None and closed_by_peer(self._proxy):
                 self._drop()  # the subscriber closed it as idle: open a new one
             if self._proxy is None:
-                credential = callback_credential(self.secret)
-                self._proxy = make_proxy(self.callback, self._push_timeout_s, credential)
+                self._proxy = callback_proxy(self.callback, self._push_timeout_s, self.secret)
             self._proxy._pyroClaimOwnership()
             started = time.monotonic()
             reply = self._proxy.deliver(delivery)
@@ -185,7 +184,7 @@ class MemberLink:
 def answers(callback: str, timeout_s: float, secret: str) -> bool:
     """Whether a subscriber's callback object answers a ping within ``timeout_s``."""
     try:
-        with make_proxy(callback, timeout_s, callback_credential(secret)) as proxy:
+        with callback_proxy(callback, timeout_s, secret) as proxy:
             proxy.ping()
     except Exception:
         return False

@@ -9,6 +9,7 @@ only, not ``Pyro5.api``, which brings the name server and sqlite3 along.
 from __future__ import annotations
 
 import select
+from collections.abc import Callable
 from typing import Any
 
 import Pyro5.client
@@ -104,7 +105,10 @@ PYRO5_MAX_MESSAGE_BYTES = 1 << 30
 
 
 def make_proxy(
-    uri: str | Pyro5.core.URI, timeout_s: float | None, credential: Credential | None = None
+    uri: str | Pyro5.core.URI,
+    timeout_s: float | None,
+    credential: Credential | None = None,
+    proxy_type: Callable[[Any], Pyro5.client.Proxy] = Pyro5.client.Proxy,
 ) -> Pyro5.client.Proxy:
     """A msgpack proxy with its own timeout, which identifies itself with ``credential``
     (default: this process's, see :func:`credentials.ambient`) when it connects. It
@@ -113,7 +117,7 @@ def make_proxy(
     tls.from_environment()
     if Pyro5.config.MAX_MESSAGE_SIZE == PYRO5_MAX_MESSAGE_BYTES:
         Pyro5.config.MAX_MESSAGE_SIZE = MAX_MESSAGE_BYTES
-    proxy = Pyro5.client.Proxy(uri)
+    proxy = proxy_type(uri)
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:
         proxy._pyroTimeout = timeout_s

@@ -15,6 +15,7 @@ from channel_server.channel import EventChannel
 from channel_server.config import ChannelConfig
 from channel_server.core.records import ChannelKind
 from channel_server.dispatch import DispatchPool
+from channel_server.guard import secret_gate
 from channel_server.store import MemoryStore, Store
 
 
@@ -42,10 +43,26 @@ def pool() -> Iterator[DispatchPool]:
     p.stop()
 
 
+CALLBACK_SECRET = "a-callback-secret-of-the-test"
+"""What fake subscribers give the channel, and their daemon checks the broker knows."""
+
+
+class FakeSubscribersDaemon(Pyro5.server.Daemon):
+    """A Pyro5 daemon for fake subscribers' callback objects that, like a subscriber's,
+    admits only a broker proving it knows CALLBACK_SECRET (and proves it knows it too)."""
+
+    def __init__(self) -> None:
+        super().__init__(host="127.0.0.1", port=0)
+        self._gate = secret_gate(CALLBACK_SECRET, "fake subscribers")
+
+    def validateHandshake(self, conn: Any, data: Any) -> Any:
+        return self._gate(conn, data)
+
+
 @pytest.fixture
 def daemon() -> Iterator[Pyro5.server.Daemon]:
     """A real Pyro5 daemon on port 0 for fake subscribers' callback objects."""
-    d = Pyro5.server.Daemon(host="127.0.0.1", port=0)
+    d = FakeSubscribersDaemon()
     loop = threading.Thread(target=d.requestLoop, daemon=True)
     loop.start()
     yield d

@@ -18,7 +18,7 @@ from channel_server.events import Event, event_uid
 from channel_server.store import MemoryStore
 from channel_server.store.base import ChannelRecord
 from channel_server.store.sqlite import SQLiteStore
-from tests.inprocess.conftest import ChannelFactory, FakeClock, event
+from tests.inprocess.conftest import ChannelFactory, FakeClock, FakeSubscribersDaemon, event
 from tests.inprocess.test_push_liveness import ack_all, member, subscriber
 from tests.integration.procs import wait_until
 
@@ -161,7 +161,7 @@ def test_push_subscribers_cost_no_thread_each(
 ) -> None:
     # The subscribers' daemon is multiplexed: every thread that appears is the broker's.
     monkeypatch.setattr(pyro_config, "SERVERTYPE", "multiplex")
-    fakes_daemon = Pyro5.server.Daemon(host="127.0.0.1", port=0)
+    fakes_daemon = FakeSubscribersDaemon()
     loop = threading.Thread(target=fakes_daemon.requestLoop, daemon=True)
     loop.start()
     try:

@@ -15,10 +15,10 @@ from channel_server import after_reply, push
 from channel_server.channel import EventChannel
 from channel_server.dispatch import DispatchPool
 from channel_server.events import event_uid
-from tests.inprocess.conftest import ChannelFactory, FakeClock, event
+from tests.inprocess.conftest import CALLBACK_SECRET, ChannelFactory, FakeClock, event
 from tests.integration.procs import wait_until
 
-SECRET = "a-callback-secret-of-the-test"
+SECRET = CALLBACK_SECRET
 
 
 class FakeSubscriber:

@@ -5,17 +5,24 @@ the owner's happy path keeps working beside them."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import stat
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import Pyro5.core
 import Pyro5.errors
+import Pyro5.server
 import pytest
 import yaml
 
 from channel_client.lookup import resolve_channel
 from channel_server.credentials import Credential
 from channel_server.errors import NotAuthorized
+from channel_server.store.sqlite import DB_FILE
 from channel_server.users import Action, Grant, UsersFile
 from channel_server.wire import ANONYMOUS, NS_CHANNEL_PREFIX, as_refusal, locate_ns, make_proxy
 from tests.integration.conftest import publisher_for
@@ -193,3 +200,68 @@ def test_a_credentials_file_connects_a_cli_as_its_user(secured: tuple[Cluster, A
     assert result.stderr.strip().splitlines()[-1] == (
         "error: not authorized: user 'bob' may not: publish on channel 'orders'"
     )
+
+
+class Squatter(Pyro5.server.Daemon):
+    """A process that took a dead subscriber's port: it admits any caller, and keeps what
+    the caller says in its handshake and what it is sent."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(host="127.0.0.1", port=port)
+        self.handshakes: list[Any] = []
+        self.sent: list[Any] = []
+
+    def validateHandshake(self, conn: Any, data: Any) -> Any:
+        self.handshakes.append(data)
+        return "welcome"
+
+
+@Pyro5.server.expose
+class SquattedCallback:
+    def __init__(self, sent: list[Any]) -> None:
+        self._sent = sent
+
+    def deliver(self, delivery: Any) -> dict[str, int]:
+        self._sent.append(delivery)
+        return {"queued": len(delivery.get("events", []))}
+
+    def ping(self) -> str:
+        return "pong"
+
+
+def test_a_process_on_a_dead_subscribers_port_learns_no_secret_and_gets_no_event(
+    secured: tuple[Cluster, Any],
+) -> None:
+    cluster, _ = secured
+    sub = cluster.subscriber("orders", "s1")
+    callback = sub.wait_for(r"at (PYRO:\S+)").group(1)
+    db = cluster.data_dir("broker") / DB_FILE
+    secret = wait_until(lambda: member_secret(db, "s1"), what="s1's callback secret stored")
+    sub.kill()
+    uri = Pyro5.core.URI(callback)
+    squatter = Squatter(uri.port)
+    squatter.register(SquattedCallback(squatter.sent), uri.object)
+    loop = threading.Thread(target=squatter.requestLoop, daemon=True)
+    loop.start()
+    try:
+        with publisher_for(cluster, "orders") as pub:
+            pub.publish([pub.event(n) for n in range(5)])
+            wait_until(lambda: len(squatter.handshakes) >= 2, what="the broker trying s1 twice")
+            assert squatter.sent == []
+            assert all(secret not in repr(h) for h in squatter.handshakes)
+            cluster.subscriber("orders", "s2")  # the events are not lost: s2 gets them
+            records = cluster.wait_for_records("orders", ("s2",), 5, timeout_s=60)
+        assert sorted(r["id"] for r in records["s2"]) == [f"PUB-{n}" for n in range(1, 6)]
+        assert squatter.sent == []
+    finally:
+        squatter.shutdown()
+        loop.join(5)
+        squatter.close()
+
+
+def member_secret(db: Path, member_id: str) -> str | None:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        row = conn.execute(
+            "SELECT secret FROM members WHERE member_id = ?", (member_id,)
+        ).fetchone()
+    return row[0] if row else None

@@ -39,6 +39,9 @@ class FakeRemote:
             return self.outstanding.pop(0)
         return None
 
+    def claim(self) -> None:
+        """No proxy to hand to the calling thread."""
+
     def release(self) -> None:
         self.calls.append(("release", ()))
 

@@ -1,0 +1,113 @@
+"""The broker and a subscriber's callback daemon prove to each other that they know the
+callback secret, which never crosses the wire: a process that took a dead subscriber's
+port learns nothing it can use and is sent nothing."""
+
+from __future__ import annotations
+
+import pytest
+from Pyro5.errors import CommunicationError
+
+from channel_server.errors import NotAuthorized
+from channel_server.guard import (
+    PROOF_WINDOW_S,
+    CallbackProxy,
+    callback_credential,
+    secret_gate,
+)
+
+SECRET = "the-callback-secret"
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Conn:
+    """What the gate reads of a connection (for its log line)."""
+
+    sock = None
+
+
+def gate_at(now: float, secret: str = SECRET):  # type: ignore[no-untyped-def]
+    clock = Clock(now)
+    return secret_gate(secret, "subscriber s1", clock), clock
+
+
+def test_the_handshake_carries_a_proof_never_the_secret() -> None:
+    first, second = callback_credential(SECRET).handshake(), callback_credential(SECRET).handshake()
+    assert SECRET not in repr(first)
+    assert first["user"] == "broker"
+    assert first["nonce"] != second["nonce"]  # fresh for every connection
+
+
+def test_a_proof_is_admitted_once_and_answered_with_the_daemons_own() -> None:
+    handshake = callback_credential(SECRET).handshake()
+    gate, _ = gate_at(handshake["time"])
+    answer = gate(Conn(), handshake)
+    proxy = CallbackProxy("PYRO:x@127.0.0.1:1", SECRET)
+    proxy._pyroHandshake = handshake
+    proxy._pyroValidateHandshake(answer)  # the broker accepts the daemon
+    with pytest.raises(NotAuthorized):
+        gate(Conn(), handshake)  # replayed
+
+
+@pytest.mark.parametrize(
+    "handshake",
+    [
+        {"user": "broker", "secret": SECRET},  # the old form: the secret itself
+        callback_credential("another-secret").handshake(),
+        {**callback_credential(SECRET).handshake(), "nonce": "0" * 32},
+        {**callback_credential(SECRET).handshake(), "proof": "f" * 64},
+        "welcome",
+        None,
+    ],
+)
+def test_anything_but_a_proof_of_the_secret_is_refused(handshake: object) -> None:
+    gate, _ = gate_at(callback_credential(SECRET).handshake()["time"])
+    with pytest.raises(NotAuthorized, match="admits only the broker it subscribed with"):
+        gate(Conn(), handshake)
+
+
+@pytest.mark.parametrize("skew_s", [PROOF_WINDOW_S + 1, -PROOF_WINDOW_S - 1])
+def test_a_proof_made_too_long_ago_or_ahead_is_refused(skew_s: float) -> None:
+    handshake = callback_credential(SECRET).handshake()
+    gate, _ = gate_at(handshake["time"] + skew_s)
+    with pytest.raises(NotAuthorized):
+        gate(Conn(), handshake)
+
+
+def test_a_replay_stays_refused_until_its_proof_is_too_old_anyway() -> None:
+    handshake = callback_credential(SECRET).handshake()
+    gate, clock = gate_at(handshake["time"])
+    gate(Conn(), handshake)
+    for later in (1.0, PROOF_WINDOW_S / 2, PROOF_WINDOW_S):
+        clock.now = handshake["time"] + later
+        with pytest.raises(NotAuthorized):
+            gate(Conn(), handshake)
+
+
+@pytest.mark.parametrize("answer", ["welcome", {"proof": "0" * 64}, None, {}])
+def test_the_broker_sends_nothing_to_a_daemon_that_cannot_prove_the_secret(
+    answer: object,
+) -> None:
+    proxy = CallbackProxy("PYRO:x@127.0.0.1:1", SECRET)
+    proxy._pyroHandshake = callback_credential(SECRET).handshake()
+    with pytest.raises(CommunicationError, match="did not prove it is the subscriber"):
+        proxy._pyroValidateHandshake(answer)
+
+
+def test_a_daemon_with_another_secret_cannot_prove_it() -> None:
+    handshake = callback_credential(SECRET).handshake()
+    other, _ = gate_at(handshake["time"], secret="another-secret")
+    with pytest.raises(NotAuthorized):
+        other(Conn(), handshake)
+    ours, _ = gate_at(handshake["time"], secret="another-secret")
+    forged = ours(Conn(), callback_credential("another-secret").handshake())
+    proxy = CallbackProxy("PYRO:x@127.0.0.1:1", SECRET)
+    proxy._pyroHandshake = handshake
+    with pytest.raises(CommunicationError):
+        proxy._pyroValidateHandshake(forged)
