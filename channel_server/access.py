@@ -18,7 +18,8 @@ from typing import Any
 
 from Pyro5.callcontext import current_context
 
-from channel_server.credentials import OWNER
+from channel_server import proofs
+from channel_server.credentials import OWNER, SERVER_ROLE
 from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.guard import peer_of
 from channel_server.log_throttle import Throttle
@@ -49,14 +50,16 @@ class Access:
         self._verified: dict[tuple[str, bytes], User] = {}
         """(user, digest of its password) that passed argon2 once: a KDF costs ~0.1 s,
         too much for every connection of a busy client (failures are never kept)."""
+        self._owner_proofs = proofs.Proofs(token, OWNER)
         self._checking = threading.BoundedSemaphore(PASSWORD_CHECKS_AT_ONCE)
         self._busy_log = Throttle(log)
 
-    def admit(self, conn: Any, data: Any) -> str:
-        """Pyro5's handshake hook: remember the caller's user on its connection, or
-        refuse the connection (the client gets the reason)."""
+    def admit(self, conn: Any, data: Any) -> Any:
+        """Pyro5's handshake hook: remember the caller's user on its connection and
+        answer (with a proof of the token to a caller that proved it), or refuse the
+        connection (the client gets the reason)."""
         try:
-            user = self.authenticate(data)
+            user, answer = self._admit(data)
         except NotAuthorized as exc:
             log.warning("refused a connection from %s: %s", peer_of(conn), exc.reason)
             raise
@@ -64,7 +67,22 @@ class Access:
             self._busy_log.warning("busy", "refused a connection from %s: %s", peer_of(conn), exc)
             raise
         setattr(conn, USER_ATTRIBUTE, user)
-        return "welcome"
+        return answer
+
+    def _admit(self, data: Any) -> tuple[User, Any]:
+        """Over the wire the owner proves it knows the token (it is never sent: see
+        :mod:`~channel_server.proofs`); a user of the users file gives its password."""
+        if not (isinstance(data, dict) and data.get("user") == OWNER):
+            return self.authenticate(data), "welcome"
+        nonce = self._owner_proofs.admit(data)
+        if nonce is None:
+            sent_token = "secret" in data  # a client older than this broker
+            raise NotAuthorized(
+                "the token itself was sent, not a proof of it: upgrade the client"
+                if sent_token
+                else "wrong credential for user 'owner'"
+            )
+        return self._owner, proofs.answer(self._token, SERVER_ROLE, nonce)
 
     def authenticate(self, data: Any) -> User:
         if not isinstance(data, dict) or not data.get("user"):

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from channel_server import proofs
 from channel_server.errors import InvalidArgument
 from channel_server.private_files import (
     STATE_DIR_ENV,
@@ -41,14 +42,29 @@ OWNER = "owner"
 TOKEN_BYTES = 32
 
 
+SERVER_ROLE = "server"
+"""The role a broker or name server proves the local token under, in its answer."""
+
+
 @dataclass(frozen=True)
 class Credential:
     user: str
     secret: str
 
-    def handshake(self) -> dict[str, str]:
-        """What a proxy sends when it connects (Pyro5's handshake)."""
+    def handshake(self) -> dict[str, Any]:
+        """What a proxy sends when it connects (Pyro5's handshake). The local token never
+        crosses the wire: a proof of it does (:mod:`~channel_server.proofs`). A password
+        does: the broker keeps only its argon2 hash, so it could check no proof of it
+        (use TLS where that matters)."""
+        if self.user == OWNER:
+            return proofs.handshake(self.secret, OWNER)
         return {"user": self.user, "secret": self.secret}
+
+    @property
+    def answer_role(self) -> str | None:
+        """The role under which the daemon must prove it knows the secret too, before
+        anything is sent to it (None: it cannot)."""
+        return SERVER_ROLE if self.user == OWNER else None
 
     def __repr__(self) -> str:  # never print the secret
         return f"Credential({self.user!r}, ***)"

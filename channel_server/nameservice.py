@@ -165,6 +165,7 @@ class NameService:
                     "`python -m channel_server nameserver`, or pass --insecure-name-server"
                 )
             log.warning("using the name server at %s:%d, which does not authenticate", host, port)
+            service._credential = ANONYMOUS  # it could prove no token: tell it none
         return service
 
     def _start_embedded(self, access: Access) -> None:

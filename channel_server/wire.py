@@ -9,7 +9,6 @@ only, not ``Pyro5.api``, which brings the name server and sqlite3 along.
 from __future__ import annotations
 
 import select
-from collections.abc import Callable
 from typing import Any
 
 import Pyro5.client
@@ -17,7 +16,7 @@ import Pyro5.core
 import Pyro5.errors
 from Pyro5.serializers import SerializerBase
 
-from channel_server import credentials, tls
+from channel_server import credentials, proofs, tls
 from channel_server.credentials import Credential
 from channel_server.errors import (
     ALL_ERRORS,
@@ -104,24 +103,43 @@ PYRO5_MAX_MESSAGE_BYTES = 1 << 30
 """Pyro5's own limit, in force until this process sets one (a daemon sets its own)."""
 
 
+PROOF_MISSING = "did not prove it knows the secret"
+
+
+class MutualProxy(Pyro5.client.Proxy):  # type: ignore[misc]
+    """A proxy that proves a secret in its handshake and goes on only with a daemon whose
+    answer proves the same secret (:mod:`~channel_server.proofs`)."""
+
+    def __init__(self, uri: Any, secret: str, role: str) -> None:
+        super().__init__(uri)
+        object.__setattr__(self, "_mutual", (secret, role))  # (Proxy refuses other names)
+
+    def _pyroValidateHandshake(self, response: Any) -> None:
+        secret, role = object.__getattribute__(self, "_mutual")
+        if not proofs.answer_ok(secret, role, self._pyroHandshake, response):
+            raise Pyro5.errors.CommunicationError(
+                f"{self._pyroUri.location} {PROOF_MISSING} "
+                "(another process may have its port): nothing is sent there"
+            )
+
+
 def make_proxy(
-    uri: str | Pyro5.core.URI,
-    timeout_s: float | None,
-    credential: Credential | None = None,
-    proxy_type: Callable[[Any], Pyro5.client.Proxy] = Pyro5.client.Proxy,
+    uri: str | Pyro5.core.URI, timeout_s: float | None, credential: Credential | None = None
 ) -> Pyro5.client.Proxy:
     """A msgpack proxy with its own timeout, which identifies itself with ``credential``
-    (default: this process's, see :func:`credentials.ambient`) when it connects. It
-    belongs to the calling thread."""
+    (default: this process's, see :func:`credentials.ambient`) when it connects, and
+    goes on only with a daemon that proves it knows the same secret when the credential
+    allows (see ``Credential.answer_role``). It belongs to the calling thread."""
     register_errors()
     tls.from_environment()
     if Pyro5.config.MAX_MESSAGE_SIZE == PYRO5_MAX_MESSAGE_BYTES:
         Pyro5.config.MAX_MESSAGE_SIZE = MAX_MESSAGE_BYTES
-    proxy = proxy_type(uri)
+    who = credentials.ambient() if credential is None else credential
+    role = who.answer_role if who and who.user else None
+    proxy = MutualProxy(uri, who.secret, role) if who and role else Pyro5.client.Proxy(uri)
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:
         proxy._pyroTimeout = timeout_s
-    who = credentials.ambient() if credential is None else credential
     proxy._pyroHandshake = who.handshake() if who and who.user else {}
     return proxy
 
@@ -137,8 +155,9 @@ def locate_ns(
         ns._pyroBind()
     except Pyro5.errors.CommunicationError as exc:
         ns._pyroRelease()
+        unproven = PROOF_MISSING in str(exc)  # something else has its port
         raise as_refusal(exc) or BrokerUnavailable(
-            f"name server {host}:{port}", "not reachable"
+            f"name server {host}:{port}", str(exc) if unproven else "not reachable"
         ) from exc
     return ns
 

@@ -20,11 +20,18 @@ import pytest
 import yaml
 
 from channel_client.lookup import resolve_channel
-from channel_server.credentials import Credential
+from channel_server.credentials import Credential, ensure_token
 from channel_server.errors import NotAuthorized
 from channel_server.store.sqlite import DB_FILE
 from channel_server.users import Action, Grant, UsersFile
-from channel_server.wire import ANONYMOUS, NS_CHANNEL_PREFIX, as_refusal, locate_ns, make_proxy
+from channel_server.wire import (
+    ANONYMOUS,
+    NS_CHANNEL_PREFIX,
+    NS_OBJECT,
+    as_refusal,
+    locate_ns,
+    make_proxy,
+)
 from tests.integration.conftest import publisher_for
 from tests.integration.procs import Cluster, free_port, logged, wait_until
 
@@ -265,3 +272,27 @@ def member_secret(db: Path, member_id: str) -> str | None:
             "SELECT secret FROM members WHERE member_id = ?", (member_id,)
         ).fetchone()
     return row[0] if row else None
+
+
+def test_a_client_sends_no_token_to_a_name_server_that_cannot_prove_it_knows_it(
+    cluster: Cluster,
+) -> None:
+    """Something else on the name server's port (a broker not started yet, or restarting)
+    admits anyone: it learns nothing it can use, and the client says why it stopped."""
+    token = ensure_token(cluster.tmp / "state")
+    impostor = Squatter(free_port())
+    impostor.register(SquattedCallback(impostor.sent), NS_OBJECT)
+    loop = threading.Thread(target=impostor.requestLoop, daemon=True)
+    loop.start()
+    try:
+        port = str(impostor.sock.getsockname()[1])
+        done = cluster.run(["-m", "channel_server", "list", "--ns-port", port])
+        assert done.returncode != 0
+        assert "did not prove it knows the secret" in done.stderr
+        assert impostor.handshakes, "the client did try"
+        assert all(token not in repr(h) for h in impostor.handshakes)
+        assert all(h.get("user") == "owner" and "proof" in h for h in impostor.handshakes)
+    finally:
+        impostor.shutdown()
+        loop.join(5)
+        impostor.close()

@@ -8,12 +8,9 @@ import pytest
 from Pyro5.errors import CommunicationError
 
 from channel_server.errors import NotAuthorized
-from channel_server.guard import (
-    PROOF_WINDOW_S,
-    CallbackProxy,
-    callback_credential,
-    secret_gate,
-)
+from channel_server.guard import SUBSCRIBER_ROLE, callback_credential, secret_gate
+from channel_server.proofs import PROOF_WINDOW_S
+from channel_server.wire import MutualProxy
 
 SECRET = "the-callback-secret"
 
@@ -48,7 +45,7 @@ def test_a_proof_is_admitted_once_and_answered_with_the_daemons_own() -> None:
     handshake = callback_credential(SECRET).handshake()
     gate, _ = gate_at(handshake["time"])
     answer = gate(Conn(), handshake)
-    proxy = CallbackProxy("PYRO:x@127.0.0.1:1", SECRET)
+    proxy = MutualProxy("PYRO:x@127.0.0.1:1", SECRET, SUBSCRIBER_ROLE)
     proxy._pyroHandshake = handshake
     proxy._pyroValidateHandshake(answer)  # the broker accepts the daemon
     with pytest.raises(NotAuthorized):
@@ -94,9 +91,9 @@ def test_a_replay_stays_refused_until_its_proof_is_too_old_anyway() -> None:
 def test_the_broker_sends_nothing_to_a_daemon_that_cannot_prove_the_secret(
     answer: object,
 ) -> None:
-    proxy = CallbackProxy("PYRO:x@127.0.0.1:1", SECRET)
+    proxy = MutualProxy("PYRO:x@127.0.0.1:1", SECRET, SUBSCRIBER_ROLE)
     proxy._pyroHandshake = callback_credential(SECRET).handshake()
-    with pytest.raises(CommunicationError, match="did not prove it is the subscriber"):
+    with pytest.raises(CommunicationError, match="did not prove it knows the secret"):
         proxy._pyroValidateHandshake(answer)
 
 
@@ -107,7 +104,7 @@ def test_a_daemon_with_another_secret_cannot_prove_it() -> None:
         other(Conn(), handshake)
     ours, _ = gate_at(handshake["time"], secret="another-secret")
     forged = ours(Conn(), callback_credential("another-secret").handshake())
-    proxy = CallbackProxy("PYRO:x@127.0.0.1:1", SECRET)
+    proxy = MutualProxy("PYRO:x@127.0.0.1:1", SECRET, SUBSCRIBER_ROLE)
     proxy._pyroHandshake = handshake
     with pytest.raises(CommunicationError):
         proxy._pyroValidateHandshake(forged)

@@ -1,0 +1,91 @@
+"""Proofs that a caller, and then the daemon it called, know a shared secret that never
+crosses the wire: the local token, or a subscriber's callback secret.
+
+A secret sent as itself goes to whoever listens on the port: a process that got there
+first (a name server or broker not started yet, or restarting) or one that took a dead
+subscriber's port. Instead, in the handshake:
+- the caller sends a fresh nonce, the time, and an HMAC of them (:func:`handshake`);
+- the daemon admits a proof made within ``PROOF_WINDOW_S`` whose nonce it has not seen
+  (:class:`Proofs`), and answers with an HMAC of that nonce under its own role;
+- the caller goes on only if that answer checks out (:func:`answer_ok`).
+
+A listener that does not know the secret learns nothing it can use, and is sent nothing.
+Light on purpose (no Pyro5): credentials use it in every client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+PROOF_WINDOW_S = 300.0
+"""A proof is admitted this long after it was made (the clocks of two machines may differ
+a little); its nonce is remembered twice as long, so it cannot be used twice."""
+NONCE_CHARS = 32
+
+
+def mac(secret: str, *parts: str) -> str:
+    return hmac.new(secret.encode(), "\n".join(parts).encode(), hashlib.sha256).hexdigest()
+
+
+def handshake(secret: str, user: str) -> dict[str, Any]:
+    """What a caller sends: a proof that ``user`` knows ``secret``, new for each
+    connection."""
+    nonce, made_at = secrets.token_hex(NONCE_CHARS // 2), time.time()
+    proof = mac(secret, user, nonce, repr(made_at))
+    return {"user": user, "nonce": nonce, "time": made_at, "proof": proof}
+
+
+def answer(secret: str, role: str, nonce: str) -> dict[str, str]:
+    """What the daemon answers to an admitted proof: its own, under ``role``."""
+    return {"proof": mac(secret, role, nonce)}
+
+
+def answer_ok(secret: str, role: str, sent: Any, response: Any) -> bool:
+    """Whether the daemon's ``response`` to the handshake ``sent`` proves it knows
+    ``secret`` (as ``role``)."""
+    nonce = sent.get("nonce") if isinstance(sent, dict) else None
+    proof = response.get("proof") if isinstance(response, dict) else None
+    if not (isinstance(nonce, str) and isinstance(proof, str)):
+        return False
+    return hmac.compare_digest(proof, mac(secret, role, nonce))
+
+
+class Proofs:
+    """Checks callers' proofs of one secret for one user name (daemon side). Any thread
+    may call ``admit``: ``_lock`` guards ``_seen``."""
+
+    def __init__(self, secret: str, user: str, clock: Callable[[], float] = time.time) -> None:
+        self._secret = secret
+        self._user = user
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[str, float] = {}
+        """Nonces of admitted proofs, and when; only proofs that passed are kept, so a
+        stranger adds none."""
+
+    def admit(self, data: Any) -> str | None:
+        """The nonce of a proof made with the secret within the window and not used
+        before (then remembered); None otherwise."""
+        if not isinstance(data, dict) or data.get("user") != self._user:
+            return None
+        nonce, made_at, proof = data.get("nonce"), data.get("time"), data.get("proof")
+        if not (isinstance(nonce, str) and len(nonce) == NONCE_CHARS and isinstance(proof, str)):
+            return None
+        now = self._clock()
+        if type(made_at) is not float or abs(now - made_at) > PROOF_WINDOW_S:
+            return None
+        if not hmac.compare_digest(proof, mac(self._secret, self._user, nonce, repr(made_at))):
+            return None
+        with self._lock:
+            for old in [n for n, at in self._seen.items() if now - at > 2 * PROOF_WINDOW_S]:
+                del self._seen[old]
+            if nonce in self._seen:
+                return None
+            self._seen[nonce] = now
+        return nonce
