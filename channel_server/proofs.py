@@ -83,8 +83,11 @@ class Proofs:
         if not hmac.compare_digest(proof, mac(self._secret, self._user, nonce, repr(made_at))):
             return None
         with self._lock:
-            for old in [n for n, at in self._seen.items() if now - at > 2 * PROOF_WINDOW_S]:
-                del self._seen[old]
+            while self._seen:  # oldest first (insertion order): drop the expired ones
+                oldest, at = next(iter(self._seen.items()))
+                if now - at <= 2 * PROOF_WINDOW_S:
+                    break
+                del self._seen[oldest]
             if nonce in self._seen:
                 return None
             self._seen[nonce] = now

@@ -9,7 +9,7 @@ from Pyro5.errors import CommunicationError
 
 from channel_server.errors import NotAuthorized
 from channel_server.guard import SUBSCRIBER_ROLE, callback_credential, secret_gate
-from channel_server.proofs import PROOF_WINDOW_S
+from channel_server.proofs import PROOF_WINDOW_S, Proofs, mac
 from channel_server.wire import MutualProxy
 
 SECRET = "the-callback-secret"
@@ -108,3 +108,25 @@ def test_a_daemon_with_another_secret_cannot_prove_it() -> None:
     proxy._pyroHandshake = handshake
     with pytest.raises(CommunicationError):
         proxy._pyroValidateHandshake(forged)
+
+
+def proof_made_at(made_at: float, user: str = "broker") -> dict:
+    nonce = f"{int(made_at):032d}"
+    return {
+        "user": user,
+        "nonce": nonce,
+        "time": made_at,
+        "proof": mac(SECRET, user, nonce, repr(made_at)),
+    }
+
+
+def test_nonces_are_forgotten_once_their_proofs_would_be_too_old_anyway() -> None:
+    clock = Clock(1000.0)
+    checks = Proofs(SECRET, "broker", clock)
+    first = proof_made_at(1000.0)
+    assert checks.admit(first) == first["nonce"]
+    assert checks.admit(first) is None  # replayed
+    clock.now = 1000.0 + 2 * PROOF_WINDOW_S + 1
+    later = proof_made_at(clock.now)
+    assert checks.admit(later) == later["nonce"]
+    assert list(checks._seen) == [later["nonce"]]  # the first one is forgotten
