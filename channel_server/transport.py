@@ -136,6 +136,12 @@ class _Waiting:
     address: Any
     deadline: float
     received: bytearray
+    draining: bool = False
+    """Refused: what the peer still sends is read and dropped until it closes or the
+    deadline, so what we sent it last (a TLS alert) is not lost to a reset."""
+
+
+DRAIN_S = 0.2
 
 
 class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
@@ -182,12 +188,15 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
 
     def _read(self, sock: socket.socket) -> None:
         waiting = self._waiting[sock]
-        if isinstance(sock, ssl.SSLSocket):
-            self._hand_over(sock, waiting)
+        if waiting.draining:
+            if _read_what_is_there(sock):
+                self._drop(sock)
+            return
+        if getattr(sock, "_handshake_pending", False) and not self._tls_ready(sock, waiting):
             return
         try:
-            chunk = sock.recv(HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received))
-        except BlockingIOError:
+            chunk = _recv_ready(sock, HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received))
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
             chunk = b""
@@ -216,6 +225,40 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             return
         if len(waiting.received) >= HEADER_BYTES + frame.size:
             self._hand_over(sock, waiting, frame)
+
+    def _tls_ready(self, sock: Any, waiting: _Waiting) -> bool:
+        """Take a TLS connection's handshake a step further, here in the lobby, so a
+        client that trickles it holds no worker thread; True once it is done. A client
+        speaking plain Pyro goes to a worker once its whole message is here, to be told
+        that TLS is required (``tls_sockets``)."""
+        try:
+            head = socket.socket.recv(sock, HEADER_BYTES + HANDSHAKE_MAX_BYTES, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            head = b""
+        if not head:
+            self._drop(sock)
+            return False
+        if PYRO_TAG.startswith(head[: len(PYRO_TAG)]):
+            whole = _whole_plain_frame(head)
+            if whole:
+                self._hand_over(sock, waiting)
+            elif whole is None:
+                self._drop(sock)
+            return False
+        try:
+            sock.do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return False
+        except (ssl.SSLError, OSError) as exc:
+            throttle.warning(
+                "tls", "TLS refused a connection from %s: %s", _host(waiting.address), exc
+            )
+            self._drain(sock, waiting)  # so the alert saying why reaches the client
+            return False
+        sock._handshake_pending = False
+        return True
 
     def _hand_over(
         self, sock: socket.socket, waiting: _Waiting, frame: Frame | None = None
@@ -261,6 +304,14 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
                 return
             log.debug("%s sent no handshake in time: closed", _host(waiting.address))
             self._drop(sock)
+
+    def _drain(self, sock: socket.socket, waiting: _Waiting) -> None:
+        if _read_what_is_there(sock):
+            self._drop(sock)
+            return
+        del self._waiting[sock]  # to the end of the deadline order
+        waiting.draining, waiting.deadline = True, time.monotonic() + DRAIN_S
+        self._waiting[sock] = waiting
 
     def _evict_oldest(self) -> None:
         if self._waiting:
@@ -314,6 +365,41 @@ def bind_failure(exc: OSError, what: str, host: str, port: int) -> OSError:
     names no port)."""
     where = f"{what} at {host}:{port}" if port else f"{what} on {host}"
     return OSError(exc.errno, f"{where}: {exc.strerror or exc}")
+
+
+def _recv_ready(sock: socket.socket, limit: int) -> bytes:
+    """What a lobby socket has ready, up to ``limit`` bytes: a TLS socket may hold
+    decrypted bytes that no readiness event will announce, so they are taken too."""
+    data = sock.recv(limit)
+    while data and len(data) < limit and isinstance(sock, ssl.SSLSocket) and sock.pending():
+        data += sock.recv(min(limit - len(data), sock.pending()))
+    return data
+
+
+def _read_what_is_there(sock: socket.socket) -> bool:
+    """Read and drop what the peer sent, without waiting (closing a socket with unread
+    bytes resets the connection, and the peer may lose what was sent last); True when
+    the peer closed."""
+    try:
+        while socket.socket.recv(sock, 65536, socket.MSG_DONTWAIT):
+            pass
+    except BlockingIOError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _whole_plain_frame(head: bytes) -> bool | None:
+    """Whether ``head`` holds a whole plain Pyro handshake frame; None when its header
+    is one no daemon here would read (then nobody waits for its body)."""
+    if len(head) < HEADER_BYTES:
+        return False
+    try:
+        frame = read_header(head[:HEADER_BYTES], HANDSHAKE_KINDS, HANDSHAKE_MAX_BYTES)
+    except FrameRefused:
+        return None
+    return len(head) >= HEADER_BYTES + frame.size
 
 
 def _close(sock: socket.socket) -> None:

@@ -7,8 +7,10 @@ The test process itself never turns TLS on (Pyro5's SSL switch is per process).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +131,41 @@ def test_a_silent_connection_does_not_stall_a_tls_daemon(cluster: Cluster, certs
         half.sendall(b"PY")  # half of a plain Pyro header, then nothing
         result = cluster.run(publish(cluster, "P", 1, *certs.flags), timeout_s=20)
         assert silent.fileno() >= 0
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "1 accepted" in result.stdout
+
+
+TRICKLERS = 24
+TRICKLE_EVERY_S = 0.5
+
+
+def test_trickled_tls_handshakes_hold_no_worker_and_lock_nobody_out(
+    cluster: Cluster, certs: Certs
+) -> None:
+    """Strangers with no certificate open more sockets than the daemon has workers, each
+    sending a byte of a TLS handshake: the handshakes wait in the lobby, not on workers,
+    so a client with a certificate still gets through."""
+    cluster.broker("c1", extra=("--memory", "--max-connections", "8", *certs.flags))
+    tricklers = [socket.create_connection(("127.0.0.1", cluster.ns_port)) for _ in range(TRICKLERS)]
+    done = threading.Event()
+
+    def trickle() -> None:  # a TLS record header of 512 bytes, then a byte at a time
+        for sock in tricklers:
+            sock.sendall(b"\x16\x03\x01\x02\x00")
+        while not done.wait(TRICKLE_EVERY_S):
+            for sock in tricklers:
+                with contextlib.suppress(OSError):  # closed by the daemon's deadline
+                    sock.sendall(b"\x00")
+
+    trickling = threading.Thread(target=trickle, daemon=True)
+    trickling.start()
+    try:  # at the first try: a busy refusal would not be retried
+        result = cluster.run(publish(cluster, "P", 1, "--retry-for", "0", *certs.flags))
+    finally:
+        done.set()
+        trickling.join(5)
+        for sock in tricklers:
+            sock.close()
     assert result.returncode == EXIT_OK, result.stderr
     assert "1 accepted" in result.stdout
 
