@@ -155,11 +155,24 @@ def locate_ns(
         ns._pyroBind()
     except Pyro5.errors.CommunicationError as exc:
         ns._pyroRelease()
-        unproven = PROOF_MISSING in str(exc)  # something else has its port
         raise as_refusal(exc) or BrokerUnavailable(
-            f"name server {host}:{port}", str(exc) if unproven else "not reachable"
+            f"name server {host}:{port}", _why_unreachable(str(exc))
         ) from exc
     return ns
+
+
+BUSY_MARK = "rejected: busy: "
+"""How a connection refused for want of a free worker reads (``transport``)."""
+
+
+def _why_unreachable(text: str) -> str:
+    """A name server's connection failure in a few words: busy (all its connections in
+    use), something else on its port (no proof of the token), or not reachable."""
+    if BUSY_MARK in text:
+        return "busy: " + text.split(BUSY_MARK, 1)[1]
+    if PROOF_MISSING in text:
+        return text
+    return "not reachable"
 
 
 def closed_by_peer(proxy: Pyro5.client.Proxy) -> bool:

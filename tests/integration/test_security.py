@@ -296,3 +296,17 @@ def test_a_client_sends_no_token_to_a_name_server_that_cannot_prove_it_knows_it(
         impostor.shutdown()
         loop.join(5)
         impostor.close()
+
+
+def test_a_client_turned_away_for_want_of_a_connection_is_told_the_server_is_busy(
+    cluster: Cluster,
+) -> None:
+    cluster.broker("orders", extra=("--memory", "--max-connections", "2"))
+    held = [locate_ns("127.0.0.1", cluster.ns_port) for _ in range(2)]
+    try:
+        done = cluster.run(["-m", "channel_server", "list", *cluster.ns])
+    finally:
+        for proxy in held:
+            proxy._pyroRelease()
+    assert done.returncode != 0
+    assert "busy: all 2 connections are in use, retry later" in done.stderr, done.stderr
