@@ -232,9 +232,10 @@ class Publisher:
         text = (
             f"all {len(ids)} events were published to {self.channel} before ({shown}): "
             "none is delivered again. A publisher id whose ids start over (state_dir=None, "
-            "another state dir, next_seq=) repeats ids the channel remembers; keep the "
-            f"state dir of its earlier runs (its sequence is {kept}) or use another "
-            "publisher id"
+            "another state dir, next_seq=) repeats ids the channel remembers, and so does "
+            "one that another process publishes as at the same time; keep the state dir "
+            f"of its earlier runs (its sequence is {kept}), or give each process a "
+            "publisher id of its own"
         )
         if not self._warned_duplicates:
             self._warned_duplicates = True

@@ -216,6 +216,7 @@ def test_a_batch_of_only_duplicates_says_why_once(
     assert summary["warning"].startswith("all 3 events were published to c before (P-1 ... P-3)")
     assert "state_dir=None" in summary["warning"]
     assert "kept in memory only" in summary["warning"]
+    assert "another process publishes as at the same time" in summary["warning"]
     assert [r.getMessage() for r in caplog.records] == [summary["warning"]]  # once
 
 
