@@ -12,7 +12,13 @@ import Pyro5.errors
 
 from channel_client import cli_common as cc
 from channel_client.lookup import resolve_channel
-from channel_server.errors import InvalidArgument, MemberActive, NotSubscribed, UnknownChannel
+from channel_server.errors import (
+    InvalidArgument,
+    MemberActive,
+    NotAuthorized,
+    NotSubscribed,
+    UnknownChannel,
+)
 from channel_server.events import event_uid
 from channel_server.monitor.flags import add_watch_flags
 from channel_server.monitor.views import channel_row, channel_status
@@ -97,7 +103,8 @@ def _registered_channels(args: argparse.Namespace) -> dict[str, tuple[str, str]]
 
 def list_channels(args: argparse.Namespace) -> int:
     channels = _registered_channels(args)
-    rows = [_channel_row(name, uri, broker) for name, (uri, broker) in channels.items()]
+    found = (_channel_row(name, uri, broker) for name, (uri, broker) in channels.items())
+    rows = [row for row in found if row is not None]
     if args.json:
         print(json.dumps(rows))
         return cc.EXIT_OK
@@ -112,10 +119,14 @@ def list_channels(args: argparse.Namespace) -> int:
     return cc.EXIT_OK
 
 
-def _channel_row(channel: str, uri: str, broker: str) -> dict[str, Any]:
+def _channel_row(channel: str, uri: str, broker: str) -> dict[str, Any] | None:
+    """A channel's line; None for one this user has no permission on (not listed, as
+    on the live page)."""
     try:
         with make_proxy(uri, LIST_TIMEOUT_S) as proxy:
             stats = proxy.stats()
+    except NotAuthorized:
+        return None
     except Pyro5.errors.PyroError:
         stats = None
     return channel_row(channel, broker, stats)

@@ -310,3 +310,18 @@ def test_a_client_turned_away_for_want_of_a_connection_is_told_the_server_is_bus
             proxy._pyroRelease()
     assert done.returncode != 0
     assert "busy: all 2 connections are in use, retry later" in done.stderr, done.stderr
+
+
+def test_list_shows_a_user_the_channels_it_may_see(cluster: Cluster) -> None:
+    """As the live page does: a channel the user has no permission on is left out, not an
+    error that hides the others."""
+    users = UsersFile()
+    users.add("bob", PASSWORDS["bob"], GRANTS["bob"])
+    users.save(cluster.tmp / "users.yaml")
+    cluster.broker("orders", "payroll", extra=("--users", str(cluster.tmp / "users.yaml")))
+    creds = cluster.tmp / "bob.yaml"
+    creds.write_text(yaml.safe_dump({"user": "bob", "password": PASSWORDS["bob"]}))
+    creds.chmod(0o600)
+    done = cluster.run(["-m", "channel_server", "list", *cluster.ns, "--credentials", str(creds)])
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["orders"]
