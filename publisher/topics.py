@@ -7,10 +7,14 @@ it again first, and the channel's duplicate detection stores it once.
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from channel_client.per_topic import PerTopic
-from channel_client.remote import ClientOptions
+from channel_client.remote import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, ClientOptions
+from channel_server.private_files import default_state_dir
+from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.client import Publisher
 from publisher.state import PublisherState
 
@@ -77,6 +81,30 @@ class Putter:
         if summary["duplicates"]:
             return f"{event['id']} was already stored on {topic} (a retried put): stored once"
         return f"{event['id']} not stored: {topic} has no subscribers"
+
+    @classmethod
+    def open(
+        cls,
+        publisher_id: str,
+        *,
+        ns_host: str = DEFAULT_HOST,
+        ns_port: int = DEFAULT_NS_PORT,
+        state_dir: str | os.PathLike[str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> Putter:
+        """The library's way in (docs/api.md): ``state_dir`` keeps the publisher's id
+        sequence and the put in flight (None: this user's state dir), so a put a crash
+        interrupted is sent again by ``resend_pending`` and stored once."""
+        where = Path(state_dir) if state_dir is not None else default_state_dir()
+        state = PublisherState(where, check_name("publisher_id", publisher_id))
+        return cls(publisher_id, state, ClientOptions(ns_host, ns_port, attempts, timeout_s))
+
+    def __enter__(self) -> Putter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self._publishers.close()

@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import Pyro5.errors
 
 from channel_client.per_topic import PerTopic
-from channel_client.remote import ClientOptions, RemoteChannel
+from channel_client.remote import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, ClientOptions, RemoteChannel
 from channel_client.statefile import StateFile, state_path
-from channel_server.wire import NS_CHANNEL_PREFIX, check_name, locate_ns, make_proxy
+from channel_server.private_files import default_state_dir
+from channel_server.wire import (
+    DEFAULT_HOST,
+    DEFAULT_NS_PORT,
+    NS_CHANNEL_PREFIX,
+    check_name,
+    locate_ns,
+    make_proxy,
+)
 from subscriber.received import ReceivedJournal
 
 log = logging.getLogger(__name__)
@@ -80,6 +89,29 @@ class PullClient:
             except Pyro5.errors.CommunicationError:
                 found.append({"channel": name[len(NS_CHANNEL_PREFIX) :], "unreachable": True})
         return found
+
+    @classmethod
+    def open(
+        cls,
+        subscriber_id: str,
+        *,
+        ns_host: str = DEFAULT_HOST,
+        ns_port: int = DEFAULT_NS_PORT,
+        state_dir: str | os.PathLike[str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> PullClient:
+        """The library's way in (docs/api.md): ``state_dir`` keeps the last message
+        received per topic (None: this user's state dir), so a restarted client neither
+        loses nor repeats one; a call that gets no answer is tried ``attempts`` times."""
+        where = Path(state_dir) if state_dir is not None else default_state_dir()
+        return cls(subscriber_id, where, ClientOptions(ns_host, ns_port, attempts, timeout_s))
+
+    def __enter__(self) -> PullClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self._remotes.close()

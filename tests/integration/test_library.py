@@ -8,13 +8,14 @@ import logging
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from channel_server.errors import InvalidArgument, InvalidEvent, ProcessingTimeout, UnknownChannel
-from publisher import DEFAULT_PARTITIONS, Publisher
-from subscriber import Subscriber
+from publisher import DEFAULT_PARTITIONS, Publisher, Putter
+from subscriber import PullClient, Subscriber
 from tests.integration.procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -162,3 +163,20 @@ def test_a_publisher_belongs_to_the_thread_that_first_publishes(cluster: Cluster
         worker.start()
         worker.join(10)
         assert [r["accepted"] for r in results] == [1]
+
+
+def test_topics_from_the_library_put_subscribe_and_get_in_order(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """docs/api.md's classic API: Putter.open and PullClient.open, no CLI."""
+    cluster.broker()
+    with PullClient.open("reader", ns_port=cluster.ns_port, state_dir=tmp_path / "r") as reader:
+        reader.subscribe("news")  # creates the topic: puts before a subscriber are not kept
+        with Putter.open("writer", ns_port=cluster.ns_port, state_dir=tmp_path / "w") as writer:
+            lines = [writer.put("news", f"m{n}") for n in range(3)]
+        assert all("stored on news" in line for line in lines), lines
+        got = [reader.get("news") for _ in range(4)]
+        assert [g["event"]["payload"] for g in got[:3]] == ["m0", "m1", "m2"]
+        assert got[3]["status"] == "empty"
+        assert [t["channel"] for t in reader.topics()] == ["news"]
+        assert reader.unsubscribe("news") is True
