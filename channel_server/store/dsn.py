@@ -4,9 +4,11 @@ how it is shown (never with its password). No psycopg here: the flags parse with
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from urllib.parse import urlsplit
 
+log = logging.getLogger("channel_server.store")
 STORE_DSN_ENV = "CHANNELS_STORE_DSN"
 """Where --store is read from when not given (keeps the password off the command line)."""
 STORE_SCHEMES = ("postgresql://", "postgres://")
@@ -23,6 +25,12 @@ def postgres_dsn(text: str) -> str:
 def store_dsn(args: argparse.Namespace) -> str | None:
     """The PostgreSQL store's DSN: --store, else the environment's unless --data-dir or
     --memory chose another store; None: SQLite (or memory)."""
+    if args.store and urlsplit(args.store).password is not None:
+        log.warning(
+            "--store carries a password, which other local users can read in the process "
+            "list: give the DSN in %s, or the password in PGPASSWORD or ~/.pgpass",
+            STORE_DSN_ENV,
+        )
     if args.store or args.memory or args.data_dir is not None:
         return args.store
     return os.environ.get(STORE_DSN_ENV) or None

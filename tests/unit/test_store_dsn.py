@@ -3,6 +3,7 @@ and that its password is never shown."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -30,6 +31,18 @@ def test_the_flag_or_else_the_environment_chooses_postgresql(
     assert store_dsn(serve_args()) == DSN
     assert store_dsn(serve_args("--data-dir", "d")) is None  # an explicit choice wins
     assert store_dsn(serve_args("--memory")) is None
+
+
+def test_a_password_on_the_command_line_is_warned_about_without_repeating_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv(STORE_DSN_ENV, raising=False)
+    with caplog.at_level(logging.WARNING, logger="channel_server.store"):
+        store_dsn(serve_args("--store", "postgresql://channels@127.0.0.1:1/db"))
+        assert caplog.text == ""  # no password in it: nothing to say
+        store_dsn(serve_args("--store", DSN))
+    assert "--store carries a password" in caplog.text
+    assert "s3cret-pw" not in caplog.text
 
 
 def test_a_store_that_is_no_postgresql_uri_is_refused_without_repeating_it(
