@@ -248,16 +248,19 @@ class Membership:
 
     # -- reading -------------------------------------------------------------------------
     def memberships(self, subscriber_id: str) -> list[dict[str, Any]]:
-        """See EventChannel.memberships."""
-        self._access.require(Action.SUBSCRIBE, self._name)
+        """See EventChannel.memberships. Only the subscriber id's own user (or an admin)
+        learns its groups: to anyone else the id belongs to no group here."""
+        user = self._access.require(Action.SUBSCRIBE, self._name)
+        admin = user.allows(Action.ADMIN, self._name)
         with self._state.lock:
             return [
                 {
                     "channel": self._name,
                     "kind": self._core.kind.value,
                     "group": name,
-                    "mode": "pull" if grp.members[subscriber_id].pull else "push",
+                    "mode": "pull" if member.pull else "push",
                 }
                 for name, grp in self._core.groups.items()
-                if subscriber_id in grp.members
+                if (member := grp.members.get(subscriber_id)) is not None
+                and (admin or member.user == user.name)
             ]

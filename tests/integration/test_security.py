@@ -121,6 +121,9 @@ def test_a_subscriber_id_belongs_to_its_user(secured: tuple[Cluster, Any]) -> No
         call(channel_uri(cluster), who("bob"), "subscribe", "s1", None)
     with pytest.raises(NotAuthorized, match="belongs to another user"):
         call(channel_uri(cluster), who("bob"), "heartbeat", "s1", "default", 1)
+    assert call(channel_uri(cluster), who("bob"), "memberships", "s1") == []  # not bob's
+    mine = call(channel_uri(cluster), None, "memberships", "s1")  # the owner's own id
+    assert [(m["group"], m["mode"]) for m in mine] == [("default", "push")]
     with publisher_for(cluster, "orders") as pub:
         pub.publish([pub.event(n) for n in range(3)])
     assert len(cluster.wait_for_records("orders", ("s1",), 3)["s1"]) == 3
