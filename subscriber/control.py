@@ -160,7 +160,7 @@ class ChannelSession:
                 return True
             except (BrokerUnavailable, Pyro5.errors.CommunicationError) as exc:
                 if time.monotonic() >= deadline or self._finishing.is_set():
-                    self.error = exc
+                    self.error = self._gave_up(exc)
                     break
                 if attempt == 0:
                     log.warning(
@@ -172,6 +172,15 @@ class ChannelSession:
                 break
         self.ready.set()
         return False
+
+    def _gave_up(self, exc: Exception) -> BrokerUnavailable:
+        """Why ``start`` failed, once ``connect_timeout_s`` went by without a broker."""
+        who = self._who
+        return BrokerUnavailable(
+            f"channel {who.channel}",
+            f"no broker answered in {who.connect_timeout_s:g} s ({exc}); is one running with "
+            f"the name server at {who.ns_host}:{who.ns_port}? (python -m channel_server serve)",
+        )
 
     def _channel(self) -> RemoteChannel:
         """The channel's remote, made by ``run`` before any call."""

@@ -13,10 +13,16 @@ from typing import Any
 
 import pytest
 
-from channel_server.errors import InvalidArgument, InvalidEvent, ProcessingTimeout, UnknownChannel
+from channel_server.errors import (
+    BrokerUnavailable,
+    InvalidArgument,
+    InvalidEvent,
+    ProcessingTimeout,
+    UnknownChannel,
+)
 from publisher import DEFAULT_PARTITIONS, Publisher, Putter
 from subscriber import PullClient, Subscriber
-from tests.integration.procs import Cluster, wait_until
+from tests.integration.procs import Cluster, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -180,3 +186,15 @@ def test_topics_from_the_library_put_subscribe_and_get_in_order(
         assert got[3]["status"] == "empty"
         assert [t["channel"] for t in reader.topics()] == ["news"]
         assert reader.unsubscribe("news") is True
+
+
+def test_a_subscriber_with_no_broker_says_what_to_start() -> None:
+    port = free_port()
+    sub = Subscriber("jobs", "w1", handler=Worker(), ns_port=port, connect_timeout_s=0.5)
+    with pytest.raises(BrokerUnavailable) as gave_up:
+        sub.start()
+    assert "no broker answered in 0.5 s" in str(gave_up.value)
+    assert f"name server at 127.0.0.1:{port}? (python -m channel_server serve)" in str(
+        gave_up.value
+    )
+    assert not subscriber_threads("w1")
