@@ -1,7 +1,8 @@
-"""The sockets of Pyro5's SSL contexts in this process (``tls`` installs them): the TLS
-handshake on the connection's own worker thread, a plain-Pyro client told in plain Pyro
-that TLS is required, and a client's TLS failure reported as a refusal when its meaning
-is plain (no retries, a reason that says what to fix)."""
+"""The sockets of Pyro5's SSL contexts in this process (``tls`` installs them): a daemon's
+TLS handshake taken a non-blocking step at a time by the transport's lobby (no worker
+thread waits on it), a plain-Pyro client told in plain Pyro that TLS is required, and a
+client's TLS failure reported as a refusal when its meaning is plain (no retries, a reason
+that says what to fix)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ log = logging.getLogger("channel_server.tls")
 class PyroTlsSocket(ssl.SSLSocket):
     """The sockets of Pyro5's SSL contexts in this process (see :func:`_install`).
 
-    A daemon's ``accept`` leaves the TLS handshake to the first read, on the connection's
-    own Pyro5 worker thread (OpenSSL completes it inside that read; a failed one reads as
-    a closed connection), and a client that speaks plain Pyro there is answered in plain
-    Pyro that TLS is required. On a client, a peer that TLS refuses, or that refuses
-    this process, fails as a refusal (``wire.REFUSED``): no retries, a clear reason."""
+    A daemon's ``accept`` leaves the TLS handshake to the lobby
+    (:meth:`handshake_step`, until ``handshake_pending`` is false); a server without a
+    lobby gets it done by the first read, on the connection's worker thread. A client that
+    speaks plain Pyro there is answered in plain Pyro that TLS is required. On a client,
+    a peer that TLS refuses, or that refuses this process, fails as a refusal
+    (``wire.REFUSED``): no retries, a clear reason."""
 
     _handshake_pending = False
     """True on a daemon's accepted connection until its first read."""
@@ -44,6 +46,20 @@ class PyroTlsSocket(ssl.SSLSocket):
         )
         tls_sock._handshake_pending = True
         return tls_sock, address
+
+    @property
+    def handshake_pending(self) -> bool:
+        return self._handshake_pending
+
+    def handshake_step(self) -> bool:
+        """One non-blocking step of a daemon's TLS handshake; True once it is done.
+        Raises ssl.SSLError (or OSError) when TLS refuses the peer."""
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return False
+        self._handshake_pending = False
+        return True
 
     def do_handshake(self, block: bool = False) -> None:
         try:

@@ -192,7 +192,7 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             if _read_what_is_there(sock):
                 self._drop(sock)
             return
-        if getattr(sock, "_handshake_pending", False) and not self._tls_ready(sock, waiting):
+        if getattr(sock, "handshake_pending", False) and not self._tls_ready(sock, waiting):
             return
         try:
             chunk = _recv_ready(sock, HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received))
@@ -248,17 +248,14 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
                 self._drop(sock)
             return False
         try:
-            sock.do_handshake()
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return False
+            done = sock.handshake_step()
         except (ssl.SSLError, OSError) as exc:
             throttle.warning(
                 "tls", "TLS refused a connection from %s: %s", _host(waiting.address), exc
             )
             self._drain(sock, waiting)  # so the alert saying why reaches the client
             return False
-        sock._handshake_pending = False
-        return True
+        return done
 
     def _hand_over(
         self, sock: socket.socket, waiting: _Waiting, frame: Frame | None = None
