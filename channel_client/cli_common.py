@@ -189,9 +189,10 @@ def add_state_dir_flag(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--state-dir", type=Path, default=None, metavar="DIR", help=text)
 
 
-def add_bind_flags(parser: argparse.ArgumentParser, *bind_dests: str) -> None:
+def add_bind_flags(parser: argparse.ArgumentParser, *bind_dests: str, users: bool = True) -> None:
     """``--insecure`` for a command that binds to the addresses in ``bind_dests`` (its
-    argument names): :func:`setup` refuses a non-loopback one without TLS unless given."""
+    argument names): :func:`setup` refuses a non-loopback one without TLS unless given.
+    ``users``: its daemon admits users of a users file (not a subscriber's callback)."""
     parser.add_argument(
         "--insecure",
         action="store_true",
@@ -199,11 +200,12 @@ def add_bind_flags(parser: argparse.ArgumentParser, *bind_dests: str) -> None:
         "cross the network in clear text)",
     )
     parser.set_defaults(bind_dests=bind_dests)
-    add_transport_flags(parser)
+    add_transport_flags(parser, users)
 
 
-def add_transport_flags(parser: argparse.ArgumentParser) -> None:
-    """Bounds on the connections a serving process accepts (see transport.TransportConfig)."""
+def add_transport_flags(parser: argparse.ArgumentParser, users: bool = True) -> None:
+    """Bounds on the connections a serving process accepts (see transport.TransportConfig);
+    ``users``: with the share of one user."""
     d = TransportConfig()
     group = parser.add_argument_group("connection limits")
     group.add_argument(
@@ -213,6 +215,15 @@ def add_transport_flags(parser: argparse.ArgumentParser) -> None:
         help="connections served at once, a thread each; one more is refused as busy "
         f"(default {d.max_connections})",
     )
+    if users:
+        group.add_argument(
+            "--max-connections-per-user",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="connections one user of --users may hold at once (the owner: any); one "
+            "more is refused (default: half of --max-connections)",
+        )
     group.add_argument(
         "--comm-timeout",
         type=non_negative_float,

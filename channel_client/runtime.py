@@ -32,6 +32,7 @@ def transport_from_args(args: argparse.Namespace) -> TransportConfig:
         handshake_timeout_s=args.handshake_timeout,
         max_message_bytes=args.max_message_bytes,
         max_waiting=args.max_waiting,
+        max_connections_per_user=getattr(args, "max_connections_per_user", None),
     )
 
 

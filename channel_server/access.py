@@ -19,6 +19,7 @@ from typing import Any
 from Pyro5.callcontext import current_context
 
 from channel_server import proofs
+from channel_server.connection_shares import USER_ATTRIBUTE as USER_ATTRIBUTE
 from channel_server.credentials import OWNER, SERVER_ROLE
 from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.guard import peer_of
@@ -34,8 +35,6 @@ gigabytes and every CPU (one check per core of this machine kind)."""
 PASSWORD_CHECK_WAIT_S = 2.0
 """How long a connection waits for a turn to have its password checked before it is
 refused as busy (the clients retry refused connections)."""
-USER_ATTRIBUTE = "pubsub_user"
-"""The attribute of a Pyro5 connection that holds its authenticated user."""
 
 
 class Access:

@@ -37,7 +37,9 @@ class GuardedDaemon(HardenedDaemon, Pyro5.server.Daemon):
         self._gate = gate
 
     def validateHandshake(self, conn: Any, data: Any) -> Any:
-        return self._gate(conn, data)
+        answer = self._gate(conn, data)
+        self.count_user(conn)
+        return answer
 
 
 SUBSCRIBER_ROLE = "subscriber"

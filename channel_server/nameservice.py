@@ -133,7 +133,9 @@ class GuardedNameServerDaemon(HardenedDaemon, Pyro5.nameserver.NameServerDaemon)
         self.register(self.guarded, Pyro5.core.NAMESERVER_NAME)
 
     def validateHandshake(self, conn: Any, data: Any) -> Any:
-        return self._access.admit(conn, data)
+        answer = self._access.admit(conn, data)
+        self.count_user(conn)
+        return answer
 
 
 class NameService:

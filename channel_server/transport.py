@@ -31,6 +31,7 @@ import Pyro5.svr_threads
 from Pyro5 import protocol, serializers
 
 from channel_server import after_reply, strict_calls
+from channel_server.connection_shares import ConnectionShares
 from channel_server.errors import InvalidArgument
 from channel_server.frames import (
     HANDSHAKE_KINDS,
@@ -63,6 +64,16 @@ class TransportConfig:
     """Largest frame accepted; its header is refused before the body is read."""
     max_waiting: int = 1024
     """Connections waiting for their handshake (a file descriptor each, no thread)."""
+    max_connections_per_user: int | None = None
+    """Connections one user of a users file may hold at once on a daemon that knows its
+    callers' users (the broker, the name server); None: half of ``max_connections``
+    (see :mod:`~channel_server.connection_shares`)."""
+
+    @property
+    def per_user_limit(self) -> int:
+        if self.max_connections_per_user is not None:
+            return self.max_connections_per_user
+        return max(1, self.max_connections // 2)
 
     def apply(self) -> None:
         """Make this process's daemons (and Pyro5's own checks) use these bounds."""
@@ -118,6 +129,9 @@ class _Job:
             throttle.warning("error", "connection from %s failed: %r", _host(self.address), exc)
         finally:
             self.conn.close()
+            ended = getattr(self.daemon, "connection_ended", None)  # a plain Pyro5 daemon: none
+            if ended is not None:
+                ended(self.conn)
 
     def _serve(self) -> None:
         if not self.daemon._handshake(self.conn):
@@ -341,6 +355,16 @@ class HardenedDaemon:
         install()
         super().__init__(*args, **kwargs)
         self.objectsById[Pyro5.core.DAEMON_NAME] = strict_calls.StrictDaemonObject(self)
+        self.shares = ConnectionShares()
+
+    def count_user(self, conn: Any) -> None:
+        """Count an admitted connection against its user's share (LimitReached past it):
+        called by a daemon's handshake once its gate has named the user."""
+        self.shares.take(conn, current().per_user_limit)
+
+    def connection_ended(self, conn: Any) -> None:
+        """A served connection closed, however it ended: its user holds one fewer."""
+        self.shares.release(conn)
 
     def handleRequest(self, conn: Any) -> None:
         strict_calls.serving(self)

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="append one JSON line per processed event, flushed before the ack",
     )
     run.add_argument("--host", default="127.0.0.1", help="callback bind address")
-    cc.add_bind_flags(run, "host")
+    cc.add_bind_flags(run, "host", users=False)
     run.add_argument("--quiet", action="store_true", help="do not print a line per processed event")
     run.add_argument(
         "--fault",

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import Pyro5.client
 import Pyro5.core
 import Pyro5.errors
 import Pyro5.server
@@ -328,3 +329,47 @@ def test_list_shows_a_user_the_channels_it_may_see(cluster: Cluster) -> None:
     done = cluster.run(["-m", "channel_server", "list", *cluster.ns, "--credentials", str(creds)])
     assert done.returncode == 0, done.stderr
     assert [line.split()[0] for line in done.stdout.splitlines()] == ["orders"]
+
+
+def _binds(uri: str, credential: Credential) -> Pyro5.client.Proxy | str:
+    """A connected proxy as ``credential``, or why its connection was refused."""
+    proxy = make_proxy(uri, 5.0, credential)
+    try:
+        proxy._pyroBind()
+    except Pyro5.errors.CommunicationError as exc:
+        proxy._pyroRelease()
+        return str(exc)
+    return proxy
+
+
+def _bound(uri: str, credential: Credential) -> Pyro5.client.Proxy | None:
+    proxy = _binds(uri, credential)
+    return None if isinstance(proxy, str) else proxy
+
+
+def test_one_user_cannot_take_every_connection(cluster: Cluster) -> None:
+    """A user of the users file holds at most its share of the broker's connections; the
+    others, the owner among them, still get in, and a closed one frees its place."""
+    users = UsersFile()
+    for name, password in PASSWORDS.items():
+        users.add(name, password, GRANTS[name])
+    users.save(cluster.tmp / "users.yaml")
+    limits = ("--max-connections", "8", "--max-connections-per-user", "3")
+    broker = cluster.broker("orders", extra=("--users", str(cluster.tmp / "users.yaml"), *limits))
+    uri = channel_uri(cluster)
+    held = [_binds(uri, who("bob")) for _ in range(3)]
+    try:
+        assert not any(isinstance(proxy, str) for proxy in held), held
+        refused = _binds(uri, who("bob"))
+        assert isinstance(refused, str)
+        assert "user bob has reached its limit of 3 connections" in refused
+        logged(broker, r"user bob holds 3 connections: refused one more", 1)
+        assert call(uri, who("alice"), "ping")
+        listed = cluster.run(["-m", "channel_server", "list", *cluster.ns])
+        assert listed.returncode == 0, listed.stderr
+        held.pop()._pyroRelease()  # type: ignore[union-attr]
+        held.append(wait_until(lambda: _bound(uri, who("bob")), 5, "bob's place freed"))
+    finally:
+        for proxy in held:
+            if not isinstance(proxy, str):
+                proxy._pyroRelease()

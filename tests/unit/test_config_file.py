@@ -139,7 +139,8 @@ def test_the_example_file_is_every_setting_with_its_default() -> None:
     settable = {action.dest for action in config_file.settable(serve)}
     values = config_file.read(EXAMPLE, serve)
     commented = {"credentials", "tls_cert", "tls_key", "tls_ca", "advertise", "data_dir", "store"}
-    assert set(values) == settable - commented - {"users", "callback_hosts", "http"}
+    no_default = {"users", "callback_hosts", "http", "max_connections_per_user"}
+    assert set(values) == settable - commented - no_default
     assert values == {dest: serve.get_default(dest) for dest in values}
     assert "# member-expiry" not in EXAMPLE.read_text()  # set, with its comment above
     assert tomllib.loads(EXAMPLE.read_text())["member-expiry"] == 600.0
