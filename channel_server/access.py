@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import logging
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from Pyro5.callcontext import current_context
@@ -24,7 +25,7 @@ from channel_server.credentials import OWNER, SERVER_ROLE
 from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.guard import peer_of
 from channel_server.log_throttle import Throttle
-from channel_server.users import Action, User, UsersFile, owner
+from channel_server.users import Action, User, UsersFile, owner, owns_publisher_id
 
 log = logging.getLogger(__name__)
 VERIFIED_MAX = 1024
@@ -149,6 +150,25 @@ class Access:
         user = self.current()
         if not user.broker:
             self._refuse(user, what, None, "")
+        return user
+
+    def require_publisher(self, publisher_ids: Iterable[str], channel: str) -> User:
+        """The current user, if it may publish (or follow a publisher's progress) as each
+        of ``publisher_ids`` on ``channel``: a user of the users file as its own ids
+        (:func:`~channel_server.users.owns_publisher_id`), the owner and the channel's
+        admins as any."""
+        user = self.current()
+        if user.name == OWNER or user.allows(Action.ADMIN, channel):
+            return user
+        for publisher_id in publisher_ids:
+            if not owns_publisher_id(user.name, publisher_id):
+                self._refuse(
+                    user,
+                    f"publish as {publisher_id!r} (its publisher ids are {user.name!r} and "
+                    f"{user.name!r} then - or . and more)",
+                    Action.PUBLISH,
+                    channel,
+                )
         return user
 
     def require_owner(self, member_user: str, subscriber_id: str, channel: str) -> User:

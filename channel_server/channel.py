@@ -138,7 +138,9 @@ class EventChannel:
         was stored; the exception says how much).
         """
         self._access.require(Action.PUBLISH, self._name)
-        return self._publishing.publish(batch)
+        events = self._publishing.validate(batch)
+        self._access.require_publisher({ev.publisher_id for ev in events}, self._name)
+        return self._publishing.publish(events)
 
     @Pyro5.api.expose
     def outstanding(self, publisher_id: str) -> dict[str, int]:
@@ -148,6 +150,7 @@ class EventChannel:
         that lost events (kill_queues) are rebuilt first, so none is missed."""
         boundary.check_name("publisher_id", publisher_id)
         self._access.require(Action.PUBLISH, self._name)
+        self._access.require_publisher((publisher_id,), self._name)
         return self._publishing.outstanding(publisher_id)
 
     # -- subscriptions -------------------------------------------------------------------

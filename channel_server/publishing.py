@@ -25,10 +25,15 @@ class Publishing:
         self._backup = backup
         self._push = push
 
-    def publish(self, batch: Any) -> dict[str, Any]:
-        """See EventChannel.publish (the caller checked the permission)."""
+    def validate(self, batch: Any) -> list[Event]:
+        """A published batch validated whole (InvalidEvent: nothing of it is kept)."""
+        config = self._state.config
+        return validate_batch(batch, config.max_payload_bytes, config.max_publish_batch)
+
+    def publish(self, events: list[Event]) -> dict[str, Any]:
+        """See EventChannel.publish (the caller validated the batch and checked the
+        permissions)."""
         state, config = self._state, self._state.config
-        events = validate_batch(batch, config.max_payload_bytes, config.max_publish_batch)
         with state.lock:
             self._backup.repair()  # publishing halts here while lost events are rebuilt
             now = state.now()

@@ -112,6 +112,19 @@ def parse_grant(text: str) -> Grant:
     return Grant(pattern, frozenset(_action(name) for name in names))
 
 
+PUBLISHER_ID_SEPARATORS = ("-", ".")
+
+
+def owns_publisher_id(user: str, publisher_id: str) -> bool:
+    """Whether a user of the users file publishes as ``publisher_id``: its name, or its
+    name then ``-`` or ``.`` and more (``bob``, ``bob-1``, ``bob.orders``). Ids are unique
+    per publisher id, so one that another user could take would let it block this one's
+    ids (publish them first) and read its progress."""
+    if publisher_id == user:
+        return True
+    return publisher_id.startswith(tuple(user + sep for sep in PUBLISHER_ID_SEPARATORS))
+
+
 @dataclass(frozen=True)
 class User:
     """An authenticated caller; ``broker`` may (un)register names in the name server."""

@@ -69,4 +69,7 @@ def test_only_a_user_who_may_publish_may_ask(
     with pytest.raises(NotAuthorized, match="publish on channel 'orders'"):
         channel.outstanding("pub")
     as_user(User("alice", (Grant("orders*", frozenset({Action.PUBLISH})),)))
-    assert channel.outstanding("pub")["queued"] == 1
+    with pytest.raises(NotAuthorized, match="may not: publish as 'pub'"):
+        channel.outstanding("pub")  # another's publisher id
+    channel.publish([dict(event("e2"), publisher_id="alice-1")])
+    assert channel.outstanding("alice-1")["queued"] == 1

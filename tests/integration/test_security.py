@@ -106,11 +106,33 @@ def test_only_brokers_change_the_name_server(secured: tuple[Cluster, Any]) -> No
 
 def test_a_user_publishes_only_where_it_may(secured: tuple[Cluster, Any]) -> None:
     cluster, broker = secured
-    event = {"id": "b-1", "publisher_id": "b", "timestamp": 1.0}
+    event = {"id": "a-1", "publisher_id": "alice", "timestamp": 1.0}
     with pytest.raises(NotAuthorized, match="may not: publish on channel 'orders'"):
         call(channel_uri(cluster), who("bob"), "publish", [event])
     assert call(channel_uri(cluster), who("alice"), "publish", [event])["accepted"] == 1
     logged(broker, r"refused publish on channel 'orders' to user bob", 1)
+
+
+def test_a_user_publishes_only_as_its_own_publisher_ids(secured: tuple[Cluster, Any]) -> None:
+    """Ids are unique per publisher id: a user that could publish as another's id could
+    publish that one's next ids first, and its events would then be refused as duplicates."""
+    cluster, broker = secured
+    uri = channel_uri(cluster)
+
+    def publish_as(publisher_id: str, credential: Credential | None) -> dict[str, Any]:
+        event = {"id": "o-1", "publisher_id": publisher_id, "timestamp": 1.0}
+        return call(uri, credential, "publish", [event])
+
+    for theirs in ("owner-feed", "bob", "alicex"):
+        with pytest.raises(NotAuthorized, match=f"may not: publish as '{theirs}'"):
+            publish_as(theirs, who("alice"))
+        with pytest.raises(NotAuthorized, match=f"may not: publish as '{theirs}'"):
+            call(uri, who("alice"), "outstanding", theirs)
+    for mine in ("alice", "alice-feed", "alice.orders"):
+        assert publish_as(mine, who("alice"))["accepted"] == 1
+        assert call(uri, who("alice"), "outstanding", mine)["queued"] == 1
+    assert publish_as("owner-feed", None)["accepted"] == 1  # not taken by alice's attempt
+    logged(broker, r"refused publish as 'bob' .* to user alice", 2)  # publish, outstanding
 
 
 def test_a_subscriber_id_belongs_to_its_user(secured: tuple[Cluster, Any]) -> None:
@@ -136,7 +158,8 @@ def test_another_users_topic_messages_cannot_be_read(secured: tuple[Cluster, Any
     cluster, _ = secured
     topic = channel_uri(cluster, "orders.news")
     assert call(topic, who("alice"), "subscribe", "a1", None)["mode"] == "pull"
-    call(topic, who("alice"), "publish", [{"id": "m-1", "publisher_id": "m", "timestamp": 1.0}])
+    message = {"id": "m-1", "publisher_id": "alice", "timestamp": 1.0}
+    call(topic, who("alice"), "publish", [message])
     with pytest.raises(NotAuthorized, match="belongs to another user"):
         call(topic, who("bob"), "get", "a1")
     reply = call(topic, who("alice"), "get", "a1")

@@ -22,6 +22,7 @@ from channel_server.users import (
     UsersFile,
     hash_password,
     owner,
+    owns_publisher_id,
     parse_grant,
     verify_password,
 )
@@ -435,3 +436,21 @@ def test_cli_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli(*argv)
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("publisher_id", "owned"),
+    [
+        ("bob", True),
+        ("bob-1", True),
+        ("bob.orders", True),
+        ("bobby", False),
+        ("alice-bob", False),
+        ("bob_1", False),
+        ("BOB", False),
+    ],
+)
+def test_a_user_owns_its_name_as_a_publisher_id_and_what_extends_it(
+    publisher_id: str, owned: bool
+) -> None:
+    assert owns_publisher_id("bob", publisher_id) is owned
