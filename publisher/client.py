@@ -156,8 +156,14 @@ class Publisher:
         self._owned = False
         """Whether a thread used it yet: the first to publish (or wait) becomes its
         proxy's owner, whichever thread made it."""
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:  # as a closed file: its sequence was given back at close
+            raise ValueError(f"publisher {self.publisher_id} of {self.channel} is closed")
 
     def _call(self, method: str, *args: Any) -> Any:
+        self._check_open()
         if not self._owned:
             self._remote.claim()
             self._owned = True
@@ -175,7 +181,11 @@ class Publisher:
 
     def close(self) -> None:
         """Give back the sequence numbers reserved and not used (a re-run goes on where
-        this one stopped), and the connection."""
+        this one stopped), and the connection. Publishing or waiting afterwards raises
+        ValueError; a second close does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             if self.state is not None and self._reserved > self.next_seq:
                 reserved, self._reserved = self._reserved, self.next_seq
@@ -209,7 +219,9 @@ class Publisher:
         the ids it had already, ``refused``, ``unrouted``); when every event of a
         non-empty batch was a duplicate, also a ``warning`` saying why nothing will be
         processed (logged too, once per Publisher). Raises InvalidEvent (nothing
-        stored), QueueFull (the front stored) or BrokerUnavailable (after the retries)."""
+        stored), QueueFull (the front stored) or BrokerUnavailable (after the retries);
+        ValueError once closed."""
+        self._check_open()
         if self.state is not None and self.next_seq > self._reserved:
             ahead = self.next_seq + RESERVE_AHEAD
             self._floor = max(self._floor, self.state.reserve(self.channel, ahead))

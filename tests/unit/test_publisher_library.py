@@ -187,6 +187,20 @@ def test_a_close_that_cannot_write_its_state_still_lets_the_connection_go(
     assert fake.calls[-1] == ("release", ())
 
 
+def test_a_closed_publisher_publishes_nothing_and_says_so(fake: FakeRemote, tmp_path: Path) -> None:
+    """As a closed file: its sequence was given back, so publishing on would reuse ids."""
+    pub = Publisher("c", "P", state_dir=tmp_path)
+    pub.publish([pub.event()])
+    pub.close()
+    sent = list(fake.calls)
+    with pytest.raises(ValueError, match="publisher P of c is closed"):
+        pub.publish([pub.event()])
+    with pytest.raises(ValueError, match="is closed"):
+        pub.wait(timeout_s=1.0)
+    pub.close()  # a second close does nothing
+    assert fake.calls == sent
+
+
 def test_a_close_gives_back_only_its_own_reservation(fake: FakeRemote, tmp_path: Path) -> None:
     """Two runs of one publisher id at once: the first to close must not hand the
     second's reserved numbers to a third."""
