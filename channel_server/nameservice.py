@@ -1,8 +1,9 @@
 """Name server access for a process that serves: an existing one, or an embedded one.
 
 The embedded name server authenticates like the broker (the same :class:`Access`): anyone
-with a valid credential may look names up, only brokers may register or remove them, and
-regex listings are refused (a hostile pattern could stall it). An existing name server
+with a valid credential may look names up, only brokers may register or remove them, regex
+listings are refused (a hostile pattern could stall it), and a listing shows a user only
+the channels it has a permission on. An existing name server
 must authenticate too, or the broker refuses to use it unless told ``--insecure-name-server``
 (a stock ``pyro5-ns`` lets any local process rewrite every name).
 
@@ -29,7 +30,7 @@ from channel_server.daemon_loop import DaemonLoop
 from channel_server.errors import BrokerUnavailable, InvalidArgument, NotAuthorized
 from channel_server.strict_calls import checked_arity
 from channel_server.transport import HardenedDaemon, bind_failure
-from channel_server.wire import ANONYMOUS, locate_ns
+from channel_server.wire import ANONYMOUS, NS_CHANNEL_PREFIX, locate_ns
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
@@ -56,19 +57,37 @@ class GuardedNameServer:
         )
 
     def yplookup(self, meta_all: Any = None, meta_any: Any = None, return_metadata: bool = True):
-        return self._inner.yplookup(
-            _metadata("meta_all", meta_all),
-            _metadata("meta_any", meta_any),
-            check_flag("return_metadata", return_metadata),
+        return self._visible(
+            self._inner.yplookup(
+                _metadata("meta_all", meta_all),
+                _metadata("meta_any", meta_any),
+                check_flag("return_metadata", return_metadata),
+            )
         )
 
     def list(self, prefix: str | None = None, regex: str | None = None, return_metadata=False):
         if regex is not None:
             raise NotAuthorized("regex listings are refused; list by prefix")
-        return self._inner.list(
-            prefix=_name("prefix", prefix, optional=True),
-            return_metadata=check_flag("return_metadata", return_metadata),
+        return self._visible(
+            self._inner.list(
+                prefix=_name("prefix", prefix, optional=True),
+                return_metadata=check_flag("return_metadata", return_metadata),
+            )
         )
+
+    def _visible(self, listing: dict[str, Any]) -> dict[str, Any]:
+        """A listing without the channels the caller has no permission on: a user learns
+        the names of its channels only (a lookup by name still answers, and the channel
+        then refuses what the user may not do)."""
+        user = self._access.current()
+        if user.broker:
+            return listing
+        return {
+            name: value
+            for name, value in listing.items()
+            if not name.startswith(NS_CHANNEL_PREFIX)
+            or user.allows_any(name[len(NS_CHANNEL_PREFIX) :])
+        }
 
     def register(self, name: str, uri: Any, safe: bool = False, metadata: Any = None) -> None:
         self._access.require_broker(f"register {name!r:.80} in the name server")

@@ -352,6 +352,12 @@ def test_list_shows_a_user_the_channels_it_may_see(cluster: Cluster) -> None:
     done = cluster.run(["-m", "channel_server", "list", *cluster.ns, "--credentials", str(creds)])
     assert done.returncode == 0, done.stderr
     assert [line.split()[0] for line in done.stdout.splitlines()] == ["orders"]
+    with locate_ns("127.0.0.1", cluster.ns_port, credential=who("bob")) as ns:
+        assert set(ns.list(prefix=NS_CHANNEL_PREFIX)) == {NS_CHANNEL_PREFIX + "orders"}
+        assert NS_CHANNEL_PREFIX + "payroll" not in ns.list()  # not even its name
+        assert ns.lookup(NS_CHANNEL_PREFIX + "payroll")  # by name: the channel refuses bob
+    with locate_ns("127.0.0.1", cluster.ns_port) as ns:  # the owner sees every channel
+        assert NS_CHANNEL_PREFIX + "payroll" in ns.list(prefix=NS_CHANNEL_PREFIX)
 
 
 def _binds(uri: str, credential: Credential) -> Pyro5.client.Proxy | str:
