@@ -32,7 +32,7 @@ from Pyro5 import protocol, serializers
 
 from channel_server import after_reply, strict_calls
 from channel_server.connection_shares import ConnectionShares
-from channel_server.errors import InvalidArgument
+from channel_server.errors import ChannelError, InvalidArgument
 from channel_server.frames import (
     HANDSHAKE_KINDS,
     HANDSHAKE_MAX_BYTES,
@@ -348,7 +348,6 @@ class HardenedDaemon:
     ``Pyro.Daemon`` object with typed refusals."""
 
     objectsById: dict[str, Any]  # the Pyro5 daemon's, set by its __init__
-    _sendExceptionResponse: Any  # the Pyro5 daemon's (a mixin cannot name the class)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         current()
@@ -370,6 +369,25 @@ class HardenedDaemon:
         strict_calls.serving(self)
         with after_reply.serving():  # what the call defers runs once its reply is sent
             super().handleRequest(conn)  # type: ignore[misc]
+
+    def _sendExceptionResponse(
+        self,
+        connection: Any,
+        seq: int,
+        serializer_id: int,
+        exc_value: BaseException,
+        tbinfo: Any,
+        flags: int = 0,
+        annotations: Any = None,
+    ) -> None:
+        """A caller learns what went wrong, never where: Pyro5 would send the server's
+        traceback (its files, lines and code) with every error. A typed error says all a
+        caller needs; any other one is a bug, whose traceback is logged here instead."""
+        if tbinfo and not isinstance(exc_value, ChannelError):
+            throttle.error("traceback", "a call failed: %s", "".join(tbinfo).rstrip())
+        super()._sendExceptionResponse(  # type: ignore[misc]
+            connection, seq, serializer_id, exc_value, None, flags, annotations
+        )
 
     def refuse_frame(self, conn: Any, exc: FrameRefused) -> None:
         """Tell a msgpack caller why its frame was refused (it may not be listening)."""

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 import Pyro5.api
 import Pyro5.serializers
+import Pyro5.server
 import pytest
 
 from channel_server import errors
-from channel_server.errors import ALL_ERRORS, ChannelError, InvalidArgument, QueueFull
+from channel_server.errors import (
+    ALL_ERRORS,
+    ChannelError,
+    InvalidArgument,
+    QueueFull,
+    UnknownChannel,
+)
+from channel_server.transport import HardenedDaemon
 from channel_server.wire import (
     SERIALIZER,
     broker_ns_name,
@@ -221,3 +230,41 @@ def test_check_name_rejects_trailing_newline() -> None:
 def test_name_server_names() -> None:
     assert channel_ns_name("orders") == "pubsub.channel.orders"
     assert broker_ns_name("b1") == "pubsub.broker.b1"
+
+
+@Pyro5.api.expose
+class Faulty:
+    def typed(self) -> None:
+        raise UnknownChannel("orders")
+
+    def bug(self) -> None:
+        raise RuntimeError("a bug in the service")
+
+
+class _Hardened(HardenedDaemon, Pyro5.server.Daemon):
+    """A daemon as every daemon here is made (the lobby, strict calls, typed refusals)."""
+
+
+def test_a_caller_gets_the_error_and_never_the_servers_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    daemon = _Hardened(host="127.0.0.1", port=0)
+    uri = daemon.register(Faulty())
+    loop = threading.Thread(target=daemon.requestLoop, name="test-daemon", daemon=True)
+    loop.start()
+    try:
+        with make_proxy(uri, 5) as proxy:
+            with pytest.raises(UnknownChannel) as typed:
+                proxy.typed()
+            with (
+                caplog.at_level(logging.ERROR, logger="channel_server.transport"),
+                pytest.raises(RuntimeError, match="a bug in the service") as bug,
+            ):
+                proxy.bug()
+    finally:
+        daemon.shutdown()
+        loop.join(5)
+    for raised in (typed.value, bug.value):
+        assert not getattr(raised, "_pyroTraceback", None)  # no file, line or code of ours
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("a call failed" in m and "test_errors_wire.py" in m for m in logged), logged
