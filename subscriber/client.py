@@ -55,6 +55,9 @@ CALLBACK_SECRET_BYTES = 32
 """The subscriber's callback daemon admits only whoever presents this random secret: the
 broker it gave it to when it subscribed (so nobody else can push it forged events)."""
 HANDLER_WAIT_MAX_S = 24 * 3600.0
+LONG_HANDLER_S = 1.0
+"""A stop that waits for a handler running longer than this says so as a warning (shown
+without any logging set up), so a Ctrl-C is not met by silence."""
 
 
 @checked_arity
@@ -223,7 +226,12 @@ class Subscriber:
         self._stopping.set()
         self._inbox.close()
         if self._busy_since is not None:
-            log.info("finishing the event in hand before stopping")
+            ran = self._stuck_s()
+            log.log(
+                logging.WARNING if ran >= LONG_HANDLER_S else logging.INFO,
+                "stopping: finishing the event in hand first (its handler has run %.0f s)",
+                ran,
+            )
         self._join("worker", self._session.handler_timeout_s if self._session else None)
         if self._session is not None:
             self._session.finish(unsubscribe)

@@ -4,7 +4,11 @@ not remember, and the outcomes reach the outbox in delivery order."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
+
+import pytest
 
 from subscriber.client import Subscriber
 from subscriber.processed import ProcessedIds
@@ -56,3 +60,17 @@ def test_a_failed_event_is_not_remembered_and_runs_again_when_redelivered() -> N
     calls.clear()
     assert handle(sub2, [event("a")]) == [("P/a", "ValueError: first try fails")]
     assert sub2._processed.known(["P/a"]) == set()
+
+
+def test_a_stop_that_waits_for_a_long_handler_says_so_as_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Ctrl-C in a script without logging set up shows warnings only (Python's last
+    resort handler): a stop waiting for a long job must not be silent."""
+    sub = Subscriber("c", "s1", lambda ev: None)
+    sub._busy_since = time.monotonic() - 30.0  # its worker has been in a handler 30 s
+    with caplog.at_level(logging.INFO, logger="subscriber.client"):
+        sub.stop()
+    (record,) = [r for r in caplog.records if "finishing the event in hand" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "its handler has run 30 s" in record.getMessage()
