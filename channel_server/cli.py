@@ -15,7 +15,7 @@ from typing import cast
 import Pyro5.errors
 
 from channel_client import cli_common as cc
-from channel_server import config_file, credentials
+from channel_server import config_file, cpu_pin, credentials
 from channel_server.admin_cli import (
     add_forget_command,
     add_inspect_commands,
@@ -84,6 +84,12 @@ def serve(args: argparse.Namespace) -> int:
     if args.print_config:
         print(serve_settings(without_password(args)), end="")
         return cc.EXIT_OK
+    try:
+        pinned = cpu_pin.pin(config.cpu)  # first: every thread started later inherits it
+    except InvalidArgument as exc:
+        return cc.fail(str(exc), cc.EXIT_USAGE)
+    if pinned:
+        log.info("%s", pinned)
     gc.set_threshold(*GC_THRESHOLDS)  # this process is the broker's (see GC_THRESHOLDS)
     stop = cc.stop_on_signals()
     data_dir = None

@@ -43,3 +43,21 @@ class MachineCpu:
         if not self._warned:
             self._warned = True
             log.info("%s: the broker's own CPU alone says when it is busy", why)
+
+
+def per_cpu(text: str) -> dict[int, CpuTimes]:
+    """Each CPU's (busy, total) times from the ``cpuN`` lines of ``/proc/stat``'s text
+    (lines it cannot read are left out)."""
+    times: dict[int, CpuTimes] = {}
+    for line in text.splitlines():
+        name, *fields = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        try:
+            counted = [int(field) for field in fields[:COUNTED_FIELDS]]
+        except ValueError:
+            continue
+        if len(counted) > max(IDLE_FIELDS):
+            total = sum(counted)
+            times[int(name[3:])] = (total - sum(counted[i] for i in IDLE_FIELDS), total)
+    return times

@@ -5,7 +5,9 @@ rates `status` shows. Real processes on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,4 +142,39 @@ def test_binding_everywhere_without_an_advertised_host_is_refused(cluster: Clust
     assert result.stderr.strip().splitlines()[-1] == (  # after --insecure's warning
         "error: --advertise: --host 0.0.0.0 listens on every interface, but is no address a "
         "client can connect to: give the host clients should use (--advertise HOST)"
+    )
+
+
+def _cpus_of(pid: int) -> list[list[int]]:
+    """The CPUs each thread of a process may run on (its Cpus_allowed_list), distinct."""
+    found: list[list[int]] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:") and (cpus := _cpu_list(line)) not in found:
+                found.append(cpus)
+    return found
+
+
+def _cpu_list(line: str) -> list[int]:
+    """``Cpus_allowed_list:\t0-2,5`` -> [0, 1, 2, 5]."""
+    cpus: list[int] = []
+    for part in line.split(":", 1)[1].strip().split(","):
+        first, _, last = part.partition("-")
+        cpus += range(int(first), int(last or first) + 1)
+    return cpus
+
+
+def test_a_broker_runs_its_threads_on_one_cpu_unless_told_otherwise(cluster: Cluster) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    pinned = cluster.broker("orders", extra=("--memory",))
+    loose = cluster.broker("news", extra=("--memory", "--cpu", "all"), name="loose")
+    assert _cpus_of(loose.popen.pid) == [allowed]
+    if len(allowed) > 1:
+        ((cpu,),) = _cpus_of(pinned.popen.pid)  # every thread, the same one CPU
+        assert cpu in allowed
+        pinned.wait_for(rf"pinned to CPU {cpu} of \[")
+    refused = cluster.run([*CLI, "serve", *cluster.ns, "--memory", "--cpu", "4096"])
+    assert refused.returncode == EXIT_USAGE
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: --cpu: CPU 4096 is not one this process may use {allowed}"
     )
