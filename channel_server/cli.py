@@ -88,8 +88,6 @@ def serve(args: argparse.Namespace) -> int:
         pinned = cpu_pin.pin(config.cpu)  # first: every thread started later inherits it
     except InvalidArgument as exc:
         return cc.fail(str(exc), cc.EXIT_USAGE)
-    if pinned:
-        log.info("%s", pinned)
     gc.set_threshold(*GC_THRESHOLDS)  # this process is the broker's (see GC_THRESHOLDS)
     stop = cc.stop_on_signals()
     data_dir = None
@@ -115,6 +113,8 @@ def serve(args: argparse.Namespace) -> int:
         broker.stop()
         code = cc.EXIT_NOT_AUTHORIZED if isinstance(exc, NotAuthorized) else cc.EXIT_UNAVAILABLE
         return cc.fail(f"cannot start the broker: {exc}", code)
+    if pinned:
+        log.info("%s", pinned)  # once started: a start-up error stays one line
     ns = broker.ns
     assert ns is not None  # start() connected it or raised
     ns_kind = "embedded" if ns.embedded else "existing"
