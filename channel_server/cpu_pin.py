@@ -39,9 +39,20 @@ def cpu_choice(text: str) -> str:
     raise argparse.ArgumentTypeError(f"must be auto, all or a CPU number: {text}")
 
 
-def idlest(before: dict[int, CpuTimes], after: dict[int, CpuTimes], allowed: Iterable[int]) -> int:
-    """The allowed CPU that was idle the longest between two samples (ties: the highest,
-    away from CPU 0, where Linux sends most interrupts); one not sampled counts as busy."""
+NEAR_IDLEST = 0.9
+"""CPUs idle at least this share of the idlest's time count as idle as it: brokers that
+start together on a quiet machine then spread by process id instead of all taking one."""
+
+
+def idlest(
+    before: dict[int, CpuTimes],
+    after: dict[int, CpuTimes],
+    allowed: Iterable[int],
+    spread: int = 0,
+) -> int:
+    """The allowed CPU that was idle the longest between two samples; one not sampled
+    counts as busy. Among those about as idle (``NEAR_IDLEST``), highest first (away from
+    CPU 0, where Linux sends most interrupts), ``spread`` (a process id) picks one."""
 
     def idle(cpu: int) -> float:
         if cpu not in before or cpu not in after:
@@ -49,7 +60,10 @@ def idlest(before: dict[int, CpuTimes], after: dict[int, CpuTimes], allowed: Ite
         (busy0, total0), (busy1, total1) = before[cpu], after[cpu]
         return (total1 - total0) - (busy1 - busy0)
 
-    return max(allowed, key=lambda cpu: (idle(cpu), cpu))
+    ranked = sorted(allowed, key=lambda cpu: (idle(cpu), cpu), reverse=True)
+    best = idle(ranked[0])
+    near = [cpu for cpu in ranked if best > 0 and idle(cpu) >= NEAR_IDLEST * best]
+    return near[spread % len(near)] if near else ranked[0]
 
 
 def pin(
@@ -73,7 +87,7 @@ def pin(
         read = sample or _proc_stat
         before = read()
         wait(SAMPLE_S)
-        cpu = idlest(before, read(), allowed)
+        cpu = idlest(before, read(), allowed, os.getpid())
     else:
         cpu = int(choice)
         if cpu not in allowed:

@@ -34,9 +34,17 @@ def test_auto_picks_the_cpu_idle_longest_between_the_samples() -> None:
 
 def test_ties_go_away_from_cpu_0_and_unsampled_cpus_count_as_busy() -> None:
     same = {0: (0, 100), 1: (0, 100)}
-    assert idlest(same, same, [0, 1]) == 1
+    assert idlest(same, same, [0, 1]) == 1  # no time passed: nothing to tell them apart
     assert idlest({}, {}, [3, 5]) == 5
     assert idlest({0: (0, 100)}, {0: (0, 200)}, [0, 1]) == 0  # CPU 1 not in the samples
+
+
+def test_brokers_starting_together_on_a_quiet_machine_spread_by_process_id() -> None:
+    before = {0: (0, 0), 1: (0, 0), 2: (0, 0)}
+    after = {0: (5, 100), 1: (2, 100), 2: (60, 100)}  # idle 95, 98, 40
+    picks = {idlest(before, after, [0, 1, 2], spread=pid) for pid in (4100, 4101)}
+    assert picks == {0, 1}  # about as idle as each other; the busy CPU 2 never
+    assert idlest(before, after, [0, 1, 2], spread=4100) == 1  # the idlest first
 
 
 @pytest.mark.parametrize("text", ["auto", "all", "0", "17"])
