@@ -156,11 +156,11 @@ class Access:
         """The current user, if it may publish (or follow a publisher's progress) as each
         of ``publisher_ids`` on ``channel``: a user of the users file as its own ids
         (:func:`~channel_server.users.owns_publisher_id`), the owner and the channel's
-        admins as any."""
+        admins as any (``publisher_ids`` is not read for them)."""
         user = self.current()
         if user.name == OWNER or user.allows(Action.ADMIN, channel):
             return user
-        for publisher_id in publisher_ids:
+        for publisher_id in set(publisher_ids):
             if not owns_publisher_id(user.name, publisher_id):
                 self._refuse(
                     user,

@@ -139,7 +139,7 @@ class EventChannel:
         """
         self._access.require(Action.PUBLISH, self._name)
         events = self._publishing.validate(batch)
-        self._access.require_publisher({ev.publisher_id for ev in events}, self._name)
+        self._access.require_publisher((ev.publisher_id for ev in events), self._name)
         return self._publishing.publish(events)
 
     @Pyro5.api.expose

@@ -3,9 +3,9 @@
 The embedded name server authenticates like the broker (the same :class:`Access`): anyone
 with a valid credential may look names up, only brokers may register or remove them, regex
 listings are refused (a hostile pattern could stall it), and a listing shows a user only
-the channels it has a permission on. An existing name server
-must authenticate too, or the broker refuses to use it unless told ``--insecure-name-server``
-(a stock ``pyro5-ns`` lets any local process rewrite every name).
+the channels it has a permission on. An existing name server must authenticate too, or the
+broker refuses to use it unless told ``--insecure-name-server`` (a stock ``pyro5-ns`` lets
+any local process rewrite every name).
 
 Any thread may call a NameService: with an embedded name server it calls the in-process
 object (which has its own lock); with a remote one it opens a proxy per call, because a
