@@ -18,7 +18,7 @@ import argparse
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from channel_server.core.load import CpuTimes
@@ -66,11 +66,7 @@ def idlest(
     return near[spread % len(near)] if near else ranked[0]
 
 
-def pin(
-    choice: str,
-    sample: Callable[[], dict[int, CpuTimes]] | None = None,
-    wait: Callable[[float], None] = time.sleep,
-) -> str | None:
+def pin(choice: str) -> str | None:
     """Pin this process, every thread it has and those it starts, as ``choice`` says.
     Returns what was done, for the log (None: nothing). Raises InvalidArgument for a CPU
     this process may not use, or a number on a system that cannot pin."""
@@ -84,10 +80,9 @@ def pin(
     if choice == AUTO:
         if len(allowed) < 2:
             return None
-        read = sample or _proc_stat
-        before = read()
-        wait(SAMPLE_S)
-        cpu = idlest(before, read(), allowed, os.getpid())
+        before = _proc_stat()
+        time.sleep(SAMPLE_S)  # a one-off wait at start, before any thread
+        cpu = idlest(before, _proc_stat(), allowed, os.getpid())
     else:
         cpu = int(choice)
         if cpu not in allowed:
