@@ -26,6 +26,7 @@ from channel_server.channel import EventChannel
 from channel_server.claims import ChannelClaims
 from channel_server.config import BrokerConfig
 from channel_server.core.records import ChannelKind
+from channel_server.cpu_pin import pinned_cpu
 from channel_server.credentials import OWNER, Credential
 from channel_server.daemon_loop import DaemonLoop
 from channel_server.dispatch import DispatchPool
@@ -76,8 +77,9 @@ class Broker:
         self._daemon: Pyro5.server.Daemon | None = None
         self._serving: DaemonLoop | None = None
         self._pool = DispatchPool(config.push_threads)
-        self._machine = MachineCpu()
-        """How busy this machine's CPUs are (every channel's pushes ask)."""
+        self._machine = MachineCpu(cpu=pinned_cpu())
+        """How busy this machine's CPUs are, or the broker's one CPU when it is pinned
+        (every channel's pushes ask)."""
         self._stopping = False
         self.ns: NameService | None = None
         self.uri: str = ""

@@ -94,6 +94,14 @@ def pin(choice: str) -> str | None:
     return f"pinned to CPU {cpu} of {allowed} ({how}; --cpu all leaves the CPUs to the OS)"
 
 
+def pinned_cpu() -> int | None:
+    """The one CPU this process may run on, on a machine of more (None: not pinned)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = os.sched_getaffinity(0)
+    return next(iter(cpus)) if len(cpus) == 1 and (os.cpu_count() or 1) > 1 else None
+
+
 def _proc_stat() -> dict[int, CpuTimes]:
     try:
         return per_cpu(PROC_STAT.read_text())

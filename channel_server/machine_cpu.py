@@ -18,14 +18,19 @@ COUNTED_FIELDS = 8
 
 
 class MachineCpu:
-    """Reads the machine's CPU times; None on a system without ``/proc/stat`` (then the
-    machine never counts as busy). Says once that it cannot."""
+    """Reads the machine's CPU times, or those of the one CPU ``cpu`` when the broker is
+    pinned to it (:mod:`~channel_server.cpu_pin`): that CPU saturated is what keeps a
+    pinned broker from going faster, whatever the other CPUs do. None on a system without
+    ``/proc/stat`` (then the machine never counts as busy). Says once that it cannot."""
 
-    def __init__(self, path: Path = PROC_STAT) -> None:
+    def __init__(self, path: Path = PROC_STAT, cpu: int | None = None) -> None:
         self.path = path
+        self.cpu = cpu
         self._warned = False
 
     def __call__(self) -> CpuTimes | None:
+        if self.cpu is not None:
+            return self._one_cpu(self.cpu)
         try:
             with self.path.open("rb") as f:
                 first = f.readline().split()
@@ -38,6 +43,16 @@ class MachineCpu:
             return None
         total = sum(times)
         return total - sum(times[i] for i in IDLE_FIELDS), total
+
+    def _one_cpu(self, cpu: int) -> CpuTimes | None:
+        try:
+            times = per_cpu(self.path.read_text()).get(cpu)
+        except OSError as exc:
+            self._unknown(f"cannot read the machine's CPU times: {exc}")
+            return None
+        if times is None:
+            self._unknown(f"no line for CPU {cpu} in {self.path}")
+        return times
 
     def _unknown(self, why: str) -> None:
         if not self._warned:

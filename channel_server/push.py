@@ -124,8 +124,8 @@ class PushDelivery:
         if self._busy() != busy:
             self._busy_log.info(
                 "quiet" if busy else "busy",
-                "%s: the broker used %.0f %% of a core and its machine %.0f %% of its CPUs "
-                "over the last second: short pushes %s",
+                "%s: the broker used %.0f %% of a core, and the CPUs it runs on were %.0f %% "
+                "busy over the last second: short pushes %s",
                 self._state.name,
                 100 * self._load.share,
                 100 * self._load.machine_share,

@@ -78,9 +78,9 @@ def busy_line(stats: dict[str, Any]) -> str:
     """Why latency is up on a saturated broker: its short pushes wait to fill."""
     return (
         f"busy: short pushes wait to fill (the broker used "
-        f"{100 * stats['broker_cpu_share']:.0f} % of a core and its machine "
-        f"{100 * stats['machine_cpu_share']:.0f} % of its CPUs over the second before a "
-        "recent publish)"
+        f"{100 * stats['broker_cpu_share']:.0f} % of a core, and the CPUs it runs on were "
+        f"{100 * stats['machine_cpu_share']:.0f} % busy, over the second before a recent "
+        "publish)"
     )
 
 

@@ -227,8 +227,9 @@ class ChannelConfig:
         0.75,
         "--busy-machine",
         "non_negative_float",
-        "share of all the machine's CPUs in use over the last second at which the broker "
-        "counts as busy from half its --busy-cpu (0: only --busy-cpu counts)",
+        "share of the CPUs the broker runs on (its one CPU with --cpu, else all the "
+        "machine's) in use over the last second at which the broker counts as busy from "
+        "half its --busy-cpu (0: only --busy-cpu counts)",
     )
     """A broker sharing a saturated machine (with its subscribers, say) cannot reach
     ``busy_cpu``, yet each push and its ack cost CPU that everything on it lacks

@@ -317,7 +317,7 @@ def test_on_a_busy_broker_a_short_push_waits_to_fill(
     cpu.advance(1.0)  # a second of one core: busy from the next publish on
     with caplog.at_level(logging.INFO, "channel_server.channel"):
         channel.publish([event("e1", partition=1)])
-    said = "used 100 % of a core and its machine 0 % of its CPUs over the last second"
+    said = "used 100 % of a core, and the CPUs it runs on were 0 % busy over the last second"
     assert f"{said}: short pushes wait to fill" in caplog.text
     e1_waits_for_e2(channel, fake)
 
@@ -338,7 +338,7 @@ def test_on_a_saturated_machine_half_the_busy_share_makes_a_short_push_wait(
     machine.run(1.0, 0.9)
     with caplog.at_level(logging.INFO, "channel_server.channel"):
         channel.publish([event("e1", partition=1)])
-    said = "used 40 % of a core and its machine 90 % of its CPUs over the last second"
+    said = "used 40 % of a core, and the CPUs it runs on were 90 % busy over the last second"
     assert f"{said}: short pushes wait to fill" in caplog.text
     figures = {k: channel.stats()[k] for k in ("broker_cpu_share", "machine_cpu_share", "busy")}
     assert figures == {"broker_cpu_share": 0.4, "machine_cpu_share": 0.9, "busy": True}

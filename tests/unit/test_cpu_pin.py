@@ -101,3 +101,17 @@ def test_all_leaves_the_process_as_it_is_and_a_number_names_the_cpu() -> None:
     said, cpus = probe(str(allowed[0]))
     assert cpus == f"[{allowed[0]}] [{allowed[0]}] [{allowed[0]}]"
     assert said.startswith(f"pinned to CPU {allowed[0]} of {allowed} (--cpu;")
+
+
+def test_a_pinned_process_knows_its_cpu_and_a_loose_one_has_none() -> None:
+    """What the broker's busy rule reads (MachineCpu's ``cpu``)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    several = (os.cpu_count() or 1) > 1  # on a one-CPU machine nothing is pinned
+    held = allowed[0] if len(allowed) == 1 and several else None  # held to one already
+    code = "from channel_server import cpu_pin; cpu_pin.pin({!r}); print(cpu_pin.pinned_cpu())"
+    for choice, expected in (("all", held), (str(allowed[-1]), allowed[-1] if several else None)):
+        done = subprocess.run(
+            [sys.executable, "-c", code.format(choice)], capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(expected)

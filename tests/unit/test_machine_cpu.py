@@ -46,3 +46,16 @@ def test_a_file_it_cannot_read_is_unknown_and_said_once(
 
 def test_a_missing_file_is_unknown(tmp_path: Path) -> None:
     assert MachineCpu(tmp_path / "absent")() is None
+
+
+def test_a_pinned_broker_reads_its_own_cpu(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker on one CPU (serve --cpu) is saturated when that CPU is, whatever the
+    machine's other CPUs do."""
+    path = tmp_path / "stat"
+    path.write_text(STAT)
+    assert MachineCpu(path, cpu=0)() == (50 + 2 + 25 + 1 + 1 + 0, 499)  # guest times not again
+    with caplog.at_level(logging.INFO, logger="channel_server.machine_cpu"):
+        assert MachineCpu(path, cpu=3)() is None  # no such CPU: unknown, said once
+    assert "no line for CPU 3" in caplog.text

@@ -113,5 +113,5 @@ def test_a_busy_channel_says_its_short_pushes_wait_and_why() -> None:
     assert "busy" not in quiet
     figures = {"broker_cpu_share": 0.4, "machine_cpu_share": 0.9, "busy": True}
     out = printed(lambda console: render_channel(console, "b1", hostile_channel_stats() | figures))
-    assert "busy: short pushes wait to fill (the broker used 40 % of a core and its" in out
-    assert "machine 90 % of its CPUs" in out
+    assert "busy: short pushes wait to fill (the broker used 40 % of a core, and the" in out
+    assert "CPUs it runs on were 90 % busy" in out

@@ -146,7 +146,7 @@ function busyText(stats) {
   if (!stats.busy) return "";
   const pct = (share) => (100 * share).toFixed(0);
   return `; busy: short pushes wait to fill (the broker used ${pct(stats.broker_cpu_share)} % ` +
-    `of a core and its machine ${pct(stats.machine_cpu_share)} % of its CPUs)`;
+    `of a core, and the CPUs it runs on were ${pct(stats.machine_cpu_share)} % busy)`;
 }
 
 async function renderDetail(name) {
