@@ -201,7 +201,9 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
         self._selector.register(sock, selectors.EVENT_READ)
 
     def _read(self, sock: socket.socket) -> None:
-        waiting = self._waiting[sock]
+        waiting = self._waiting.get(sock)
+        if waiting is None:  # dropped since the select: evicted by an accept of the same
+            return  # round, or closed by a shutdown (the loop thread must not die of it)
         if waiting.draining:
             if _read_what_is_there(sock):
                 self._drop(sock)

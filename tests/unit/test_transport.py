@@ -26,6 +26,7 @@ from channel_server.frames import (
     read_header,
 )
 from channel_server.strict_calls import MAX_CONTAINERS, StrictMsgpack, checked_arity, serving
+from channel_server.transport import LobbyServer
 
 LIMIT = 1 << 20
 
@@ -245,3 +246,19 @@ def test_wrong_arguments_are_a_typed_refusal_and_bugs_stay_bugs() -> None:
     with pytest.raises(TypeError, match="a bug inside"):
         target.broken()
     assert target.call._pyroExposed  # still reachable over RPC
+
+
+def test_the_lobby_skips_a_socket_dropped_since_its_select() -> None:
+    """An accept that evicts the oldest waiting socket (past --max-waiting), or a shutdown,
+    may drop a socket the same select() reported readable. Reading it then raised
+    KeyError in the lobby's loop thread, which died: the daemon accepted nothing more."""
+    lobby = LobbyServer.__new__(LobbyServer)  # only its lobby: no socket, pool or daemon
+    lobby.sock, lobby.pool, lobby.housekeeper, lobby._waiting = None, None, None, {}
+    left, right = socket.socketpair()
+    try:
+        right.sendall(b"PYRO")  # readable, as the select said
+        lobby._read(left)  # no longer waiting: nothing to do
+        assert lobby._waiting == {}
+    finally:
+        left.close()
+        right.close()
