@@ -21,6 +21,7 @@ from channel_server.errors import (
 )
 from channel_server.transport import HardenedDaemon
 from channel_server.wire import (
+    ANONYMOUS,
     SERIALIZER,
     broker_ns_name,
     channel_ns_name,
@@ -28,6 +29,11 @@ from channel_server.wire import (
     make_proxy,
     register_errors,
 )
+
+NO_TOKEN = ANONYMOUS
+"""These daemons know no token: a proxy with this process's (a broker of another test in
+the same worker may have written one to the session's state dir) would wait for their
+proof of it and refuse them."""
 
 SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
     errors.ChannelError: lambda: errors.ChannelError("root trouble", hint="h", count=3),
@@ -188,7 +194,7 @@ def test_queue_full_round_trip_through_a_real_daemon() -> None:
     thread.start()
     try:
         assert ready.wait(5)
-        with make_proxy(uri, 5) as proxy:
+        with make_proxy(uri, 5, NO_TOKEN) as proxy:
             assert proxy._pyroSerializer == "msgpack"
             assert proxy._pyroTimeout == 5
             with pytest.raises(QueueFull) as info:
@@ -253,7 +259,7 @@ def test_a_caller_gets_the_error_and_never_the_servers_traceback(
     loop = threading.Thread(target=daemon.requestLoop, name="test-daemon", daemon=True)
     loop.start()
     try:
-        with make_proxy(uri, 5) as proxy:
+        with make_proxy(uri, 5, NO_TOKEN) as proxy:
             with pytest.raises(UnknownChannel) as typed:
                 proxy.typed()
             with (
