@@ -36,10 +36,8 @@ class GuardedDaemon(HardenedDaemon, Pyro5.server.Daemon):
         super().__init__(**kwargs)
         self._gate = gate
 
-    def validateHandshake(self, conn: Any, data: Any) -> Any:
-        answer = self._gate(conn, data)
-        self.count_user(conn)
-        return answer
+    def admit(self, conn: Any, data: Any) -> Any:
+        return self._gate(conn, data)
 
 
 SUBSCRIBER_ROLE = "subscriber"

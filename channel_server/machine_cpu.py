@@ -3,7 +3,9 @@ broker runs on is; see :mod:`~channel_server.core.load`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from channel_server.core.load import CpuTimes
@@ -34,15 +36,14 @@ class MachineCpu:
         try:
             with self.path.open("rb") as f:
                 first = f.readline().split()
-            times = [int(field) for field in first[1 : 1 + COUNTED_FIELDS]]
+            times = _busy_total(first[1:])
         except (OSError, ValueError) as exc:
             self._unknown(f"cannot read the machine's CPU times: {exc}")
             return None
-        if first[:1] != [b"cpu"] or len(times) <= max(IDLE_FIELDS):
+        if first[:1] != [b"cpu"] or times is None:
             self._unknown(f"unexpected first line in {self.path}")
             return None
-        total = sum(times)
-        return total - sum(times[i] for i in IDLE_FIELDS), total
+        return times
 
     def _one_cpu(self, cpu: int) -> CpuTimes | None:
         try:
@@ -68,11 +69,18 @@ def per_cpu(text: str) -> dict[int, CpuTimes]:
         name, *fields = line.split()
         if not (name.startswith("cpu") and name[3:].isdigit()):
             continue
-        try:
-            counted = [int(field) for field in fields[:COUNTED_FIELDS]]
-        except ValueError:
-            continue
-        if len(counted) > max(IDLE_FIELDS):
-            total = sum(counted)
-            times[int(name[3:])] = (total - sum(counted[i] for i in IDLE_FIELDS), total)
+        with contextlib.suppress(ValueError):
+            if (cpu := _busy_total(fields)) is not None:
+                times[int(name[3:])] = cpu
     return times
+
+
+def _busy_total(fields: Sequence[str | bytes]) -> CpuTimes | None:
+    """(busy, total) from a ``cpu`` line's times (after its name): every counted time
+    but idle and iowait is busy; None when the line holds too few (ValueError: not
+    numbers)."""
+    counted = [int(field) for field in fields[:COUNTED_FIELDS]]
+    if len(counted) <= max(IDLE_FIELDS):
+        return None
+    total = sum(counted)
+    return total - sum(counted[i] for i in IDLE_FIELDS), total

@@ -151,10 +151,8 @@ class GuardedNameServerDaemon(HardenedDaemon, Pyro5.nameserver.NameServerDaemon)
         self.guarded = GuardedNameServer(self.nameserver, access)
         self.register(self.guarded, Pyro5.core.NAMESERVER_NAME)
 
-    def validateHandshake(self, conn: Any, data: Any) -> Any:
-        answer = self._access.admit(conn, data)
-        self.count_user(conn)
-        return answer
+    def admit(self, conn: Any, data: Any) -> Any:
+        return self._access.admit(conn, data)
 
 
 class NameService:

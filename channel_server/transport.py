@@ -358,10 +358,17 @@ class HardenedDaemon:
         self.objectsById[Pyro5.core.DAEMON_NAME] = strict_calls.StrictDaemonObject(self)
         self.shares = ConnectionShares()
 
-    def count_user(self, conn: Any) -> None:
-        """Count an admitted connection against its user's share (LimitReached past it):
-        called by a daemon's handshake once its gate has named the user."""
+    def validateHandshake(self, conn: Any, data: Any) -> Any:
+        """Pyro5's handshake hook: the daemon's gate (:meth:`admit`), then the admitted
+        connection counted against its user's share (LimitReached past it)."""
+        answer = self.admit(conn, data)
         self.shares.take(conn, current().per_user_limit)
+        return answer
+
+    def admit(self, conn: Any, data: Any) -> Any:
+        """Who may connect, and the handshake's answer (a daemon with a gate overrides
+        it; Pyro5's default admits anyone)."""
+        return super().validateHandshake(conn, data)  # type: ignore[misc]
 
     def connection_ended(self, conn: Any) -> None:
         """A served connection closed, however it ended: its user holds one fewer."""

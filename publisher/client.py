@@ -163,7 +163,6 @@ class Publisher:
             raise ValueError(f"publisher {self.publisher_id} of {self.channel} is closed")
 
     def _call(self, method: str, *args: Any) -> Any:
-        self._check_open()
         if not self._owned:
             self._remote.claim()
             self._owned = True
@@ -265,6 +264,7 @@ class Publisher:
         run; logged as a warning when there are some). Raises ProcessingTimeout (a
         TimeoutError, with those counts) when work is left after ``timeout_s``, and
         BrokerUnavailable when the channel cannot be asked."""
+        self._check_open()
         counts: dict[str, int] = {}
         for _ in polling(timeout_s):
             counts = self._call("outstanding", self.publisher_id)
