@@ -15,8 +15,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from channel_client.statefile import default_state_dir
 from channel_server.errors import ClientError, InvalidArgument, ProcessingTimeout, QueueFull
 from channel_server.events import Partition, validate_batch
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
+from publisher.pipeline import SendPipeline
 from publisher.state import PublisherState
 
 log = logging.getLogger(__name__)
@@ -88,6 +91,7 @@ class Publisher:
     each batch is sent, so neither a re-run nor a crash reuses one (a crash may skip
     numbers). Events given no partition are spread round robin over ``partitions``.
     The proxy belongs to the thread that first publishes; use one Publisher per thread.
+    ``submit`` publishes in the background, from a sender thread of its own.
     """
 
     def __init__(
@@ -144,8 +148,9 @@ class Publisher:
         gives numbers back below it."""
         self._warned_duplicates = False
         attempts = 1 + int(retry_for_s / RETRY_PAUSE_S)
+        self._options = ClientOptions(ns_host, ns_port, attempts, timeout_s, drop_replies)
         self._remote = RemoteChannel(
-            ClientOptions(ns_host, ns_port, attempts, timeout_s, drop_replies),
+            self._options,
             channel,
             create=create,
             kind=kind,
@@ -153,6 +158,9 @@ class Publisher:
             pause_s=RETRY_PAUSE_S,
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
+        self._sender: tuple[SendPipeline, RemoteChannel] | None = None
+        """What ``submit`` sends through: made by its first call, with a connection of its
+        own that only the pipeline's sender thread uses."""
         self._owned = False
         """Whether a thread used it yet: the first to publish (or wait) becomes its
         proxy's owner, whichever thread made it."""
@@ -179,13 +187,18 @@ class Publisher:
         self.close()
 
     def close(self) -> None:
-        """Give back the sequence numbers reserved and not used (a re-run goes on where
-        this one stopped), and the connection. Publishing or waiting afterwards raises
-        ValueError; a second close does nothing."""
+        """Send what was submitted (a QueueFull is no longer waited out: those
+        submissions fail with it), give back the sequence numbers reserved and not used (a
+        re-run goes on where this one stopped), and the connections. Publishing, submitting
+        or waiting afterwards raises ValueError; a second close does nothing."""
         if self._closed:
             return
         self._closed = True
         try:
+            if self._sender is not None:
+                pipeline, remote = self._sender
+                pipeline.close()
+                remote.release()
             if self.state is not None and self._reserved > self.next_seq:
                 reserved, self._reserved = self._reserved, self.next_seq
                 self.state.release(self.channel, reserved, max(self.next_seq, self._floor))
@@ -221,10 +234,7 @@ class Publisher:
         stored), QueueFull (the front stored) or BrokerUnavailable (after the retries);
         ValueError once closed."""
         self._check_open()
-        if self.state is not None and self.next_seq > self._reserved:
-            ahead = self.next_seq + RESERVE_AHEAD
-            self._floor = max(self._floor, self.state.reserve(self.channel, ahead))
-            self._reserved = ahead
+        self._reserve()
         try:
             summary = self._call("publish", events)
         except (ValueError, ClientError):
@@ -235,6 +245,55 @@ class Publisher:
         if events and len(summary["duplicates"]) == len(events):
             summary["warning"] = self._all_duplicates(summary["duplicates"])
         return summary
+
+    def _reserve(self) -> None:
+        """Record the sequence ahead of the ids about to be sent (see RESERVE_AHEAD)."""
+        if self.state is not None and self.next_seq > self._reserved:
+            ahead = self.next_seq + RESERVE_AHEAD
+            self._floor = max(self._floor, self.state.reserve(self.channel, ahead))
+            self._reserved = ahead
+
+    def submit(
+        self, events: list[dict[str, Any]], *, timeout_s: float | None = None
+    ) -> Future[dict[str, Any]]:
+        """Publish a batch in the background: returns at once with a Future of what
+        ``publish`` would return (or raise) for these events. One event per call is fine:
+        a sender thread sends whatever was submitted while its previous send was on its
+        way as one batch, in submission order, so each partition keeps its order.
+
+        The future is done once the channel stored the events: an InvalidEvent fails only
+        the submission that holds the bad event, a QueueFull is waited out and the refused
+        events sent again (before anything submitted later), BrokerUnavailable fails
+        what was being sent. ``flush`` waits for every submission, ``wait`` and ``close``
+        flush first. ``publish`` does not wait for earlier submissions: ``flush`` before it
+        when their order matters.
+
+        Blocks while 100,000 submitted events wait to be sent (a channel that is full or
+        away holds the caller back): TimeoutError after ``timeout_s`` (None: no limit).
+        ValueError once closed."""
+        self._check_open()
+        self._reserve()
+        if self._sender is None:
+            remote = RemoteChannel(self._options, self.channel, pause_s=RETRY_PAUSE_S)
+            name = f"publisher-{self.publisher_id}-sender"
+            publish = partial(remote.call, "publish")
+            self._sender = SendPipeline(publish, name, self._close_wait_s()), remote
+        return self._sender[0].submit(events, timeout_s)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until everything submitted is done (stored, or failed: see each future).
+        TimeoutError when ``timeout_s`` passed first (None: no limit)."""
+        self._check_open()
+        if self._sender is not None and not self._sender[0].flush(timeout_s):
+            raise TimeoutError(
+                f"submitted events of {self.publisher_id} still being sent to "
+                f"{self.channel} after {timeout_s:g} s"
+            )
+
+    def _close_wait_s(self) -> float:
+        """How long ``close`` lets the submissions in hand take: one send's retries."""
+        options = self._options
+        return options.attempts * (options.timeout_s + RETRY_PAUSE_S)
 
     def _all_duplicates(self, ids: list[str]) -> str:
         """Why a batch of nothing but known ids delivers nothing, and what to do."""
@@ -263,10 +322,13 @@ class Publisher:
         and ``dead_letters``, this publisher's events in the dead-letter queue (from any
         run; logged as a warning when there are some). Raises ProcessingTimeout (a
         TimeoutError, with those counts) when work is left after ``timeout_s``, and
-        BrokerUnavailable when the channel cannot be asked."""
+        BrokerUnavailable when the channel cannot be asked. Waits for what was submitted
+        to be sent first (within the same ``timeout_s``)."""
         self._check_open()
         counts: dict[str, int] = {}
-        for _ in polling(timeout_s):
+        deadline = time.monotonic() + timeout_s
+        self.flush(timeout_s)
+        for _ in polling(max(0.0, deadline - time.monotonic())):
             counts = self._call("outstanding", self.publisher_id)
             if counts["outstanding"] == 0:
                 if counts["dead_letters"]:

@@ -8,6 +8,8 @@ every run):
               in batches of K over P partitions: events/s from the first publish to the
               last ack (the channel's ``stats()["acked"]``), and publish-to-handler latency
   batch1      the same with batches of 1 (fewer events)
+  submit1     the batch1 events given one per call to ``Publisher.submit``, which sends
+              what queues up during a round trip as one batch
   latency     a paced publisher at a fixed offered load: publish-to-handler p50 / p99
   raw         the Pyro5 ceiling: a trivial daemon ``receive(batch) -> [ids]`` in its own
               process, msgpack, the same event dicts, round trips from here
@@ -58,6 +60,7 @@ from bench_support.service import (
     publish_count,
     read_summaries,
     start_bench_subscribers,
+    submit_count,
     use_tls,
     wait_acked,
     warm_up,
@@ -65,7 +68,7 @@ from bench_support.service import (
 from bench_support.service import start_run_broker as start_broker
 
 sys.path.insert(0, str(ROOT))  # measure the checkout this script is in, whatever is installed
-MEASUREMENTS = ("throughput", "batch1", "latency", "raw", "memory")
+MEASUREMENTS = ("throughput", "batch1", "submit1", "latency", "raw", "memory")
 
 TARGETS: dict[tuple[str, str], Target] = {
     ("throughput", "events_per_s"): Target("events_per_s", ">=", 40_000),
@@ -89,9 +92,11 @@ def pipeline_run(
     count: int,
     batch_size: int,
     tick_s: float | None = None,
+    submit: bool = False,
 ) -> dict[str, Any]:
     """One end-to-end run: broker, subscribers, publish ``count`` events from here (paced
-    at ``batch_size`` events every ``tick_s`` when given), wait for the last ack."""
+    at ``batch_size`` events every ``tick_s`` when given; with ``submit``, one per
+    ``Publisher.submit``), wait for the last ack."""
     from publisher.client import Publisher
 
     with ProcGroup(s.workdir / f"{label}-{run}") as procs:
@@ -110,7 +115,10 @@ def pipeline_run(
             cpu_before = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
             batches_before = batch_counts(channel)
             t0 = time.time()
-            publish_count(publisher, maker, count, batch_size, tick_s)
+            if submit:
+                submit_count(publisher, maker, count, max(60.0, count / 500))
+            else:
+                publish_count(publisher, maker, count, batch_size, tick_s)
             t_published = time.time()
             t_acked = wait_acked(channel, baseline + count, max(60.0, count / 500))
             cpu_after = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
@@ -159,6 +167,10 @@ def measure_throughput(s: Settings, run: int) -> dict[str, Any]:
 
 def measure_batch1(s: Settings, run: int) -> dict[str, Any]:
     return pipeline_run(s, "batch1", run, s.batch1_events, 1)
+
+
+def measure_submit1(s: Settings, run: int) -> dict[str, Any]:
+    return pipeline_run(s, "submit1", run, s.batch1_events, 1, submit=True)
 
 
 def measure_latency(s: Settings, run: int) -> dict[str, Any]:
@@ -238,6 +250,7 @@ def measure_memory(s: Settings, run: int) -> dict[str, Any]:
 MEASURE: dict[str, Callable[[Settings, int], dict[str, Any]]] = {
     "throughput": measure_throughput,
     "batch1": measure_batch1,
+    "submit1": measure_submit1,
     "latency": measure_latency,
     "raw": measure_raw,
     "memory": measure_memory,
@@ -257,6 +270,10 @@ SHOWN: dict[str, list[tuple[str, str, str]]] = {
     ],
     "batch1": [
         ("events_per_s", "events/s, first publish → last ack", ",.0f"),
+        ("p99_ms", "latency p99 (ms)", ".2f"),
+    ],
+    "submit1": [
+        ("events_per_s", "events/s, first submit → last ack", ",.0f"),
         ("p99_ms", "latency p99 (ms)", ".2f"),
     ],
     "latency": [
@@ -279,6 +296,8 @@ def describe(name: str, s: Settings) -> str:
         "throughput": f"{s.events:,} x {s.payload_size} B, batch {s.batch_size}, "
         f"{s.partitions} partitions, {s.subscribers} subscribers",
         "batch1": f"{s.batch1_events:,} x {s.payload_size} B, batch 1, "
+        f"{s.partitions} partitions, {s.subscribers} subscribers",
+        "submit1": f"{s.batch1_events:,} x {s.payload_size} B, one per submit, "
         f"{s.partitions} partitions, {s.subscribers} subscribers",
         "latency": f"{s.latency_rate:,g} events/s for {s.latency_seconds:g} s "
         f"({max(1, round(s.latency_rate * s.latency_tick_ms / 1000))} every "

@@ -11,6 +11,9 @@ Workloads:
            the default store; then the memory store) / Redis: XADD pipelines of 100,
            XREADGROUP COUNT 100, 4 consumers
   batch1   service: batches of 1 / Redis: one XADD per round trip, COUNT 1
+  submit1  service: one event per ``Publisher.submit`` call (its sender thread sends what
+           queues up during a round trip as one batch) / Redis: as batch1. Not the same
+           wire shape: what a caller with one event at a time gets from each
 
 Needs redis-server and redis-py (``scripts/peer_deps.sh`` installs both).
 
@@ -28,12 +31,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {"batched/sqlite": 2.0, "batched/memory": 3.0, "batch1/sqlite": 1.0}
-"""Issue 16's targets: the service's throughput over Redis's, per workload."""
+TARGETS = {
+    "batched/sqlite": 2.0,
+    "batched/memory": 3.0,
+    "batch1/sqlite": 1.0,
+    "submit1/sqlite": 1.0,
+}
+"""Issue 16's targets: the service's throughput over Redis's, per workload (submit1 has
+batch1's: the same caller, one event per call)."""
+MEASUREMENT = {"batched": "throughput", "batch1": "batch1", "submit1": "submit1"}
+"""scripts/bench.py's measurement of each workload."""
 
 
 def service(python: str, workload: str, store: str, events: int) -> float:
-    only = "throughput" if workload == "batched" else "batch1"
+    only = MEASUREMENT[workload]
     count_flag = "--events" if workload == "batched" else "--batch1-events"
     argv = [python, str(ROOT / "scripts/bench.py"), "--only", only, "--runs", "1", "--json"]
     argv += ["--store", store, count_flag, str(events)]
@@ -62,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-python", default=sys.executable, help="with redis-py")
     parser.add_argument("--events", type=int, default=100_000, help="batched events")
     parser.add_argument("--batch1-events", type=int, default=5_000, help="batch-1 events")
+    parser.add_argument("--submit1-events", type=int, default=20_000, help="submit1 events")
     parser.add_argument("--only", default=",".join(TARGETS), help="workloads (all)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-peer"))
     args = parser.parse_args(argv)
@@ -69,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.only.split(","):
         workload, store = name.split("/")
-        events = args.events if workload == "batched" else args.batch1_events
+        events = {"batched": args.events, "batch1": args.batch1_events}.get(
+            workload, args.submit1_events
+        )
         ratios = []
         for pair in range(1, args.pairs + 1):
             ours = service(args.python, workload, store, events)

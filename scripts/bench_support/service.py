@@ -220,6 +220,16 @@ def publish_count(
     return published
 
 
+def submit_count(publisher: Any, maker: EventMaker, count: int, timeout_s: float) -> None:
+    """Submit ``count`` events one per call (``Publisher.submit``: its sender thread sends
+    what queues up meanwhile as one batch), then wait until every one was stored."""
+    futures = [publisher.submit(maker.batch(1)) for _ in range(count)]
+    publisher.flush(timeout_s)
+    accepted = sum(future.result(timeout=0)["accepted"] for future in futures)
+    if accepted != count:
+        raise BenchError(f"submit accepted {accepted} of {count}")
+
+
 def warm_up(
     publisher: Any,
     channel: Any,

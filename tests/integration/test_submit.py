@@ -1,0 +1,118 @@
+"""Publisher.submit against a real broker: events submitted one at a time are all stored
+and processed in order, a bad event fails only its own submission, a full channel holds
+submissions back until it has room, and wait/close flush what was submitted."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from channel_server.errors import InvalidEvent, QueueFull
+from publisher import Publisher
+from subscriber import Subscriber
+from tests.integration.conftest import channel_stats
+from tests.integration.procs import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+EVENTS = 2_000
+WAIT_S = 30.0
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.events.append(event)
+
+
+def test_events_submitted_one_at_a_time_are_all_processed_in_partition_order(
+    cluster: Cluster,
+) -> None:
+    cluster.broker("jobs")
+    worker = Worker()
+    with (
+        Subscriber("jobs", "w1", handler=worker, ns_port=cluster.ns_port),
+        Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub,
+    ):
+        futures = [pub.submit([pub.event({"n": n})]) for n in range(EVENTS)]
+        done = pub.wait(timeout_s=WAIT_S)  # flushes the submissions first
+        summaries = [f.result(timeout=0) for f in futures]
+    one = {"accepted": 1, "duplicates": [], "refused": 0, "unrouted": 0}
+    assert done["outstanding"] == 0
+    assert all(summary == one for summary in summaries)
+    assert sorted(ev["payload"]["n"] for ev in worker.events) == list(range(EVENTS))
+    for partition in range(16):
+        ns = [ev["payload"]["n"] for ev in worker.events if ev["partition"] == partition]
+        assert ns == sorted(ns), f"partition {partition} out of order"
+    assert channel_stats(cluster, "jobs")["accepted"] == EVENTS
+
+
+def test_a_bad_event_fails_only_its_own_submission(cluster: Cluster) -> None:
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        good = [pub.submit([pub.event(n)]) for n in range(50)]
+        bad_event = pub.event("bad")
+        bad_event["timestamp"] = "yesterday"
+        bad = pub.submit([pub.event("ok"), bad_event])
+        good += [pub.submit([pub.event(n)]) for n in range(50)]
+        pub.flush(WAIT_S)
+    with pytest.raises(InvalidEvent) as refused:
+        bad.result(timeout=0)
+    assert (refused.value.field, refused.value.index) == ("timestamp", 1)
+    assert [f.result(timeout=0)["accepted"] for f in good] == [1] * 100
+    assert channel_stats(cluster, "jobs")["accepted"] == 100  # none of the bad submission's
+
+
+def test_a_full_channel_holds_submissions_until_a_subscriber_makes_room(cluster: Cluster) -> None:
+    cluster.broker("small", extra=("--capacity", "100"))
+    worker = Worker()
+    with Publisher("small", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        futures = [pub.submit([pub.event(n) for n in range(b * 50, b * 50 + 50)]) for b in range(6)]
+        wait_until(lambda: futures[1].done(), what="the first 100 events stored")
+        assert not futures[-1].done()  # waits for room, not refused
+        with Subscriber("small", "w1", handler=worker, ns_port=cluster.ns_port):
+            pub.wait(timeout_s=WAIT_S)
+    assert sum(f.result(timeout=0)["accepted"] for f in futures) == 300
+    assert sorted(ev["payload"] for ev in worker.events) == list(range(300))
+
+
+def test_closing_while_the_channel_stays_full_fails_the_rest_with_queue_full(
+    cluster: Cluster,
+) -> None:
+    cluster.broker("small", extra=("--capacity", "10"))
+    pub = Publisher("small", "P", ns_port=cluster.ns_port, state_dir=None)
+    stored = pub.submit([pub.event(n) for n in range(10)])
+    held = pub.submit([pub.event(n) for n in range(10, 15)])
+    wait_until(stored.done, what="the first 10 events stored")
+    pub.close()
+    assert stored.result(timeout=0)["accepted"] == 10
+    with pytest.raises(QueueFull):
+        held.result(timeout=0)
+    with pytest.raises(ValueError, match="closed"):
+        pub.submit([pub.event("late")])
+    assert channel_stats(cluster, "small")["accepted"] == 10
+    assert not [t for t in threading.enumerate() if t.name == "publisher-P-sender"]
+
+
+EXITS_WITHOUT_CLOSE = """
+import sys
+from publisher import Publisher
+pub = Publisher("jobs", "P", ns_port=int(sys.argv[1]), state_dir=None)
+for n in range(500):
+    pub.submit([pub.event(n)])
+print("submitted", flush=True)
+"""
+
+
+def test_a_program_that_exits_without_closing_still_sends_what_it_submitted(
+    cluster: Cluster,
+) -> None:
+    cluster.broker("jobs")
+    done = cluster.run(["-c", EXITS_WITHOUT_CLOSE, str(cluster.ns_port)])
+    assert (done.returncode, done.stdout) == (0, "submitted\n"), done.stderr
+    assert channel_stats(cluster, "jobs")["accepted"] == 500
