@@ -8,13 +8,17 @@ every run):
               in batches of K over P partitions: events/s from the first publish to the
               last ack (the channel's ``stats()["acked"]``), and publish-to-handler latency
   batch1      the same with batches of 1 (fewer events)
-  submit1     the batch1 events given one per call to ``Publisher.submit``, which sends
-              what queues up during a round trip as one batch
   latency     a paced publisher at a fixed offered load: publish-to-handler p50 / p99
   raw         the Pyro5 ceiling: a trivial daemon ``receive(batch) -> [ids]`` in its own
               process, msgpack, the same event dicts, round trips from here
   memory      broker RSS per queued event: VmRSS before and after publishing M events
               with no subscriber
+
+With ``--submit`` the throughput, batch1 and latency publishers give each batch to
+``Publisher.submit`` instead of ``publish`` (its sender thread sends what queued up during
+a round trip as one batch of up to 1,000 events), then wait for every submission. A
+throughput run submits everything at once, so its latency counts the wait in the
+publisher's queue.
 
 Run it with the project's venv:  .venv/bin/python scripts/bench.py  (see --help).
 Every child process is stopped at the end, also on Ctrl-C, SIGTERM or an error.
@@ -60,7 +64,6 @@ from bench_support.service import (
     publish_count,
     read_summaries,
     start_bench_subscribers,
-    submit_count,
     use_tls,
     wait_acked,
     warm_up,
@@ -68,7 +71,9 @@ from bench_support.service import (
 from bench_support.service import start_run_broker as start_broker
 
 sys.path.insert(0, str(ROOT))  # measure the checkout this script is in, whatever is installed
-MEASUREMENTS = ("throughput", "batch1", "submit1", "latency", "raw", "memory")
+MEASUREMENTS = ("throughput", "batch1", "latency", "raw", "memory")
+PUBLISHED = ("throughput", "batch1", "latency")
+"""The measurements whose publisher ``--submit`` changes."""
 
 TARGETS: dict[tuple[str, str], Target] = {
     ("throughput", "events_per_s"): Target("events_per_s", ">=", 40_000),
@@ -92,11 +97,10 @@ def pipeline_run(
     count: int,
     batch_size: int,
     tick_s: float | None = None,
-    submit: bool = False,
 ) -> dict[str, Any]:
     """One end-to-end run: broker, subscribers, publish ``count`` events from here (paced
-    at ``batch_size`` events every ``tick_s`` when given; with ``submit``, one per
-    ``Publisher.submit``), wait for the last ack."""
+    at ``batch_size`` events every ``tick_s`` when given; through ``Publisher.submit``
+    with ``--submit``), wait for the last ack."""
     from publisher.client import Publisher
 
     with ProcGroup(s.workdir / f"{label}-{run}") as procs:
@@ -115,10 +119,7 @@ def pipeline_run(
             cpu_before = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
             batches_before = batch_counts(channel)
             t0 = time.time()
-            if submit:
-                submit_count(publisher, maker, count, max(60.0, count / 500))
-            else:
-                publish_count(publisher, maker, count, batch_size, tick_s)
+            publish_count(publisher, maker, count, batch_size, tick_s, submit=s.submit)
             t_published = time.time()
             t_acked = wait_acked(channel, baseline + count, max(60.0, count / 500))
             cpu_after = [cpu_seconds(pid) for pid in pids] + [cpu_seconds()]
@@ -167,10 +168,6 @@ def measure_throughput(s: Settings, run: int) -> dict[str, Any]:
 
 def measure_batch1(s: Settings, run: int) -> dict[str, Any]:
     return pipeline_run(s, "batch1", run, s.batch1_events, 1)
-
-
-def measure_submit1(s: Settings, run: int) -> dict[str, Any]:
-    return pipeline_run(s, "submit1", run, s.batch1_events, 1, submit=True)
 
 
 def measure_latency(s: Settings, run: int) -> dict[str, Any]:
@@ -250,7 +247,6 @@ def measure_memory(s: Settings, run: int) -> dict[str, Any]:
 MEASURE: dict[str, Callable[[Settings, int], dict[str, Any]]] = {
     "throughput": measure_throughput,
     "batch1": measure_batch1,
-    "submit1": measure_submit1,
     "latency": measure_latency,
     "raw": measure_raw,
     "memory": measure_memory,
@@ -272,10 +268,6 @@ SHOWN: dict[str, list[tuple[str, str, str]]] = {
         ("events_per_s", "events/s, first publish → last ack", ",.0f"),
         ("p99_ms", "latency p99 (ms)", ".2f"),
     ],
-    "submit1": [
-        ("events_per_s", "events/s, first submit → last ack", ",.0f"),
-        ("p99_ms", "latency p99 (ms)", ".2f"),
-    ],
     "latency": [
         ("offered_events_per_s", "offered load (events/s)", ",.0f"),
         ("p50_ms", "latency p50 (ms)", ".2f"),
@@ -292,12 +284,10 @@ SHOWN: dict[str, list[tuple[str, str, str]]] = {
 
 
 def describe(name: str, s: Settings) -> str:
-    return {
+    text = {
         "throughput": f"{s.events:,} x {s.payload_size} B, batch {s.batch_size}, "
         f"{s.partitions} partitions, {s.subscribers} subscribers",
         "batch1": f"{s.batch1_events:,} x {s.payload_size} B, batch 1, "
-        f"{s.partitions} partitions, {s.subscribers} subscribers",
-        "submit1": f"{s.batch1_events:,} x {s.payload_size} B, one per submit, "
         f"{s.partitions} partitions, {s.subscribers} subscribers",
         "latency": f"{s.latency_rate:,g} events/s for {s.latency_seconds:g} s "
         f"({max(1, round(s.latency_rate * s.latency_tick_ms / 1000))} every "
@@ -305,6 +295,9 @@ def describe(name: str, s: Settings) -> str:
         "raw": f"{s.raw_events:,} events in batches of {s.raw_batch_size}, msgpack",
         "memory": f"{s.memory_events:,} x {s.payload_size} B queued, no subscriber",
     }[name]
+    if s.submit and name in PUBLISHED:
+        text += ", through Publisher.submit"
+    return text
 
 
 # -- command line ------------------------------------------------------------------------

@@ -33,6 +33,9 @@ class Settings:
     workdir: Path = field(default_factory=Path)
     warmup_events: int | None = None
     """Events published (and acknowledged) before a throughput run; None: 4 per partition."""
+    submit: bool = False
+    """Publish through ``Publisher.submit`` (its sender thread batches what queues up)
+    instead of ``publish``."""
     open_partitions: bool = False
     """The warm-up publishes under the run's publisher id, so the run's partitions (one per
     publisher and partition) are open and owned when it starts: the run then measures
@@ -83,6 +86,12 @@ def add_bench_flags(parser: argparse.ArgumentParser) -> None:
         help="extra argument for 'channel_server serve' (repeatable), e.g. --broker-arg=--memory",
     )
     parser.add_argument(
+        "--submit",
+        action="store_true",
+        help="publish through Publisher.submit (a sender thread sends what queued up "
+        "during a round trip as one batch) instead of publish",
+    )
+    parser.add_argument(
         "--open-partitions",
         action="store_true",
         help="the warm-up opens the run's own partitions (it publishes as the run's "
@@ -119,4 +128,5 @@ def settings_from_args(args: argparse.Namespace, workdir: Path) -> Settings:
         broker_args=args.broker_arg,
         workdir=workdir,
         open_partitions=args.open_partitions,
+        submit=args.submit,
     )

@@ -193,6 +193,10 @@ def publish_checked(publisher: Any, batch: list[dict[str, Any]]) -> None:
         raise BenchError(f"publish accepted {summary['accepted']} of {len(batch)}: {summary}")
 
 
+SUBMITTED_WAIT_S = 600.0
+"""How long a run waits for its submissions to be stored."""
+
+
 def publish_count(
     publisher: Any,
     maker: EventMaker,
@@ -200,11 +204,15 @@ def publish_count(
     batch_size: int,
     tick_s: float | None = None,
     stop: threading.Event | None = None,
+    submit: bool = False,
 ) -> int:
     """Publish ``count`` events in batches (paced at one batch every ``tick_s`` when
-    given), until done or ``stop`` is set; returns how many were published."""
+    given), until done or ``stop`` is set; returns how many were published. With
+    ``submit``, each batch goes to ``Publisher.submit`` and every one is waited for at
+    the end."""
     batches = math.ceil(count / batch_size)
     published = 0
+    futures = []
     next_tick = time.perf_counter()
     for i in range(batches):
         if stop is not None and stop.is_set():
@@ -215,19 +223,17 @@ def publish_count(
                 time.sleep(delay)
             next_tick += tick_s
         size = min(batch_size, count - i * batch_size)
-        publish_checked(publisher, maker.batch(size))
+        if submit:
+            futures.append(publisher.submit(maker.batch(size)))
+        else:
+            publish_checked(publisher, maker.batch(size))
         published += size
+    if submit:
+        publisher.flush(SUBMITTED_WAIT_S)
+        accepted = sum(future.result(timeout=0)["accepted"] for future in futures)
+        if accepted != published:
+            raise BenchError(f"submit accepted {accepted} of {published}")
     return published
-
-
-def submit_count(publisher: Any, maker: EventMaker, count: int, timeout_s: float) -> None:
-    """Submit ``count`` events one per call (``Publisher.submit``: its sender thread sends
-    what queues up meanwhile as one batch), then wait until every one was stored."""
-    futures = [publisher.submit(maker.batch(1)) for _ in range(count)]
-    publisher.flush(timeout_s)
-    accepted = sum(future.result(timeout=0)["accepted"] for future in futures)
-    if accepted != count:
-        raise BenchError(f"submit accepted {accepted} of {count}")
 
 
 def warm_up(
