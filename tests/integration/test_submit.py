@@ -4,6 +4,7 @@ submissions back until it has room, and wait/close flush what was submitted."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from typing import Any
 
@@ -116,3 +117,34 @@ def test_a_program_that_exits_without_closing_still_sends_what_it_submitted(
     done = cluster.run(["-c", EXITS_WITHOUT_CLOSE, str(cluster.ns_port)])
     assert (done.returncode, done.stdout) == (0, "submitted\n"), done.stderr
     assert channel_stats(cluster, "jobs")["accepted"] == 500
+
+
+def test_a_broker_killed_mid_stream_loses_and_repeats_nothing_submitted(
+    cluster: Cluster,
+) -> None:
+    # A small capacity keeps the sender busy (sending, or waiting out QueueFull) when the
+    # broker is killed; its retries carry the stream over the restart.
+    extra = ("--capacity", "200")
+    broker = cluster.broker("a21", extra=extra)
+    cluster.subscriber("a21", "s1", "--quiet")
+    cluster.subscriber("a21", "s2", "--quiet")
+    total = 3000
+    with Publisher(
+        "a21", "PUB", ns_port=cluster.ns_port, state_dir=None, partitions=4, retry_for_s=60
+    ) as pub:
+        futures = [pub.submit([pub.event(n)]) for n in range(total)]
+        wait_until(lambda: channel_stats(cluster, "a21")["acked"] >= 300, what="stream running")
+        assert not futures[-1].done()  # still to be sent when the broker dies
+        broker.popen.send_signal(signal.SIGKILL)
+        broker.popen.wait(10)
+        cluster.broker("a21", extra=extra, name="broker")
+        pub.flush(90)
+        summaries = [f.result(timeout=0) for f in futures]
+    assert sum(s["accepted"] + len(s["duplicates"]) for s in summaries) == total
+    got = cluster.wait_for_records("a21", ("s1", "s2"), total, timeout_s=60)
+    seqs = {sub: [int(r["id"].split("-")[1]) for r in records] for sub, records in got.items()}
+    assert sorted(seqs["s1"] + seqs["s2"]) == list(range(1, total + 1))  # each exactly once
+    for mine in seqs.values():
+        for partition in range(4):
+            ordered = [seq for seq in mine if seq % 4 == partition]
+            assert ordered == sorted(ordered), f"partition {partition} out of order"
