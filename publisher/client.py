@@ -91,7 +91,8 @@ class Publisher:
     each batch is sent, so neither a re-run nor a crash reuses one (a crash may skip
     numbers). Events given no partition are spread round robin over ``partitions``.
     The proxy belongs to the thread that first publishes; use one Publisher per thread.
-    ``submit`` publishes in the background, from a sender thread of its own.
+    ``submit`` publishes in the background, from a sender thread of its own; threads may
+    share a Publisher for ``event`` and ``submit``.
     """
 
     def __init__(
@@ -161,6 +162,9 @@ class Publisher:
         self._sender: tuple[SendPipeline, RemoteChannel] | None = None
         """What ``submit`` sends through: made by its first call, with a connection of its
         own that only the pipeline's sender thread uses."""
+        # The sequence lock. Guards next_seq, _reserved, _floor and the making of
+        # _sender: threads sharing the Publisher may call event and submit at once.
+        self._seq_lock = threading.Lock()
         self._owned = False
         """Whether a thread used it yet: the first to publish (or wait) becomes its
         proxy's owner, whichever thread made it."""
@@ -191,17 +195,19 @@ class Publisher:
         submissions fail with it), give back the sequence numbers reserved and not used (a
         re-run goes on where this one stopped), and the connections. Publishing, submitting
         or waiting afterwards raises ValueError; a second close does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._seq_lock:  # a submit of another thread gets in before, or is refused
+            if self._closed:
+                return
+            self._closed = True
         try:
             if self._sender is not None:
                 pipeline, remote = self._sender
                 pipeline.close()
                 remote.release()
-            if self.state is not None and self._reserved > self.next_seq:
-                reserved, self._reserved = self._reserved, self.next_seq
-                self.state.release(self.channel, reserved, max(self.next_seq, self._floor))
+            with self._seq_lock:
+                if self.state is not None and self._reserved > self.next_seq:
+                    reserved, self._reserved = self._reserved, self.next_seq
+                    self.state.release(self.channel, reserved, max(self.next_seq, self._floor))
         finally:
             self._remote.release()
 
@@ -216,8 +222,9 @@ class Publisher:
         the subscribers; give one (a str or int) when events must be processed in order:
         each partition is delivered in ``(timestamp, offset)`` order. ``timestamp``
         defaults to now."""
-        seq = self.next_seq
-        self.next_seq += 1
+        with self._seq_lock:
+            seq = self.next_seq
+            self.next_seq += 1
         return {
             "id": f"{self.publisher_id}-{seq}",
             "publisher_id": self.publisher_id,
@@ -234,7 +241,8 @@ class Publisher:
         stored), QueueFull (the front stored) or BrokerUnavailable (after the retries);
         ValueError once closed."""
         self._check_open()
-        self._reserve()
+        with self._seq_lock:
+            self._reserve()
         try:
             summary = self._call("publish", events)
         except (ValueError, ClientError):
@@ -247,7 +255,8 @@ class Publisher:
         return summary
 
     def _reserve(self) -> None:
-        """Record the sequence ahead of the ids about to be sent (see RESERVE_AHEAD)."""
+        """Record the sequence ahead of the ids about to be sent (see RESERVE_AHEAD;
+        under the sequence lock)."""
         if self.state is not None and self.next_seq > self._reserved:
             ahead = self.next_seq + RESERVE_AHEAD
             self._floor = max(self._floor, self.state.reserve(self.channel, ahead))
@@ -270,15 +279,18 @@ class Publisher:
 
         Blocks while 100,000 submitted events wait to be sent (a channel that is full or
         away holds the caller back): TimeoutError after ``timeout_s`` (None: no limit).
-        ValueError once closed."""
-        self._check_open()
-        self._reserve()
-        if self._sender is None:
-            remote = RemoteChannel(self._options, self.channel, pause_s=RETRY_PAUSE_S)
-            name = f"publisher-{self.publisher_id}-sender"
-            publish = partial(remote.call, "publish")
-            self._sender = SendPipeline(publish, name, self._close_wait_s()), remote
-        return self._sender[0].submit(events, timeout_s)
+        ValueError once closed. Threads may share a Publisher for ``event`` and ``submit``
+        (``publish`` and ``wait`` stay with one thread)."""
+        with self._seq_lock:
+            self._check_open()
+            self._reserve()
+            if self._sender is None:
+                remote = RemoteChannel(self._options, self.channel, pause_s=RETRY_PAUSE_S)
+                name = f"publisher-{self.publisher_id}-sender"
+                publish = partial(remote.call, "publish")
+                self._sender = SendPipeline(publish, name, self._close_wait_s()), remote
+            pipeline = self._sender[0]
+        return pipeline.submit(events, timeout_s)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until everything submitted is done (stored, or failed: see each future).

@@ -5,7 +5,9 @@ submissions back until it has room, and wait/close flush what was submitted."""
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -148,3 +150,31 @@ def test_a_broker_killed_mid_stream_loses_and_repeats_nothing_submitted(
         for partition in range(4):
             ordered = [seq for seq in mine if seq % 4 == partition]
             assert ordered == sorted(ordered), f"partition {partition} out of order"
+
+
+def test_threads_sharing_a_publisher_submit_events_with_distinct_ids(cluster: Cluster) -> None:
+    cluster.broker("jobs")
+    threads, each = 8, 300
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show up
+    try:
+        with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+            futures: list[Future[dict[str, Any]]] = []
+
+            def submitter(n: int) -> None:
+                mine = [pub.submit([pub.event((n, i))]) for i in range(each)]
+                futures.extend(mine)
+
+            workers = [threading.Thread(target=submitter, args=(n,)) for n in range(threads)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join(WAIT_S)
+            pub.flush(WAIT_S)
+            senders = [t for t in threading.enumerate() if t.name == "publisher-P-sender"]
+    finally:
+        sys.setswitchinterval(switching)
+    assert len(senders) == 1  # one pipeline, whichever thread submitted first
+    assert len(futures) == threads * each
+    assert sum(f.result(timeout=0)["accepted"] for f in futures) == threads * each
+    assert channel_stats(cluster, "jobs")["accepted"] == threads * each  # no id twice
