@@ -229,12 +229,14 @@ class SendPipeline:
 
 
 def _shaped(events: Any) -> list[dict[str, Any]]:
+    """Copies of a submitted batch's events (a caller may reuse its dict for the next
+    event before this one is sent), checked for what the sender reads."""
     if not isinstance(events, list | tuple):
         raise InvalidEvent("batch", f"must be a list of events, got {type(events).__name__}")
     for index, event in enumerate(events):
         if not isinstance(event, dict) or type(event.get("id")) is not str:
             raise InvalidEvent("id", "each event must be a map with a string id", index)
-    return list(events)
+    return [dict(event) for event in events]
 
 
 def _fail(send: list[Submission], exc: BaseException) -> None:

@@ -224,3 +224,16 @@ def test_a_batch_the_sender_cannot_read_is_refused_at_once(
     assert (refused.value.field, refused.value.index) == (field, index)
     assert pipeline.submit([ev("ok")], None).result(timeout=WAIT_S)["accepted"] == 1
     pipeline.close(WAIT_S)
+
+
+def test_a_caller_reusing_its_event_dict_sends_what_it_submitted() -> None:
+    channel = FakeChannel(hold_first=True)
+    pipeline, _ = held_pipeline(channel)
+    event = ev("a")
+    first = pipeline.submit([event], None)
+    event["id"] = "b"  # reused for the next event before the first is sent
+    second = pipeline.submit([event], None)
+    channel.release.set()
+    assert first.result(timeout=WAIT_S)["accepted"] == second.result(timeout=WAIT_S)["accepted"]
+    assert channel.batches[1] == ["a", "b"]
+    pipeline.close(WAIT_S)
