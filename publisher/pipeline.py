@@ -79,18 +79,26 @@ def settle(
     send: list[Submission], duplicates: list[str], refused: set[str], unrouted: bool
 ) -> None:
     """Count a send's reply into its submissions: their duplicates, the events stored (or
-    unrouted: a topic with no group), and the refused events, which stay to be sent again."""
-    known = set(duplicates)
+    unrouted: a topic with no group), and the refused events, which stay to be sent again.
+    Each id of a send belongs to one submission (``take_send``); a batch that repeats an
+    id has its later copies counted as duplicates, and only its first copy refused."""
+    owner = {ev["id"]: sub for sub in send for ev in sub.events}
+    dups: dict[Submission, int] = {}
+    for dup in duplicates:
+        if (sub := owner.get(dup)) is not None:
+            sub.duplicates.append(dup)
+            dups[sub] = dups.get(sub, 0) + 1
     for sub in send:
-        dups = [ev["id"] for ev in sub.events if ev["id"] in known]
-        left = [ev for ev in sub.events if ev["id"] in refused]
-        fresh = len(sub.events) - len(dups) - len(left)
-        sub.duplicates.extend(dups)
+        left: dict[str, dict[str, Any]] = {}
+        for ev in sub.events:
+            if ev["id"] in refused:
+                left.setdefault(ev["id"], ev)
+        fresh = len(sub.events) - dups.get(sub, 0) - len(left)
         if unrouted:
             sub.unrouted += fresh
         else:
             sub.accepted += fresh
-        sub.events = left
+        sub.events = list(left.values())
 
 
 class SendPipeline:

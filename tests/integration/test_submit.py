@@ -178,3 +178,18 @@ def test_threads_sharing_a_publisher_submit_events_with_distinct_ids(cluster: Cl
     assert len(futures) == threads * each
     assert sum(f.result(timeout=0)["accepted"] for f in futures) == threads * each
     assert channel_stats(cluster, "jobs")["accepted"] == threads * each  # no id twice
+
+
+def test_a_submission_says_what_publish_would_have_said(cluster: Cluster) -> None:
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        known = pub.event("known")
+        pub.publish([known])
+        twice = pub.event("twice")
+        summary = pub.submit([twice, dict(twice), known, pub.event("new")]).result(WAIT_S)
+    assert summary == {
+        "accepted": 2,
+        "duplicates": [twice["id"], known["id"]],
+        "refused": 0,
+        "unrouted": 0,
+    }

@@ -237,3 +237,12 @@ def test_a_caller_reusing_its_event_dict_sends_what_it_submitted() -> None:
     assert first.result(timeout=WAIT_S)["accepted"] == second.result(timeout=WAIT_S)["accepted"]
     assert channel.batches[1] == ["a", "b"]
     pipeline.close(WAIT_S)
+
+
+def test_a_submission_repeating_its_own_id_counts_the_copies_as_duplicates() -> None:
+    a = Submission([ev("a"), ev("a"), ev("b")])
+    settle([a], duplicates=["a"], refused=set(), unrouted=False)  # as the channel answers
+    assert a.summary() == {"accepted": 2, "duplicates": ["a"], "refused": 0, "unrouted": 0}
+    full = Submission([ev("c"), ev("c")])
+    settle([full], duplicates=["c"], refused={"c"}, unrouted=False)
+    assert (full.accepted, full.duplicates, [e["id"] for e in full.events]) == (0, ["c"], ["c"])
