@@ -107,10 +107,13 @@ def publish(args: argparse.Namespace) -> int:
             events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
             if args.rate:
                 events = paced(events, args.rate, stop)
-            after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
-            totals = publisher.publish_all(
-                events, args.batch_size, args.wait_when_full, after_batch, stop
-            )
+            if args.submit:
+                totals = publisher.submit_all(events, args.batch_size, stop)
+            else:
+                after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
+                totals = publisher.publish_all(
+                    events, args.batch_size, args.wait_when_full, after_batch, stop
+                )
             count = args.count
         elapsed = time.perf_counter() - started
     figures = {

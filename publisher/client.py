@@ -397,6 +397,29 @@ class Publisher:
         totals.stopped = stop.is_set()
         return totals
 
+    def submit_all(
+        self,
+        events: Iterable[dict[str, Any]],
+        batch_size: int,
+        stop: threading.Event | None = None,
+    ) -> PublishTotals:
+        """Publish an iterable through ``submit``, ``batch_size`` events per submission,
+        and wait for them all: ``publish_all`` with ``wait_when_full``, but the next
+        batches are made while earlier ones travel. Once ``stop`` is set the rest is not
+        submitted (``totals.stopped``); what was is still sent. Raises the first failed
+        submission's error (BrokerUnavailable, InvalidEvent ...) once all are done."""
+        stop = stop or threading.Event()
+        batches = _chunks(_until(events, stop), batch_size)
+        futures = [self.submit(batch) for batch in batches]
+        self.flush()
+        totals = PublishTotals()
+        for future in futures:
+            if (error := future.exception(timeout=0)) is not None:
+                raise error
+            totals.add(future.result(timeout=0))
+        totals.stopped = stop.is_set()
+        return totals
+
 
 def _until(events: Iterable[dict[str, Any]], stop: threading.Event) -> Iterator[dict[str, Any]]:
     for event in events:

@@ -14,9 +14,16 @@ from publisher.client import DEFAULT_PARTITIONS
 DEFAULT_BATCH = 100
 DEFAULT_PAYLOAD = 100
 DEFAULT_RETRY_FOR_S = 30.0
-FILE_ONLY = ("spark", "spark_threshold", "subscribers", "master", "driver_host")
+FILE_ONLY: tuple[str, ...] = ("spark", "spark_threshold", "subscribers", "master", "driver_host")
 """Flags (dests) of ``publish --file`` alone: refused with ``--count``, not ignored."""
-COUNT_ONLY = ("partitions", "payload_size", "start_seq", "rate", "kill_queues_at")
+COUNT_ONLY: tuple[str, ...] = (
+    "partitions",
+    "payload_size",
+    "start_seq",
+    "rate",
+    "kill_queues_at",
+    "submit",
+)
 """Flags (dests) of synthetic events alone: refused with ``--file``, not ignored."""
 
 
@@ -148,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: what the channel has, or the broker's default for a new one)",
     )
     pub.add_argument(
+        "--submit",
+        action="store_const",
+        const=True,
+        default=None,
+        help="with --count only: send the batches through Publisher.submit, so the next "
+        "batches are made while earlier ones travel and what queues up goes as one call; "
+        "a full channel is waited out (as --wait-when-full)",
+    )
+    pub.add_argument(
         "--wait-when-full",
         action="store_true",
         help="on QueueFull wait for the channel's retry hint and publish the rest again",
@@ -181,6 +197,8 @@ def check_publish_flags(args: argparse.Namespace) -> str | None:
         if getattr(args, dest) is not None:
             flag = "--" + dest.replace("_", "-")
             return f"{flag} does not apply to {mine} ({why})"
+    if args.submit and args.kill_queues_at is not None:
+        return "--kill-queues-at does not apply to --submit (it counts publish calls)"
     defaults = {
         "spark": SparkMode.AUTO.value,
         "spark_threshold": DEFAULT_SPARK_THRESHOLD_ROWS,

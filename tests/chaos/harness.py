@@ -28,6 +28,9 @@ from tests.integration.procs import Cluster, Proc, wait_until
 CHANNEL = "chaos"
 SUBSCRIBERS = ("s1", "s2", "s3")
 PUBLISHERS = ("P1", "P2")
+SUBMITTING = frozenset({"P2"})
+"""Publishers that send through ``Publisher.submit`` (``publish --submit``); the others
+call ``publish`` for each batch."""
 PREFETCH = 10
 PARTITIONS = 8
 BATCH_SIZE = 20
@@ -167,6 +170,8 @@ def publish(cluster: Cluster, pub_id: str, events: int, rate: float, partitions:
         "--batch-size", str(BATCH_SIZE), "--rate", f"{rate:.3f}",
         "--retry-for", str(RETRY_FOR_S), "--state-dir", str(cluster.tmp / "pub-state"), "--json",
     ]  # fmt: skip
+    if pub_id in SUBMITTING:
+        argv.append("--submit")
     return cluster.start(pub_id, argv, ready=None)
 
 

@@ -4,6 +4,7 @@ submissions back until it has room, and wait/close flush what was submitted."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -193,3 +194,17 @@ def test_a_submission_says_what_publish_would_have_said(cluster: Cluster) -> Non
         "refused": 0,
         "unrouted": 0,
     }
+
+
+def test_the_cli_publishes_through_submit(cluster: Cluster) -> None:
+    cluster.broker("jobs", extra=("--capacity", "500"))  # waited out, not refused
+    cluster.subscriber("jobs", "s1", "--quiet")
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "jobs", "--id", "P"]
+    argv += ["--count", "3000", "--batch-size", "10", "--submit", "--json"]
+    argv += ["--state-dir", str(cluster.tmp / "pub-state")]
+    done = cluster.run(argv)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.splitlines()[-1])
+    assert (figures["accepted"], figures["duplicates"], figures["refused"]) == (3000, 0, 0)
+    got = cluster.wait_for_records("jobs", ("s1",), 3000, timeout_s=60)
+    assert sorted(int(r["id"].split("-")[1]) for r in got["s1"]) == list(range(1, 3001))

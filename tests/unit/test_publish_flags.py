@@ -24,6 +24,11 @@ PUBLISH = ["publish", "--channel", "c", "--id", "P"]
         (["--file", "b.jsonl", "--partitions", "4"], "--partitions does not apply to --file"),
         (["--file", "b.jsonl", "--rate", "5"], "--rate does not apply to --file"),
         (["--file", "b.jsonl", "--start-seq", "7"], "--start-seq does not apply to --file"),
+        (["--file", "b.jsonl", "--submit"], "--submit does not apply to --file"),
+        (
+            ["--count", "3", "--submit", "--kill-queues-at", "1"],
+            "--kill-queues-at does not apply to --submit",
+        ),
     ],
 )
 def test_a_flag_of_the_other_source_is_refused_in_one_line(
