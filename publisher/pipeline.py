@@ -164,12 +164,14 @@ class SendPipeline:
     def flush(self, timeout_s: float | None) -> bool:
         """Wait until everything submitted is done; False when ``timeout_s`` passed first
         (None: no limit; the sends' own retries and a full channel's waits bound it)."""
+        self._not_on_sender("flush")
         with self._cond:
             return self._cond.wait_for(lambda: not self._queue and not self._sending, timeout_s)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Send what is queued (a QueueFull is no longer waited out) and stop the thread,
         waiting ``timeout_s`` at most for it (None: ``close_wait_s``)."""
+        self._not_on_sender("close")
         timeout_s = self._close_wait_s if timeout_s is None else timeout_s
         self._closing.set()
         with self._cond:
@@ -180,6 +182,14 @@ class SendPipeline:
             thread.join(timeout_s)
             if thread.is_alive():
                 log.warning("%s: sends still under way after %g s", self._name, timeout_s)
+
+    def _not_on_sender(self, what: str) -> None:
+        """A future's callbacks run on the sender thread, which would wait for itself."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(
+                f"{what} cannot run in a future's callback (on the sender thread); "
+                "hand it to another thread"
+            )
 
     # -- the sender thread ---------------------------------------------------------------
     def _run(self) -> None:

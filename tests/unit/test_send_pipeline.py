@@ -246,3 +246,23 @@ def test_a_submission_repeating_its_own_id_counts_the_copies_as_duplicates() -> 
     full = Submission([ev("c"), ev("c")])
     settle([full], duplicates=["c"], refused={"c"}, unrouted=False)
     assert (full.accepted, full.duplicates, [e["id"] for e in full.events]) == (0, ["c"], ["c"])
+
+
+def test_a_callback_that_flushes_or_closes_is_refused_instead_of_waiting_for_itself() -> None:
+    channel = FakeChannel(hold_first=True)
+    pipeline, future = held_pipeline(channel)
+    errors: list[BaseException] = []
+
+    def callback(_: Future[dict[str, Any]]) -> None:
+        for wait in (lambda: pipeline.flush(WAIT_S), lambda: pipeline.close(WAIT_S)):
+            try:
+                wait()
+            except RuntimeError as exc:
+                errors.append(exc)
+
+    future.add_done_callback(callback)  # before it is done: it runs on the sender
+    channel.release.set()
+    wait_until(lambda: len(errors) == 2, what="the callback's refusals")
+    assert all("callback" in str(exc) for exc in errors)
+    assert pipeline.submit([ev("b")], None).result(timeout=WAIT_S)["accepted"] == 1
+    pipeline.close(WAIT_S)
