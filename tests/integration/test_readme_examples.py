@@ -1,7 +1,9 @@
 """The documentation's examples run as written against a fresh broker: README's library
-example (twice: a re-run publishes new events) and examples/jobs.py (1,000 jobs spread
-evenly over 4 workers, each done once). Only the name server's port is changed: the
-examples say 9090, the test's broker listens on a free port."""
+example (twice: a re-run publishes new events), examples/jobs.py (1,000 jobs spread
+evenly over 4 workers, each done once) and examples/stream.py (threads sharing a
+Publisher submit events one at a time, each stored and processed). Only the name
+server's port is changed: the examples say 9090, the test's broker listens on a free
+port."""
 
 from __future__ import annotations
 
@@ -77,3 +79,15 @@ def test_the_jobs_example_spreads_the_work_evenly_and_waits_for_it(cluster: Clus
     assert "0 missing, 0 done more than once" in result.stdout
     stats = channel_stats(cluster, "jobs")  # the broker agrees: all acknowledged, none left
     assert (stats["accepted"], stats["acked"], stats["unacked"]) == (JOBS, JOBS, 0)
+
+
+def test_the_stream_example_stores_and_processes_every_submitted_event(cluster: Cluster) -> None:
+    cluster.broker()
+    argv = [str(PROJECT_ROOT / "examples" / "stream.py"), "--ns-port", str(cluster.ns_port)]
+    result = run_here(cluster, [*argv, "--handlers", "4", "--events", "4000"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4000 events submitted by 4 handlers, stored in " in result.stdout
+    for handler in range(4):
+        assert f"handler-{handler}: 1000 events processed" in result.stdout
+    stats = channel_stats(cluster, "clicks")
+    assert (stats["accepted"], stats["acked"], stats["unacked"]) == (4000, 4000, 0)
