@@ -27,13 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from channel_server.errors import ClientError, InvalidEvent, QueueFull
+from channel_server.payloads import payload_size
 
 log = logging.getLogger(__name__)
 SEND_MAX_EVENTS = 1_000
 """Events one send carries at most: a submission larger than that goes alone, whole."""
+SEND_MAX_BYTES = 8 << 20
+"""Payload bytes one send carries at most (the same rule; a call holds 64 MiB at most)."""
 PENDING_MAX_EVENTS = 100_000
-"""Events submitted and not yet sent: ``submit`` waits for room beyond this (the channel
-being full, or slower than the caller, holds the caller back instead of its memory)."""
+PENDING_MAX_BYTES = 64 << 20
+"""Events, and their payloads' bytes, submitted and not yet sent: ``submit`` waits for
+room beyond either (the channel being full, or slower than the caller, holds the caller
+back instead of its memory). A submission larger than that alone goes when none waits."""
 WAIT_SLICE_S = 0.5
 """The longest a wait of the pipeline's threads sleeps before looking again."""
 
@@ -43,6 +48,8 @@ class Submission:
     """Events submitted together, and what became of those sent so far."""
 
     events: list[dict[str, Any]]
+    size: int = 0
+    """Its payloads' bytes (``payload_size``)."""
     future: Future[dict[str, Any]] = field(default_factory=Future)
     accepted: int = 0
     unrouted: int = 0
@@ -58,20 +65,27 @@ class Submission:
         }
 
 
-def take_send(queue: deque[Submission], max_events: int = SEND_MAX_EVENTS) -> list[Submission]:
-    """The next send: whole submissions from the front, ``max_events`` at most (the first
-    goes even when larger). A submission repeating an id of the send waits for the next
-    one, so that each id the channel names in its reply belongs to one submission."""
+def take_send(
+    queue: deque[Submission], max_events: int = SEND_MAX_EVENTS, max_bytes: int = SEND_MAX_BYTES
+) -> list[Submission]:
+    """The next send: whole submissions from the front, ``max_events`` and ``max_bytes``
+    at most (the first goes even when larger). A submission repeating an id of the send
+    waits for the next one, so that each id the channel names in its reply belongs to one
+    submission."""
     send: list[Submission] = []
     ids: set[str] = set()
-    count = 0
+    count = size = 0
     while queue:
-        events = queue[0].events
-        if send and (count + len(events) > max_events or any(ev["id"] in ids for ev in events)):
+        sub = queue[0]
+        if send and (
+            count + len(sub.events) > max_events
+            or size + sub.size > max_bytes
+            or any(ev["id"] in ids for ev in sub.events)
+        ):
             break
         send.append(queue.popleft())
-        ids.update(ev["id"] for ev in events)
-        count += len(events)
+        ids.update(ev["id"] for ev in sub.events)
+        count, size = count + len(sub.events), size + sub.size
     return send
 
 
@@ -103,8 +117,9 @@ def settle(
 
 class SendPipeline:
     """The queue of submissions and the thread that sends them (started by the first
-    ``submit``, stopped by ``close``). ``_cond`` guards ``_queue``, ``_queued`` (events in
-    it), ``_sending`` (submissions taken and not done) and ``_closing``."""
+    ``submit``, stopped by ``close``). ``_cond`` guards ``_queue``, ``_queued`` and
+    ``_queued_bytes`` (its events and their payloads' bytes), ``_sending`` (submissions
+    taken and not done) and ``_closing``."""
 
     def __init__(
         self,
@@ -120,6 +135,7 @@ class SendPipeline:
         self._cond = threading.Condition()
         self._queue: deque[Submission] = deque()
         self._queued = 0
+        self._queued_bytes = 0
         self._sending = 0
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,11 +143,12 @@ class SendPipeline:
     def submit(
         self, events: list[dict[str, Any]], timeout_s: float | None
     ) -> Future[dict[str, Any]]:
-        """Queue a batch; waits while PENDING_MAX_EVENTS are queued (TimeoutError after
+        """Queue a batch; waits while PENDING_MAX_EVENTS (or _BYTES) wait (TimeoutError after
         ``timeout_s``; None: as long as it takes). InvalidEvent at once for a batch that is
         not a list of maps with string ids (what the sender reads); the channel checks
         the rest."""
-        sub = Submission(_shaped(events))
+        shaped = _shaped(events)
+        sub = Submission(shaped, sum(_payload_bytes(event) for event in shaped))
         with self._cond:
             if not self._cond.wait_for(self._has_room, timeout_s):
                 raise TimeoutError(
@@ -142,6 +159,7 @@ class SendPipeline:
                 raise ValueError(f"{self._name} is closed")
             self._queue.append(sub)
             self._queued += len(sub.events)
+            self._queued_bytes += sub.size
             self._cond.notify_all()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -159,7 +177,11 @@ class SendPipeline:
         self.close()
 
     def _has_room(self) -> bool:
-        return self._queued < PENDING_MAX_EVENTS or self._closing.is_set()
+        return (
+            not self._queue
+            or (self._queued < PENDING_MAX_EVENTS and self._queued_bytes < PENDING_MAX_BYTES)
+            or self._closing.is_set()
+        )
 
     def flush(self, timeout_s: float | None) -> bool:
         """Wait until everything submitted is done; False when ``timeout_s`` passed first
@@ -201,6 +223,7 @@ class SendPipeline:
                 if not taken:
                     return  # closing, and nothing left
                 self._queued -= sum(len(sub.events) for sub in taken)
+                self._queued_bytes -= sum(sub.size for sub in taken)
                 # a submission cancelled before its send began is not sent
                 send = [sub for sub in taken if sub.future.set_running_or_notify_cancel()]
                 self._sending = len(send)
@@ -255,6 +278,15 @@ def _shaped(events: Any) -> list[dict[str, Any]]:
         if not isinstance(event, dict) or type(event.get("id")) is not str:
             raise InvalidEvent("id", "each event must be a map with a string id", index)
     return [dict(event) for event in events]
+
+
+def _payload_bytes(event: dict[str, Any]) -> int:
+    """What an event's payload counts for against the byte bounds (one the channel will
+    refuse counts for nothing)."""
+    try:
+        return payload_size(event.get("payload"))
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def _fail(send: list[Submission], exc: BaseException) -> None:

@@ -40,6 +40,13 @@ def test_a_submission_larger_than_the_limit_goes_alone_and_whole() -> None:
     assert [len(s.events) for s in take_send(queue, max_events=6)] == [1]
 
 
+def test_a_send_carries_a_bounded_number_of_payload_bytes() -> None:
+    queue = deque(Submission([ev(f"e{n}")], size=3) for n in range(5))
+    assert len(take_send(queue, max_bytes=7)) == 2
+    big = deque([Submission([ev("big")], size=100), Submission([ev("next")], size=1)])
+    assert [s.events[0]["id"] for s in take_send(big, max_bytes=7)] == ["big"]  # alone
+
+
 def test_a_submission_repeating_an_id_of_the_send_waits_for_the_next_send() -> None:
     queue = deque([Submission([ev("a")]), Submission([ev("b")]), Submission([ev("a")])])
     assert [s.events[0]["id"] for s in take_send(queue)] == ["a", "b"]
@@ -198,6 +205,21 @@ def test_submit_waits_for_room_and_times_out(monkeypatch: pytest.MonkeyPatch) ->
         pipeline.submit([ev("c")], 0.05)
     channel.release.set()
     assert pipeline.submit([ev("c")], WAIT_S).result(timeout=WAIT_S)["accepted"] == 1
+    pipeline.close(WAIT_S)
+
+
+def test_submit_waits_while_the_payload_bytes_waiting_reach_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("publisher.pipeline.PENDING_MAX_BYTES", 1000)
+    channel = FakeChannel(hold_first=True)
+    pipeline, _ = held_pipeline(channel)
+    big = {**ev("big"), "payload": "x" * 5000}  # over the bound alone: goes, none waits
+    pipeline.submit([big], None)
+    with pytest.raises(TimeoutError):
+        pipeline.submit([ev("small")], 0.05)
+    channel.release.set()
+    assert pipeline.submit([ev("small")], WAIT_S).result(timeout=WAIT_S)["accepted"] == 1
     pipeline.close(WAIT_S)
 
 
