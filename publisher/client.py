@@ -277,10 +277,11 @@ class Publisher:
         flush first. ``publish`` does not wait for earlier submissions: ``flush`` before it
         when their order matters.
 
-        Blocks while 100,000 submitted events wait to be sent (a channel that is full or
-        away holds the caller back): TimeoutError after ``timeout_s`` (None: no limit).
-        ValueError once closed. Threads may share a Publisher for ``event`` and ``submit``
-        (``publish`` and ``wait`` stay with one thread)."""
+        Blocks while 100,000 submitted events (or 64 MiB of payloads) wait to be sent (a
+        channel that is full or away holds the caller back): TimeoutError after
+        ``timeout_s`` (None: no limit). ValueError once closed. Threads may share a
+        Publisher for ``event`` and ``submit`` (``publish`` and ``wait`` stay with one
+        thread)."""
         with self._seq_lock:
             self._check_open()
             self._reserve()
