@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 from channel_client.lookup import resolve_channel
@@ -21,3 +24,15 @@ def channel_stats(cluster: Cluster, channel: str) -> dict:
     uri = resolve_channel("127.0.0.1", cluster.ns_port, channel)
     with make_proxy(uri, 5.0) as proxy:
         return proxy.stats()
+
+
+class Worker:
+    """A subscriber's handler that remembers what it got."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.events.append(event)

@@ -22,21 +22,10 @@ from channel_server.errors import (
 )
 from publisher import DEFAULT_PARTITIONS, Publisher, Putter
 from subscriber import PullClient, Subscriber
+from tests.integration.conftest import Worker
 from tests.integration.procs import Cluster, free_port, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-class Worker:
-    """A subscriber's handler that remembers what it got."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        with self._lock:
-            self.events.append(event)
 
 
 def subscriber_threads(sub_id: str) -> list[str]:

@@ -16,22 +16,12 @@ import pytest
 from channel_server.errors import InvalidEvent, QueueFull
 from publisher import Publisher
 from subscriber import Subscriber
-from tests.integration.conftest import channel_stats
+from tests.integration.conftest import Worker, channel_stats
 from tests.integration.procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 EVENTS = 2_000
 WAIT_S = 30.0
-
-
-class Worker:
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        with self._lock:
-            self.events.append(event)
 
 
 def test_events_submitted_one_at_a_time_are_all_processed_in_partition_order(
