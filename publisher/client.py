@@ -303,6 +303,14 @@ class Publisher:
                 f"{self.channel} after {timeout_s:g} s"
             )
 
+    def _flushed_within(self, timeout_s: float) -> float:
+        """Flush what was submitted (TimeoutError past ``timeout_s``); the time left."""
+        if self._sender is None:
+            return timeout_s
+        started = time.monotonic()
+        self.flush(timeout_s)
+        return max(0.0, timeout_s - (time.monotonic() - started))
+
     def _close_wait_s(self) -> float:
         """How long ``close`` lets the submissions in hand take: one send's retries."""
         options = self._options
@@ -339,9 +347,7 @@ class Publisher:
         to be sent first (within the same ``timeout_s``)."""
         self._check_open()
         counts: dict[str, int] = {}
-        deadline = time.monotonic() + timeout_s
-        self.flush(timeout_s)
-        for _ in polling(max(0.0, deadline - time.monotonic())):
+        for _ in polling(self._flushed_within(timeout_s)):
             counts = self._call("outstanding", self.publisher_id)
             if counts["outstanding"] == 0:
                 if counts["dead_letters"]:
