@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from channel_server.errors import ClientError, InvalidEvent, QueueFull
+from channel_server.log_throttle import Throttle
 from channel_server.payloads import payload_size
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,9 @@ class SendPipeline:
         self._sending = 0
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failures = Throttle(log)
+        """Sends that failed: logged (at most every 10 s), so a caller that never looks
+        at its futures still hears of events not stored."""
 
     def submit(
         self, events: list[dict[str, Any]], timeout_s: float | None
@@ -244,21 +248,34 @@ class SendPipeline:
                 settle(send, full.duplicates, set(full.refused_ids), unrouted=False)
                 send = self._done_if_sent(send)
                 if self._closing.wait(full.retry_after_s):
-                    _fail(send, full)  # closing: not waited out again
+                    self._fail(send, full)  # closing: not waited out again
                     return
             except ClientError as exc:
                 if len(send) == 1:
-                    _fail(send, exc)
+                    self._fail(send, exc)
                     return
                 for sub in send:  # only the submission that earned it fails
                     self._send([sub])
                 return
             except Exception as exc:  # the channel stays away (BrokerUnavailable ...)
-                _fail(send, exc)
+                self._fail(send, exc)
                 return
             else:
                 settle(send, summary["duplicates"], set(), bool(summary.get("unrouted")))
                 send = self._done_if_sent(send)
+
+    def _fail(self, send: list[Submission], exc: BaseException) -> None:
+        events = sum(len(sub.events) for sub in send)
+        self._failures.warning(
+            "send",
+            "%s: %d submitted events not stored: %s: %s (their futures hold the error)",
+            self._name,
+            events,
+            type(exc).__name__,
+            exc,
+        )
+        for sub in send:
+            sub.future.set_exception(exc)
 
     @staticmethod
     def _done_if_sent(send: list[Submission]) -> list[Submission]:
@@ -287,8 +304,3 @@ def _payload_bytes(event: dict[str, Any]) -> int:
         return payload_size(event.get("payload"))
     except (TypeError, ValueError, OverflowError):
         return 0
-
-
-def _fail(send: list[Submission], exc: BaseException) -> None:
-    for sub in send:
-        sub.future.set_exception(exc)

@@ -4,6 +4,7 @@ function that records each batch and answers as scripted)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -167,7 +168,9 @@ def test_closing_while_the_channel_is_full_fails_the_refused_with_queue_full() -
         waiting.result(timeout=0)
 
 
-def test_a_channel_that_stays_away_fails_what_was_being_sent_and_the_next_goes_on() -> None:
+def test_a_channel_that_stays_away_fails_what_was_being_sent_and_the_next_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     calls = iter([BrokerUnavailable("channel c", "gone"), None])
 
     def answer(batch: list[dict[str, Any]]) -> dict[str, Any]:
@@ -177,9 +180,12 @@ def test_a_channel_that_stays_away_fails_what_was_being_sent_and_the_next_goes_o
 
     channel = FakeChannel(answer)
     pipeline = SendPipeline(channel, "test-sender")
-    lost = pipeline.submit([ev("a")], None)
-    with pytest.raises(BrokerUnavailable):
-        lost.result(timeout=WAIT_S)
+    with caplog.at_level(logging.WARNING, logger="publisher.pipeline"):
+        lost = pipeline.submit([ev("a")], None)
+        with pytest.raises(BrokerUnavailable):
+            lost.result(timeout=WAIT_S)
+    # said in the log too, for a caller that never looks at its futures
+    assert "test-sender: 1 submitted events not stored: BrokerUnavailable" in caplog.text
     assert pipeline.submit([ev("b")], None).result(timeout=WAIT_S)["accepted"] == 1
     pipeline.close(WAIT_S)
 
