@@ -239,8 +239,11 @@ class Publisher:
         non-empty batch was a duplicate, also a ``warning`` saying why nothing will be
         processed (logged too, once per Publisher). Raises InvalidEvent (nothing
         stored), QueueFull (the front stored) or BrokerUnavailable (after the retries);
-        ValueError once closed."""
+        ValueError once closed. What was submitted before is sent first, so the two keep
+        their order (TimeoutError when that takes longer than a send's retries)."""
         self._check_open()
+        if self._sender is not None:
+            self.flush(self._close_wait_s())
         with self._seq_lock:
             self._reserve()
         try:
@@ -273,9 +276,8 @@ class Publisher:
         The future is done once the channel stored the events: an InvalidEvent fails only
         the submission that holds the bad event, a QueueFull is waited out and the refused
         events sent again (before anything submitted later), BrokerUnavailable fails
-        what was being sent. ``flush`` waits for every submission, ``wait`` and ``close``
-        flush first. ``publish`` does not wait for earlier submissions: ``flush`` before it
-        when their order matters.
+        what was being sent. ``flush`` waits for every submission; ``publish``, ``wait``
+        and ``close`` flush first.
 
         Blocks while 100,000 submitted events (or 64 MiB of payloads) wait to be sent (a
         channel that is full or away holds the caller back): TimeoutError after

@@ -198,3 +198,17 @@ def test_the_cli_publishes_through_submit(cluster: Cluster) -> None:
     assert (figures["accepted"], figures["duplicates"], figures["refused"]) == (3000, 0, 0)
     got = cluster.wait_for_records("jobs", ("s1",), 3000, timeout_s=60)
     assert sorted(int(r["id"].split("-")[1]) for r in got["s1"]) == list(range(1, 3001))
+
+
+def test_publish_after_submit_keeps_their_order(cluster: Cluster) -> None:
+    cluster.broker("jobs")
+    worker = Worker()
+    with (
+        Subscriber("jobs", "w1", handler=worker, ns_port=cluster.ns_port),
+        Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None, partitions=1) as pub,
+    ):
+        futures = [pub.submit([pub.event(n)]) for n in range(EVENTS)]
+        pub.publish([pub.event("last")])
+        assert all(f.done() for f in futures)  # sent before the publish
+        pub.wait(timeout_s=WAIT_S)
+    assert [ev["payload"] for ev in worker.events] == [*range(EVENTS), "last"]
