@@ -40,6 +40,8 @@ file is written (and synced) once per this many ids instead of before every batc
 each on this kind of machine: as much as a one-event publish). A publisher that dies
 without closing skips at most this many ids on its next run; none is ever reused."""
 RETRY_PAUSE_S = 0.2
+STOP_CHECK_S = 0.2
+"""How often ``submit_all`` looks at its stop event while it waits (for room, for sends)."""
 DEFAULT_PARTITIONS = 16
 """Partitions an event given no partition is spread over (partition ``seq % 16``), like
 ``publisher publish --partitions P``. A partition goes whole to one subscriber at a time,
@@ -200,10 +202,7 @@ class Publisher:
                 return
             self._closed = True
         try:
-            if self._sender is not None:
-                pipeline, remote = self._sender
-                pipeline.close()
-                remote.release()
+            self._end_sending()
             with self._seq_lock:
                 if self.state is not None and self._reserved > self.next_seq:
                     reserved, self._reserved = self._reserved, self.next_seq
@@ -415,19 +414,60 @@ class Publisher:
         """Publish an iterable through ``submit``, ``batch_size`` events per submission,
         and wait for them all: ``publish_all`` with ``wait_when_full``, but the next
         batches are made while earlier ones travel. Once ``stop`` is set the rest is not
-        submitted (``totals.stopped``); what was is still sent. Raises the first failed
-        submission's error (BrokerUnavailable, InvalidEvent ...) once all are done."""
+        submitted (``totals.stopped``) and what was is sent without waiting out a full
+        channel (its refused events are counted). Raises the first failed submission's
+        other error (BrokerUnavailable, InvalidEvent ...) once all are done."""
         stop = stop or threading.Event()
-        batches = _chunks(_until(events, stop), batch_size)
-        futures = [self.submit(batch) for batch in batches]
-        self.flush()
+        futures = []
+        for batch in _chunks(_until(events, stop), batch_size):
+            if (future := self._submit_unless(batch, stop)) is None:
+                break
+            futures.append(future)
+        if not self._flushed_unless(stop) and self._sender is not None:
+            self._end_sending()  # stopped: what is queued goes, a full channel fails it
         totals = PublishTotals()
         for future in futures:
-            if (error := future.exception(timeout=0)) is not None:
+            error = future.exception(timeout=0)
+            if isinstance(error, QueueFull) and stop.is_set():
+                totals.add({"accepted": error.accepted, "duplicates": error.duplicates})
+                totals.refused += error.refused
+            elif error is not None:
                 raise error
-            totals.add(future.result(timeout=0))
+            else:
+                totals.add(future.result(timeout=0))
         totals.stopped = stop.is_set()
         return totals
+
+    def _submit_unless(
+        self, batch: list[dict[str, Any]], stop: threading.Event
+    ) -> Future[dict[str, Any]] | None:
+        """``submit``, waiting for room until ``stop`` is set (then None)."""
+        while not stop.is_set():
+            try:
+                return self.submit(batch, timeout_s=STOP_CHECK_S)
+            except TimeoutError:
+                continue
+        return None
+
+    def _flushed_unless(self, stop: threading.Event) -> bool:
+        """``flush``, until ``stop`` is set (then False)."""
+        while not stop.is_set():
+            try:
+                self.flush(STOP_CHECK_S)
+                return True
+            except TimeoutError:
+                continue
+        return False
+
+    def _end_sending(self) -> None:
+        """Close the pipeline (what is queued is sent, a full channel fails it) and its
+        connection; a later ``submit`` makes a new one."""
+        with self._seq_lock:
+            sender, self._sender = self._sender, None
+        if sender is not None:
+            pipeline, remote = sender
+            pipeline.close()
+            remote.release()
 
 
 def _until(events: Iterable[dict[str, Any]], stop: threading.Event) -> Iterator[dict[str, Any]]:

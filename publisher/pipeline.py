@@ -247,8 +247,8 @@ class SendPipeline:
             except QueueFull as full:
                 settle(send, full.duplicates, set(full.refused_ids), unrouted=False)
                 send = self._done_if_sent(send)
-                if self._closing.wait(full.retry_after_s):
-                    self._fail(send, full)  # closing: not waited out again
+                if self._closing.wait(full.retry_after_s):  # closing: not waited out again
+                    self._fail(send, full, [_own_share(sub, full) for sub in send])
                     return
             except ClientError as exc:
                 if len(send) == 1:
@@ -264,7 +264,13 @@ class SendPipeline:
                 settle(send, summary["duplicates"], set(), bool(summary.get("unrouted")))
                 send = self._done_if_sent(send)
 
-    def _fail(self, send: list[Submission], exc: BaseException) -> None:
+    def _fail(
+        self,
+        send: list[Submission],
+        exc: BaseException,
+        each: list[BaseException] | None = None,
+    ) -> None:
+        """Fail the submissions of ``send`` with ``exc`` (or each with its own error)."""
         events = sum(len(sub.events) for sub in send)
         self._failures.warning(
             "send",
@@ -274,8 +280,8 @@ class SendPipeline:
             type(exc).__name__,
             exc,
         )
-        for sub in send:
-            sub.future.set_exception(exc)
+        for sub, error in zip(send, each or [exc] * len(send), strict=True):
+            sub.future.set_exception(error)
 
     @staticmethod
     def _done_if_sent(send: list[Submission]) -> list[Submission]:
@@ -284,6 +290,20 @@ class SendPipeline:
             if not sub.events:
                 sub.future.set_result(sub.summary())
         return [sub for sub in send if sub.events]
+
+
+def _own_share(sub: Submission, full: QueueFull) -> QueueFull:
+    """The QueueFull a submission left refused gets: its own counts, as ``publish`` of
+    its events alone would have raised."""
+    return QueueFull(
+        full.channel,
+        full.capacity,
+        accepted=sub.accepted,
+        refused_ids=[ev["id"] for ev in sub.events],
+        duplicates=sub.duplicates,
+        retry_after_s=full.retry_after_s,
+        limit=full.limit,
+    )
 
 
 def _shaped(events: Any) -> list[dict[str, Any]]:

@@ -212,3 +212,19 @@ def test_publish_after_submit_keeps_their_order(cluster: Cluster) -> None:
         assert all(f.done() for f in futures)  # sent before the publish
         pub.wait(timeout_s=WAIT_S)
     assert [ev["payload"] for ev in worker.events] == [*range(EVENTS), "last"]
+
+
+def test_a_signal_stops_publish_submit_on_a_full_channel_with_what_was_done(
+    cluster: Cluster,
+) -> None:
+    cluster.broker("small", extra=("--capacity", "10"))  # no subscriber: it stays full
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "small", "--id", "P"]
+    argv += ["--count", "100", "--batch-size", "10", "--submit", "--json"]
+    pub = cluster.start("publisher", argv, None)
+    wait_until(lambda: channel_stats(cluster, "small")["accepted"] == 10, 15.0, "a full channel")
+    pub.popen.send_signal(signal.SIGINT)
+    assert pub.popen.wait(15.0) == 130  # not held by the full channel
+    pub.kill()  # joins the output reader
+    assert "Traceback" not in pub.output()
+    figures = json.loads([line for line in pub.lines if line.startswith("{")][-1])
+    assert (figures["accepted"], figures["refused"], figures["interrupted"]) == (10, 90, True)

@@ -294,3 +294,24 @@ def test_a_callback_that_flushes_or_closes_is_refused_instead_of_waiting_for_its
     assert all("callback" in str(exc) for exc in errors)
     assert pipeline.submit([ev("b")], None).result(timeout=WAIT_S)["accepted"] == 1
     pipeline.close(WAIT_S)
+
+
+def test_closing_while_full_gives_each_submission_its_own_counts() -> None:
+    def front_only(batch: list[dict[str, Any]]) -> dict[str, Any]:
+        ids = [e["id"] for e in batch]
+        fits = 1 if ids[0] == "a1" else 0  # room for the first event sent, then none
+        raise QueueFull("c", 1, accepted=fits, refused_ids=ids[fits:], retry_after_s=60)
+
+    channel = FakeChannel(front_only, hold_first=True)
+    pipeline, first = held_pipeline(channel)
+    a = pipeline.submit([ev("a1"), ev("a2")], None)
+    b = pipeline.submit([ev("b1")], None)
+    channel.release.set()  # "first" is refused whole, and waits out the full channel
+    pipeline.close(WAIT_S)  # then a1 fits, a2 and b1 do not: no more waiting
+    assert channel.batches == [["first"], ["a1", "a2", "b1"]]
+    errors = [f.exception(timeout=0) for f in (first, a, b)]
+    assert [(e.accepted, e.refused_ids) for e in errors] == [
+        (0, ["first"]),
+        (1, ["a2"]),
+        (0, ["b1"]),
+    ]
