@@ -194,9 +194,10 @@ class Publisher:
 
     def close(self) -> None:
         """Send what was submitted (a QueueFull is no longer waited out: those
-        submissions fail with it), give back the sequence numbers reserved and not used (a
-        re-run goes on where this one stopped), and the connections. Publishing, submitting
-        or waiting afterwards raises ValueError; a second close does nothing."""
+        submissions fail, each with its own QueueFull), give back the sequence numbers
+        reserved and not used (a re-run goes on where this one stopped), and the
+        connections. Publishing, submitting or waiting afterwards raises ValueError; a
+        second close does nothing."""
         with self._seq_lock:  # a submit of another thread gets in before, or is refused
             if self._closed:
                 return
@@ -298,7 +299,8 @@ class Publisher:
         """Wait until everything submitted is done (stored, or failed: see each future).
         TimeoutError when ``timeout_s`` passed first (None: no limit)."""
         self._check_open()
-        if self._sender is not None and not self._sender[0].flush(timeout_s):
+        sender = self._sender  # read once: a stopped submit_all may end it meanwhile
+        if sender is not None and not sender[0].flush(timeout_s):
             raise TimeoutError(
                 f"submitted events of {self.publisher_id} still being sent to "
                 f"{self.channel} after {timeout_s:g} s"

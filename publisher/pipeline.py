@@ -247,7 +247,7 @@ class SendPipeline:
             except QueueFull as full:
                 settle(send, full.duplicates, set(full.refused_ids), unrouted=False)
                 send = self._done_if_sent(send)
-                if self._closing.wait(full.retry_after_s):  # closing: not waited out again
+                if send and self._closing.wait(full.retry_after_s):  # closing: not again
                     self._fail(send, full, [_own_share(sub, full) for sub in send])
                     return
             except ClientError as exc:
