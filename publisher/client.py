@@ -9,6 +9,7 @@ silently drops as duplicates.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -21,7 +22,7 @@ from enum import Enum
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from channel_client.remote import ClientOptions, RemoteChannel, polling
 from channel_client.statefile import default_state_dir
@@ -32,6 +33,7 @@ from publisher.pipeline import SendPipeline
 from publisher.state import PublisherState
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
 FIRST_SEQ = 1
 RESERVE_AHEAD = 1000
@@ -242,8 +244,7 @@ class Publisher:
         ValueError once closed. What was submitted before is sent first, so the two keep
         their order (TimeoutError when that takes longer than a send's retries)."""
         self._check_open()
-        if self._sender is not None:
-            self.flush(self._close_wait_s())
+        self.flush(self._close_wait_s())
         with self._seq_lock:
             self._reserve()
         try:
@@ -444,22 +445,16 @@ class Publisher:
         self, batch: list[dict[str, Any]], stop: threading.Event
     ) -> Future[dict[str, Any]] | None:
         """``submit``, waiting for room until ``stop`` is set (then None)."""
-        while not stop.is_set():
-            try:
-                return self.submit(batch, timeout_s=STOP_CHECK_S)
-            except TimeoutError:
-                continue
-        return None
+        return _unless_stopped(stop, lambda: self.submit(batch, timeout_s=STOP_CHECK_S))
 
     def _flushed_unless(self, stop: threading.Event) -> bool:
         """``flush``, until ``stop`` is set (then False)."""
-        while not stop.is_set():
-            try:
-                self.flush(STOP_CHECK_S)
-                return True
-            except TimeoutError:
-                continue
-        return False
+
+        def flushed() -> bool:
+            self.flush(STOP_CHECK_S)
+            return True
+
+        return _unless_stopped(stop, flushed) is not None
 
     def _end_sending(self) -> None:
         """Close the pipeline (what is queued is sent, a full channel fails it) and its
@@ -470,6 +465,15 @@ class Publisher:
             pipeline, remote = sender
             pipeline.close()
             remote.release()
+
+
+def _unless_stopped(stop: threading.Event, attempt: Callable[[], T]) -> T | None:
+    """``attempt()`` again after each TimeoutError (its wait of STOP_CHECK_S ran out),
+    until it returns or ``stop`` is set (then None)."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            return attempt()
+    return None
 
 
 def _until(events: Iterable[dict[str, Any]], stop: threading.Event) -> Iterator[dict[str, Any]]:
