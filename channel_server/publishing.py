@@ -13,7 +13,7 @@ from typing import Any
 from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState
 from channel_server.errors import QueueFull
-from channel_server.events import Event, validate_batch
+from channel_server.events import Event, validate_batch, validate_packed
 from channel_server.push import PushDelivery
 
 
@@ -28,6 +28,8 @@ class Publishing:
     def validate(self, batch: Any) -> list[Event]:
         """A published batch validated whole (InvalidEvent: nothing of it is kept)."""
         config = self._state.config
+        if type(batch) is bytes:  # packed, as this version's publishers send it
+            return validate_packed(batch, config.max_payload_bytes, config.max_publish_batch)
         return validate_batch(batch, config.max_payload_bytes, config.max_publish_batch)
 
     def publish(self, events: list[Event]) -> dict[str, Any]:

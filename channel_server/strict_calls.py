@@ -16,12 +16,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import msgpack
 import Pyro5.serializers
 import Pyro5.server
 from Pyro5.serializers import MsgpackSerializer
 
 from channel_server.errors import BrokerUnavailable, InvalidArgument
+from channel_server.unpacking import MAX_CONTAINERS as MAX_CONTAINERS
+from channel_server.unpacking import unpack_strict
 
 T = TypeVar("T", bound=type)
 _serving = threading.local()
@@ -43,15 +44,7 @@ class StrictMsgpack(MsgpackSerializer):
 
     def loadsCall(self, data: Any) -> tuple[str, str, list[Any], dict[str, Any]]:
         try:
-            call = msgpack.unpackb(
-                self._convertToBytes(data),
-                raw=False,
-                strict_map_key=True,
-                max_array_len=MAX_CONTAINERS,
-                max_map_len=MAX_CONTAINERS,
-                list_hook=(count := _ContainerBudget()),
-                object_hook=count,
-            )
+            call = unpack_strict(self._convertToBytes(data))
         except Exception as exc:  # msgpack's errors are ValueError, TypeError and its own
             raise InvalidArgument("message", f"not a msgpack call: {exc}") from None
         if not (isinstance(call, list) and len(call) == 4):
@@ -63,29 +56,6 @@ class StrictMsgpack(MsgpackSerializer):
             raise InvalidArgument("message", "args must be a list and kwargs a map")
         _check_target(target, method)
         return target, method, args, kwargs
-
-
-MAX_CONTAINERS = 1_000_000
-"""Arrays and maps a call may hold in all, and elements in one. Each is a one-byte header
-on the wire but some 60 bytes decoded: without a bound, a 64 MiB call of empty arrays
-would take gigabytes before anything could refuse it. A publish of the most events a
-batch may hold (100,000) leaves nine per event for its payload."""
-
-
-class _ContainerBudget:
-    """Counts the arrays and maps a call decodes into (msgpack's hooks); refuses past
-    MAX_CONTAINERS."""
-
-    __slots__ = ("left",)
-
-    def __init__(self) -> None:
-        self.left = MAX_CONTAINERS
-
-    def __call__(self, container: Any) -> Any:
-        self.left -= 1
-        if self.left < 0:
-            raise ValueError(f"more than {MAX_CONTAINERS} arrays and maps")
-        return container
 
 
 CHANNEL_OBJECT_PREFIX = "channel."

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from channel_client.remote import ClientOptions, RemoteChannel, polling
 from channel_client.statefile import default_state_dir
 from channel_server.errors import ClientError, InvalidArgument, ProcessingTimeout, QueueFull
-from channel_server.events import Partition, validate_batch
+from channel_server.events import Partition, pack_batch, validate_batch
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.pipeline import SendPipeline
 from publisher.state import PublisherState
@@ -248,7 +248,7 @@ class Publisher:
         with self._seq_lock:
             self._reserve()
         try:
-            summary = self._call("publish", events)
+            summary = self._call("publish", pack_batch(events))
         except (ValueError, ClientError):
             # The broker may not even read the call (msgpack refuses an integer map key
             # there): say which event and field, as the broker would have.
@@ -291,7 +291,7 @@ class Publisher:
             if self._sender is None:
                 remote = RemoteChannel(self._options, self.channel, pause_s=RETRY_PAUSE_S)
                 name = f"publisher-{self.publisher_id}-sender"
-                publish = partial(remote.call, "publish")
+                publish = partial(_publish_packed, remote)
                 self._sender = SendPipeline(publish, name, self._close_wait_s()), remote
             pipeline = self._sender[0]
         return pipeline.submit(events, timeout_s)
@@ -465,6 +465,11 @@ class Publisher:
             pipeline, remote = sender
             pipeline.close()
             remote.release()
+
+
+def _publish_packed(remote: RemoteChannel, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sender thread's publish: the batch goes packed, as ``publish`` sends it."""
+    return remote.call("publish", pack_batch(events))
 
 
 def _unless_stopped(stop: threading.Event, attempt: Callable[[], T]) -> T | None:

@@ -6,6 +6,10 @@
                 check plus the short Python pass (what ``validate_batch`` does), against
                 the field-by-field Python checks alone (``validate_each``, the rule it
                 falls back to)
+  publish       a publish call of 100 events decoded and its batch validated: as a list
+                of event maps (the call decoder, then ``validate_batch``), and packed as
+                the library sends it (``pack_batch``; the call decoder, then
+                ``validate_packed``: envelopes decoded into structs)
   number        validated events given their offsets under the channel lock (copies)
   window        the delivered-ID window: a million uids added in publishes of 100
                 through a window of 100,000 (adds and expiry)
@@ -31,13 +35,22 @@ import timeit
 from collections.abc import Callable
 from pathlib import Path
 
+import msgpack
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from channel_server import boundary
 from channel_server.core.channel_core import _numbered
 from channel_server.core.dedupe import DeliveredIds
 from channel_server.core.member import Flight
-from channel_server.events import event_uid, validate_batch, validate_each
+from channel_server.events import (
+    event_uid,
+    pack_batch,
+    validate_batch,
+    validate_each,
+    validate_packed,
+)
+from channel_server.unpacking import unpack_strict
 from subscriber.client import Subscriber
 from subscriber.inbox import Item, Outcome
 from subscriber.processed import ProcessedIds
@@ -66,6 +79,18 @@ def fill_window(uids: list[str]) -> None:
         window.add_many(uids[start : start + BATCH], 1000.0 + start * 1e-5)
 
 
+def decoded_and_validated(argument: object) -> Callable[[], object]:
+    """A publish call as the broker reads it: decoded strictly, then its batch validated
+    the way its form asks for."""
+    call = msgpack.packb(["channel.bench", "publish", [argument], {}], use_bin_type=True)
+
+    def one_call() -> object:
+        batch = unpack_strict(call)[2][0]
+        return validate_packed(batch) if type(batch) is bytes else validate_batch(batch)
+
+    return one_call
+
+
 def subscriber_worker(batch: list[dict[str, object]]) -> Callable[[], object]:
     """A push through a subscriber's worker (no threads, no network). The window starts
     empty each time (a set and a deque made per push), so no event is a duplicate."""
@@ -92,6 +117,12 @@ def cases() -> list[tuple[str, int, Callable[[], object]]]:
     return [
         ("validate: msgspec + Python pass", BATCH, lambda: validate_batch(batch)),
         ("validate: the field checks alone", BATCH, lambda: validate_each(batch)),
+        ("publish: a list decoded and validated", BATCH, decoded_and_validated(batch)),
+        (
+            "publish: a packed batch decoded and validated",
+            BATCH,
+            decoded_and_validated(pack_batch(batch)),
+        ),
         ("number: offsets under the lock", BATCH, lambda: _numbered(events, 0, 1.0)),
         ("window: add and expire", WINDOW_IDS, lambda: fill_window(uids)),
         ("acks: uids checked", BATCH, lambda: boundary.check_acks(acked, {}, 10_000)),

@@ -1,5 +1,7 @@
 """validate_batch's two paths agree (DESIGN §3): msgspec's shape check plus a short Python
-pass, and the field-by-field Python checks (validate_event), which are the rule.
+pass, and the field-by-field Python checks (validate_event), which are the rule. So does
+validate_packed (a batch as publishers send it: one msgpack blob, decoded into structs),
+with the rule applied to what msgpack carries.
 
 Random batches mix valid events with every kind of bad field a hostile publisher could
 send over msgpack (and a few subclasses only an in-process caller could): whatever
@@ -13,6 +15,7 @@ import enum
 import math
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,10 +28,13 @@ from channel_server.events import (
     MAX_ID_CHARS,
     MAX_PARTITION_CHARS,
     Event,
+    pack_batch,
     validate_batch,
     validate_each,
     validate_event,
+    validate_packed,
 )
+from channel_server.unpacking import unpack_strict
 
 LIMIT = 200
 """A small payload limit, so that random payloads cross it."""
@@ -149,6 +155,38 @@ def test_validate_batch_accepts_and_refuses_exactly_what_the_field_checks_do(
     batch: list[Any], first_offset: int
 ) -> None:
     assert_paths_agree(batch, first_offset)
+    assert_packed_agrees(batch)
+
+
+def assert_packed_agrees(batch: list[Any]) -> None:
+    """validate_packed of the batch as msgpack carries it says what the rule says of the
+    batch the broker decodes from it: a batch msgpack cannot carry is refused before it
+    is sent, one the strict decoder refuses (a map key that is not a string) is refused
+    whole."""
+    try:
+        blob = msgpack.packb(batch, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        with pytest.raises(InvalidEvent):
+            pack_batch(batch)
+        return
+    assert pack_batch(batch) == blob
+    try:
+        carried = unpack_strict(blob)
+    except ValueError:
+        with pytest.raises(InvalidEvent) as refused:
+            validate_packed(blob, LIMIT)
+        assert (refused.value.field, refused.value.index) == ("batch", -1)
+        return
+    expected = by_the_rule(carried, -1)
+    if isinstance(expected, InvalidEvent):
+        with pytest.raises(InvalidEvent) as info:
+            validate_packed(blob, LIMIT)
+        got = (info.value.field, info.value.index, info.value.reason)
+        assert got == (expected.field, expected.index, expected.reason)
+    else:
+        assert [fields(ev) for ev in validate_packed(blob, LIMIT)] == [
+            fields(ev) for ev in expected
+        ]
 
 
 ODD_VALUES = [
@@ -188,6 +226,7 @@ def test_one_odd_field_after_a_valid_event(field: str, value: Any) -> None:
     odd = {**valid, "id": "odd", field: value}
     assert_paths_agree([valid, odd], 0)
     assert_paths_agree([odd], 0)
+    assert_packed_agrees([valid, odd])
 
 
 def test_a_valid_batch_takes_the_msgspec_path(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,6 +34,7 @@ CORE_MAY_LOAD = (
     "channel_server.errors",
     "channel_server.events",
     "channel_server.payloads",
+    "channel_server.unpacking",
 )
 """Our modules the core may load (besides the ``channel_server`` package and ``names``)."""
 NEVER_IN_CORE = ("Pyro5", "socket", "ssl", "select", "selectors", "sqlite3")

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from channel_client import remote
@@ -30,7 +31,8 @@ class FakeRemote:
     def call(self, method: str, *args: Any) -> Any:
         self.calls.append((method, args))
         if method == "publish":
-            (events,) = args
+            (packed,) = args
+            events = msgpack.unpackb(packed)  # a publisher sends its batch packed
             dupes = [ev["id"] for ev in events if ev["id"] in self.known]
             self.known.update(ev["id"] for ev in events)
             accepted = len(events) - len(dupes)
