@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from channel_server.config import ChannelConfig
 from channel_server.core.channel_core import ChannelCore
@@ -139,6 +141,32 @@ def test_duplicates_against_delivered_set_and_within_batch() -> None:
     again = publish(core, [raw("d")])
     assert again.duplicates == ["d"]
     assert again.accepted == []
+
+
+ID_DRAWS = st.lists(st.tuples(st.sampled_from(["p", "q"]), st.sampled_from("abcdef")), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ID_DRAWS, ID_DRAWS, st.sampled_from(list(IdScope)))
+def test_duplicates_are_what_the_window_or_the_batch_had_in_the_event_realm(
+    earlier: list[tuple[str, str]], batch: list[tuple[str, str]], scope: IdScope
+) -> None:
+    """Runs of publishers, ids repeated within a run, across runs and from the window:
+    each event's fate is the one-by-one rule's (its realm's window, then the batch)."""
+    core = ChannelCore("c", config(), id_scope=scope)
+    publish(core, [raw(i, pub=p) for p, i in earlier])
+    realm = (lambda p: p) if scope is IdScope.PUBLISHER else (lambda p: "")
+    known = {(realm(p), i) for p, i in earlier}
+    expected_dupes, expected_fresh = [], []
+    for p, i in batch:
+        if (realm(p), i) in known:
+            expected_dupes.append(i)
+        else:
+            known.add((realm(p), i))
+            expected_fresh.append((p, i))
+    outcome = core.prepare([raw(i, pub=p) for p, i in batch])
+    assert outcome.duplicates == expected_dupes
+    assert [(ev.publisher_id, ev.id) for ev in outcome.accepted] == expected_fresh
 
 
 def test_acknowledged_id_is_still_a_duplicate() -> None:
