@@ -13,6 +13,7 @@ import string
 from collections.abc import Sequence
 from typing import Any
 
+import msgpack
 from hypothesis import strategies as st
 
 NAME_CHARS = string.ascii_letters + string.digits + "._-"
@@ -99,11 +100,23 @@ def uris(dead_port: int) -> st.SearchStrategy[Any]:
     return pyro | other | texts
 
 
+def packed(batch: Any) -> bytes:
+    """A batch packed as the Publisher library sends it (one it cannot pack: a bad
+    msgpack byte instead)."""
+    try:
+        return bytes(msgpack.packb(batch, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        return b"\x91\xc1"
+
+
 def for_parameter(name: str, pool: Sequence[str], dead_port: int) -> st.SearchStrategy[Any]:
     """A value that looks right for a parameter of this name (or a tree)."""
     ids = names_like | texts
     plausible: dict[str, st.SearchStrategy[Any]] = {
-        "batch": st.lists(events(pool), max_size=4) | events(pool),
+        "batch": st.lists(events(pool), max_size=4)
+        | events(pool)
+        | st.lists(events(pool), max_size=4).map(packed)
+        | st.binary(max_size=64),
         "delivery": st.fixed_dictionaries(
             {"session": past_sessions, "seq": ints, "events": st.lists(events(pool), max_size=3)}
         ),
