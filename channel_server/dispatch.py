@@ -21,6 +21,8 @@ from typing import Any
 import Pyro5.api
 import Pyro5.serializers
 
+from channel_server.core.member import Batch
+from channel_server.errors import InvalidArgument
 from channel_server.guard import callback_proxy
 from channel_server.wire import SERIALIZER, closed_by_peer
 
@@ -114,8 +116,8 @@ class DispatchPool:
 class MemberLink:
     """The broker's connection to one push member's callback object.
 
-    One proxy per member, used by one pool thread at a time: ``_lock`` guards ``_proxy``
-    and ``_failed``; the thread holding it claims the proxy (Pyro5 proxies belong to a
+    One proxy per member, used by one pool thread at a time: ``_lock`` guards ``_proxy``,
+    ``_failed`` and ``_packed``; the thread holding it claims the proxy (Pyro5 proxies belong to a
     thread). After a failed push the next one pings first with the short liveness timeout,
     so a frozen subscriber costs one ack timeout and then a ping per retry, not a timeout
     each.
@@ -129,14 +131,16 @@ class MemberLink:
         """Presented to the callback daemon, which admits only this channel."""
         self._push_timeout_s = push_timeout_s
         self._ping_timeout_s = ping_timeout_s
-        # The link's lock. Guards _proxy and _failed; held over the push or ping RPC (one
+        # The link's lock. Guards _proxy, _failed and _packed; held over the push or ping RPC (one
         #   pool thread uses the proxy at a time) and taken with a timeout. Taken by a
         #   pool thread holding no other lock, and never held while taking the channel's.
         self._lock = threading.Lock()
         self._proxy: Pyro5.api.Proxy | None = None
         self._failed = False
+        self._packed = True
+        """Whether the subscriber takes packed pushes (False once it said it does not)."""
 
-    def push(self, delivery: dict[str, Any]) -> tuple[Any, float]:
+    def push(self, batch: Batch) -> tuple[Any, float]:
         """Hand a batch over; returns the reply and the round trip in seconds. Raises on
         any failure (the caller counts it against the member)."""
         if not self._lock.acquire(timeout=self._push_timeout_s + self._ping_timeout_s):
@@ -150,7 +154,7 @@ class MemberLink:
                 self._proxy = callback_proxy(self.callback, self._push_timeout_s, self.secret)
             self._proxy._pyroClaimOwnership()
             started = time.monotonic()
-            reply = self._proxy.deliver(delivery)
+            reply = self._deliver(self._proxy, batch)
             self._failed = False
             return reply, time.monotonic() - started
         except Exception:
@@ -159,6 +163,20 @@ class MemberLink:
             raise
         finally:
             self._lock.release()
+
+    def _deliver(self, proxy: Pyro5.api.Proxy, batch: Batch) -> Any:
+        """Push the batch packed (``deliver_packed``), or in the plain form to a
+        subscriber older than this broker: it has no such method (the proxy knows from
+        the daemon's metadata, or the daemon says so), and that is found out once."""
+        if self._packed and (packed := batch.to_wire_packed()) is not None:
+            try:
+                return proxy.deliver_packed(packed)
+            except (AttributeError, InvalidArgument) as exc:
+                if isinstance(exc, InvalidArgument) and exc.argument != "method":
+                    raise
+                self._packed = False
+                log.info("%s takes plain pushes only (an older subscriber)", self.callback)
+        return proxy.deliver(batch.to_wire())
 
     def answers(self) -> bool:
         """Whether the member's callback answers a ping (on a connection of its own)."""

@@ -292,7 +292,7 @@ class PushDelivery:
                 return None
             self._pushed[key] = (now, self._arrivals.count)
         try:
-            reply, elapsed = link.push(batch.to_wire())
+            reply, elapsed = link.push(batch)
             if isinstance(reply, dict) and reply.get("leaving") is True:
                 return self._declined(batch)
             if not _accepted(reply, batch):

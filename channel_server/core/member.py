@@ -92,11 +92,42 @@ class Batch:
         return range(self.first_seq, self.first_seq + len(self.events))
 
     def to_wire(self) -> dict[str, Any]:
+        """The push's plain form: a map per event (``Event.to_dict``)."""
         return {
             "session": self.session,
             "seq": self.first_seq,
             "events": [ev.to_dict(att) for ev, att in zip(self.events, self.attempts, strict=True)],
         }
+
+    def to_wire_packed(self) -> dict[str, Any] | None:
+        """The push with its events packed: the plain form's list as one msgpack byte
+        string, encoded in C from a struct per event. None when a payload is of a kind
+        only the plain form's encoder carries (or cannot be sent at all: the plain push
+        then fails, and finds the events at fault)."""
+        pushed = [
+            _Pushed(ev.id, ev.publisher_id, ev.partition, ev.timestamp, ev.payload, ev.offset, att)
+            for ev, att in zip(self.events, self.attempts, strict=True)
+        ]
+        try:
+            events = _PUSH_ENCODER.encode(pushed)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return {"session": self.session, "seq": self.first_seq, "events": events}
+
+
+class _Pushed(msgspec.Struct, gc=False):
+    """One event as a push carries it: the fields and order of ``Event.to_dict``."""
+
+    id: str
+    publisher_id: str
+    partition: Any
+    timestamp: float
+    payload: Any
+    offset: int
+    attempt: int
+
+
+_PUSH_ENCODER = msgspec.msgpack.Encoder()
 
 
 @dataclass

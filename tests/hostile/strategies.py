@@ -118,7 +118,13 @@ def for_parameter(name: str, pool: Sequence[str], dead_port: int) -> st.SearchSt
         | st.lists(events(pool), max_size=4).map(packed)
         | st.binary(max_size=64),
         "delivery": st.fixed_dictionaries(
-            {"session": past_sessions, "seq": ints, "events": st.lists(events(pool), max_size=3)}
+            {
+                "session": past_sessions,
+                "seq": ints,
+                "events": st.lists(events(pool), max_size=3)
+                | st.lists(events(pool), max_size=3).map(packed)
+                | st.binary(max_size=32),
+            }
         ),
         "callback": uris(dead_port) | st.none(),
         "uri": uris(dead_port),
