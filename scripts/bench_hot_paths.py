@@ -14,7 +14,9 @@
   window        the delivered-ID window: a million uids added in publishes of 100
                 through a window of 100,000 (adds and expiry)
   acks          an ack message's 100 uids checked at the RPC boundary
-  push-wire     a push's 100 events turned into the dicts the subscriber receives
+  push-wire     a push's 100 events turned into the dicts the subscriber receives; a
+                whole push encoded in the plain form (a map per event) and packed
+                (``Batch.to_wire_packed``: a struct per event, encoded in C)
   records       the per-event records: a broker's Flight, a subscriber's inbox Item and
                 outbox Outcome
   subscriber    a subscriber's worker on a push of 100 events: taken in, the handler (a
@@ -42,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from channel_server import boundary
 from channel_server.core.channel_core import _numbered
 from channel_server.core.dedupe import DeliveredIds
-from channel_server.core.member import Flight
+from channel_server.core.member import Batch, Flight
 from channel_server.events import (
     event_uid,
     pack_batch,
@@ -114,6 +116,8 @@ def cases() -> list[tuple[str, int, Callable[[], object]]]:
     uids = [event_uid("bench-pub", f"PUB-{i}") for i in range(WINDOW_IDS)]
     acked = uids[:BATCH]
     attempts = [1] * BATCH
+    numbered = _numbered(events, 0, 1.0)
+    push = Batch("default", "bench-sub", 1, 1, numbered, attempts)
     return [
         ("validate: msgspec + Python pass", BATCH, lambda: validate_batch(batch)),
         ("validate: the field checks alone", BATCH, lambda: validate_each(batch)),
@@ -131,6 +135,12 @@ def cases() -> list[tuple[str, int, Callable[[], object]]]:
             BATCH,
             lambda: [e.to_dict(a) for e, a in zip(events, attempts, strict=True)],
         ),
+        (
+            "push-wire: the plain push packed by msgpack",
+            BATCH,
+            lambda: msgpack.packb(push.to_wire()),
+        ),
+        ("push-wire: the packed push", BATCH, lambda: msgpack.packb(push.to_wire_packed())),
         ("records: Flight", 1, lambda: Flight(events[0], 1, 7, 1.0)),
         ("records: Item", 1, lambda: Item(1, 7, batch[0])),
         ("records: Outcome", 1, lambda: Outcome(1, 7, acked[0])),
