@@ -117,10 +117,10 @@ class MemberLink:
     """The broker's connection to one push member's callback object.
 
     One proxy per member, used by one pool thread at a time: ``_lock`` guards ``_proxy``,
-    ``_failed`` and ``_packed``; the thread holding it claims the proxy (Pyro5 proxies belong to a
-    thread). After a failed push the next one pings first with the short liveness timeout,
-    so a frozen subscriber costs one ack timeout and then a ping per retry, not a timeout
-    each.
+    ``_failed`` and ``_packed``; the thread holding it claims the proxy (Pyro5 proxies
+    belong to a thread). After a failed push the next one pings first with the short
+    liveness timeout, so a frozen subscriber costs one ack timeout and then a ping per
+    retry, not a timeout each.
     """
 
     def __init__(
@@ -131,9 +131,10 @@ class MemberLink:
         """Presented to the callback daemon, which admits only this channel."""
         self._push_timeout_s = push_timeout_s
         self._ping_timeout_s = ping_timeout_s
-        # The link's lock. Guards _proxy, _failed and _packed; held over the push or ping RPC (one
-        #   pool thread uses the proxy at a time) and taken with a timeout. Taken by a
-        #   pool thread holding no other lock, and never held while taking the channel's.
+        # The link's lock. Guards _proxy, _failed and _packed; held over the push or ping
+        #   RPC (one pool thread uses the proxy at a time) and taken with a timeout. Taken
+        #   by a pool thread holding no other lock, and never held while taking the
+        #   channel's.
         self._lock = threading.Lock()
         self._proxy: Pyro5.api.Proxy | None = None
         self._failed = False

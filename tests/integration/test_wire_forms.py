@@ -34,6 +34,19 @@ def received(worker: Worker, count: int) -> list[dict[str, Any]]:
     return sorted(worker.events, key=lambda ev: ev["offset"])
 
 
+def published_and_received(
+    cluster: Cluster, sub_id: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Events published through a broker to one subscriber, and what its handler got."""
+    cluster.broker("jobs")
+    worker = Worker()
+    with Subscriber("jobs", sub_id, handler=worker, ns_port=cluster.ns_port):
+        with Publisher("jobs", "P", ns_port=cluster.ns_port) as pub:
+            sent = publish_all(pub)
+            assert pub.wait(timeout_s=20)["outstanding"] == 0
+        return sent, received(worker, len(sent))
+
+
 def test_packed_pushes_reach_the_handler_as_the_events_published(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -45,12 +58,7 @@ def test_packed_pushes_reach_the_handler_as_the_events_published(
         return unpacked(delivery)
 
     monkeypatch.setattr(subscriber_client, "_unpacked", counted)
-    cluster.broker("jobs")
-    worker = Worker()
-    with Subscriber("jobs", "w1", handler=worker, ns_port=cluster.ns_port):
-        with Publisher("jobs", "P", ns_port=cluster.ns_port) as pub:
-            sent = publish_all(pub)
-        got = received(worker, len(sent))
+    sent, got = published_and_received(cluster, "w1")
     assert [(ev["id"], ev["payload"], ev["partition"]) for ev in got] == [
         (ev["id"], ev["payload"], ev["partition"]) for ev in sent
     ]
@@ -81,13 +89,7 @@ def test_an_older_subscriber_gets_every_event_in_plain_pushes(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(subscriber_client, "_Receiver", OlderReceiver)
-    cluster.broker("jobs")
-    worker = Worker()
-    with Subscriber("jobs", "old", handler=worker, ns_port=cluster.ns_port):
-        with Publisher("jobs", "P", ns_port=cluster.ns_port) as pub:
-            sent = publish_all(pub)
-            assert pub.wait(timeout_s=20)["outstanding"] == 0
-        got = received(worker, len(sent))
+    sent, got = published_and_received(cluster, "old")
     assert [ev["payload"] for ev in got] == [ev["payload"] for ev in sent]
     assert [ev["attempt"] for ev in got] == [1] * len(sent)  # none pushed twice
     assert OlderReceiver.plain_pushes >= 1
