@@ -66,8 +66,9 @@ def check_payload(value: Any, limit: int, index: int) -> tuple[Any, int]:
 
 
 def _check_json_like(value: Any, index: int, depth: int = 0) -> None:
-    """Integers must fit 64 bits, map keys must be strings and byte strings may only be a
-    whole payload. Strings are checked for UTF-8 when the payload is packed."""
+    """Integers must fit 64 bits, map keys must be strings, byte strings may only be a
+    whole payload and nothing else but None, booleans, numbers, strings, lists and maps
+    is one. Strings are checked for UTF-8 when the payload is packed."""
     if depth > MAX_PAYLOAD_DEPTH:
         raise InvalidEvent("payload", f"nested deeper than {MAX_PAYLOAD_DEPTH} levels", index)
     if type(value) is int and not INT64_MIN <= value <= UINT64_MAX:
@@ -84,6 +85,9 @@ def _check_json_like(value: Any, index: int, depth: int = 0) -> None:
             _check_json_like(item, index, depth + 1)
     elif isinstance(value, bytes | bytearray):
         raise InvalidEvent("payload", "byte strings may only be the whole payload", index)
+    elif not (value is None or isinstance(value, str | int | float)):  # bool is an int
+        # msgpack's own timestamp (extension -1) decodes to one, and packs again
+        raise InvalidEvent("payload", f"not a JSON-like value: {type(value).__name__}", index)
 
 
 def _packed_size(value: Any, index: int) -> int:

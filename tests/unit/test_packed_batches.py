@@ -154,3 +154,19 @@ def test_a_message_within_the_bound_in_bytes_is_decoded_without_counting(
     large = msgpack.packb([[]] * (MAX_CONTAINERS // 2) + ["x" * MAX_CONTAINERS])
     assert len(unpack_strict(large)) == MAX_CONTAINERS // 2 + 1
     assert built == [1]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [msgpack.Timestamp(5, 0), {"at": msgpack.Timestamp(1, 0)}, [1, msgpack.Timestamp(1, 0)]],
+    ids=["whole", "in-a-map", "in-a-list"],
+)
+def test_msgpacks_timestamp_is_not_a_json_like_payload(payload: Any) -> None:
+    """msgpack decodes its timestamp extension (-1) to an object it packs again, so
+    nothing else refused it: the strict decoder leaves it, the payload rule does not."""
+    event = {"id": "a", "publisher_id": "p", "timestamp": 1.0, "payload": payload}
+    for validate in (validate_batch, lambda b: validate_packed(pack_batch(b))):
+        with pytest.raises(InvalidEvent) as refused:
+            validate([event])
+        assert (refused.value.field, refused.value.index) == ("payload", 0)
+        assert "not a JSON-like value: Timestamp" in refused.value.reason
