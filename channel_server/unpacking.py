@@ -2,7 +2,7 @@
 
 Plain msgpack only: no hooks that rebuild objects, and map keys that are strings (or byte
 strings), whose hashes Python randomizes. A map of keys a caller picked to share one hash
-(tuples or floats do) would make building it take quadratic time. The number of arrays
+(tuples of integers can be) would make building it take quadratic time. The number of arrays
 and maps is bounded too: each is a byte on the wire but some 60 bytes decoded.
 """
 
