@@ -26,7 +26,13 @@ from typing import Any, TypeVar
 
 from channel_client.remote import ClientOptions, RemoteChannel, polling
 from channel_client.statefile import default_state_dir
-from channel_server.errors import ClientError, InvalidArgument, ProcessingTimeout, QueueFull
+from channel_server.errors import (
+    ClientError,
+    InvalidArgument,
+    InvalidEvent,
+    ProcessingTimeout,
+    QueueFull,
+)
 from channel_server.events import Partition, pack_batch, validate_batch
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.pipeline import SendPipeline
@@ -163,6 +169,8 @@ class Publisher:
             pause_s=RETRY_PAUSE_S,
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
+        self._packing = _Packing(channel)
+        """Whether batches go packed (both connections: an older broker takes lists)."""
         self._sender: tuple[SendPipeline, RemoteChannel] | None = None
         """What ``submit`` sends through: made by its first call, with a connection of its
         own that only the pipeline's sender thread uses."""
@@ -248,7 +256,7 @@ class Publisher:
         with self._seq_lock:
             self._reserve()
         try:
-            summary = self._call("publish", pack_batch(events))
+            summary = self._packing.publish(self._call, events)
         except (ValueError, ClientError):
             # The broker may not even read the call (msgpack refuses an integer map key
             # there): say which event and field, as the broker would have.
@@ -291,7 +299,7 @@ class Publisher:
             if self._sender is None:
                 remote = RemoteChannel(self._options, self.channel, pause_s=RETRY_PAUSE_S)
                 name = f"publisher-{self.publisher_id}-sender"
-                publish = partial(_publish_packed, remote)
+                publish = partial(self._packing.publish, remote.call)
                 self._sender = SendPipeline(publish, name, self._close_wait_s()), remote
             pipeline = self._sender[0]
         return pipeline.submit(events, timeout_s)
@@ -467,9 +475,29 @@ class Publisher:
             remote.release()
 
 
-def _publish_packed(remote: RemoteChannel, events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The sender thread's publish: the batch goes packed, as ``publish`` sends it."""
-    return remote.call("publish", pack_batch(events))
+OLDER_BROKER_REFUSAL = "must be a list of events, got bytes"
+"""How a broker older than packed batches refuses one (it then gets the plain list)."""
+
+
+class _Packing:
+    """Sends a batch packed (``events.pack_batch``), or as the plain list to a broker
+    older than this library, which refuses a packed one: found out once per Publisher.
+    Its own thread and the sender thread share it (the flag only ever goes to False)."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.packed = True
+
+    def publish(self, call: Callable[..., Any], events: list[dict[str, Any]]) -> Any:
+        if self.packed:
+            try:
+                return call("publish", pack_batch(events))
+            except InvalidEvent as exc:
+                if (exc.field, exc.reason) != ("batch", OLDER_BROKER_REFUSAL):
+                    raise
+                self.packed = False
+                log.info("%s takes plain batches only (an older broker)", self.channel)
+        return call("publish", events)
 
 
 def _unless_stopped(stop: threading.Event, attempt: Callable[[], T]) -> T | None:

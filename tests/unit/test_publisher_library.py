@@ -13,7 +13,7 @@ import pytest
 
 from channel_client import remote
 from channel_client.statefile import STATE_DIR_ENV
-from channel_server.errors import InvalidArgument, ProcessingTimeout, StoreError
+from channel_server.errors import InvalidArgument, InvalidEvent, ProcessingTimeout, StoreError
 from publisher import client
 from publisher.client import DEFAULT_PARTITIONS, RESERVE_AHEAD, Publisher
 from publisher.state import PublisherState
@@ -27,12 +27,16 @@ class FakeRemote:
         self.outstanding: list[dict[str, int]] = []
         self.known: set[str] = set()
         self.retries = 0
+        self.older = False
+        """Whether it plays a broker older than packed batches (it takes lists only)."""
 
     def call(self, method: str, *args: Any) -> Any:
         self.calls.append((method, args))
         if method == "publish":
             (packed,) = args
-            events = msgpack.unpackb(packed)  # a publisher sends its batch packed
+            if self.older and type(packed) is bytes:  # as a broker before packed batches
+                raise InvalidEvent("batch", "must be a list of events, got bytes")
+            events = packed if self.older else msgpack.unpackb(packed)  # sent packed
             dupes = [ev["id"] for ev in events if ev["id"] in self.known]
             self.known.update(ev["id"] for ev in events)
             accepted = len(events) - len(dupes)
@@ -273,3 +277,34 @@ def test_wait_times_out_with_what_is_left(fake: FakeRemote, clock: FakeClock) ->
     assert (err.outstanding, err.queued, err.in_flight, err.dead_letters) == (7, 5, 2, 1)
     assert sum(clock.pauses) == pytest.approx(1.0)  # up to the deadline, not past it
     assert "7 events of publisher 'P' on 'c' not processed after 1 s" in str(err)
+
+
+def test_an_older_broker_gets_plain_batches_after_refusing_the_first_packed_one(
+    fake: FakeRemote,
+) -> None:
+    """A broker older than packed batches refuses one as not a list: the Publisher sends
+    that batch again as the list, and every later one, from publish and submit alike."""
+    fake.older = True
+    with Publisher("c", "P", state_dir=None) as pub:
+        assert pub.publish([pub.event(n) for n in range(3)])["accepted"] == 3
+        assert pub.publish([pub.event(n) for n in range(2)])["accepted"] == 2
+        assert pub.submit([pub.event(9)]).result(timeout=10)["accepted"] == 1
+    sent = [args[0] for method, args in fake.calls if method == "publish"]
+    assert [type(batch).__name__ for batch in sent] == ["bytes", "list", "list", "list"]
+    assert len(fake.known) == 6
+
+
+def test_a_batch_refused_for_its_own_fault_is_not_sent_again_plain(fake: FakeRemote) -> None:
+    """Only the older broker's "got bytes" turns a Publisher to plain lists."""
+
+    def refuse(method: str, *args: Any) -> Any:
+        fake.calls.append((method, args))
+        raise InvalidEvent("payload", "something the broker refuses", 0)
+
+    with Publisher("c", "P", state_dir=None) as pub:
+        fake.call = refuse  # type: ignore[method-assign]
+        with pytest.raises(InvalidEvent, match="something the broker refuses"):
+            pub.publish([pub.event(1)])
+    assert [type(args[0]).__name__ for method, args in fake.calls if method == "publish"] == [
+        "bytes"
+    ]
