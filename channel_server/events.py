@@ -28,7 +28,7 @@ from channel_server.errors import InvalidEvent
 from channel_server.payloads import INT64_MAX as INT64_MAX
 from channel_server.payloads import INT64_MIN as INT64_MIN
 from channel_server.payloads import NOT_UTF8, check_payload, is_utf8
-from channel_server.unpacking import MAX_CONTAINERS, unpack_strict
+from channel_server.unpacking import unpack_strict, within_bound
 
 MAX_ID_CHARS = 256
 MAX_PARTITION_CHARS = 256
@@ -183,7 +183,7 @@ def validate_packed(
     path refuses, or one too large to decode without counting its containers, is
     decoded plainly and validated as a list: that says which event and field is wrong.
     """
-    if len(blob) <= MAX_CONTAINERS:
+    if within_bound(blob):
         try:
             shaped = _PACKED_BATCH.decode(blob)
             if max_batch is None or len(shaped) <= max_batch:

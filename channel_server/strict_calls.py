@@ -21,7 +21,6 @@ import Pyro5.server
 from Pyro5.serializers import MsgpackSerializer
 
 from channel_server.errors import BrokerUnavailable, InvalidArgument
-from channel_server.unpacking import MAX_CONTAINERS as MAX_CONTAINERS
 from channel_server.unpacking import unpack_strict
 
 T = TypeVar("T", bound=type)

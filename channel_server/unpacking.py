@@ -20,10 +20,16 @@ payload. A message of at most this many bytes cannot exceed it (each takes a byt
 least), so only larger ones are counted as they are decoded."""
 
 
+def within_bound(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` is too short to hold more than MAX_CONTAINERS arrays and maps:
+    it may be decoded without counting them."""
+    return len(data) <= MAX_CONTAINERS
+
+
 def unpack_strict(data: bytes | bytearray | memoryview) -> Any:
     """Decode one msgpack value strictly; raises ValueError (or msgpack's errors, which
     derive from it, or TypeError) when it is not one or exceeds the bounds."""
-    if len(data) <= MAX_CONTAINERS:
+    if within_bound(data):
         return msgpack.unpackb(data, raw=False, strict_map_key=True)
     count = _ContainerBudget()
     return msgpack.unpackb(

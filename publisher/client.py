@@ -258,8 +258,8 @@ class Publisher:
         try:
             summary = self._packing.publish(self._call, events)
         except (ValueError, ClientError):
-            # The broker may not even read the call (msgpack refuses an integer map key
-            # there): say which event and field, as the broker would have.
+            # The broker refuses some batches whole, without naming the event (msgpack
+            # refuses an integer map key as it decodes): say which event and field.
             validate_batch(events, max_payload_bytes=sys.maxsize)
             raise
         if events and len(summary["duplicates"]) == len(events):

@@ -104,7 +104,6 @@ def test_a_blob_too_large_to_decode_uncounted_goes_the_counted_way(
     """Past MAX_CONTAINERS bytes a blob is decoded counting its arrays and maps (here
     with the bound lowered to a few hundred): a valid one still passes, whole; one with
     more containers than the bound is refused."""
-    monkeypatch.setattr(events_module, "MAX_CONTAINERS", 300)
     monkeypatch.setattr(unpacking, "MAX_CONTAINERS", 300)
     batch = batch_of(50)
     assert fields(validate_packed(pack_batch(batch))) == fields(validate_batch(batch))

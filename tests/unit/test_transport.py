@@ -25,8 +25,9 @@ from channel_server.frames import (
     FrameRefused,
     read_header,
 )
-from channel_server.strict_calls import MAX_CONTAINERS, StrictMsgpack, checked_arity, serving
+from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
 from channel_server.transport import LobbyServer
+from channel_server.unpacking import MAX_CONTAINERS
 
 LIMIT = 1 << 20
 
