@@ -18,56 +18,64 @@ on a machine busy with other work is not.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 WINDOW_S = 1.0
-"""The load is measured over windows of about this long."""
+"""The load is measured over about the last this long."""
+STEP_S = 0.25
+"""The CPU times are read at most this often: a broker turns busy within about this
+long of a burst's start, instead of waiting for a whole window to close (a benchmark's
+run or a job's flood of a few seconds spent its first second in short pushes)."""
 SHARED_SHARE = 0.5
 """On a saturated machine, the broker is busy at this part of its own threshold."""
 
 CpuTimes = tuple[float, float]
 """A machine's CPU time since boot, in any unit: (in use, in all)."""
+Reading = tuple[float, float, CpuTimes | None]
+"""(wall time, the process's CPU seconds, the machine's CPU times)."""
 
 
 class CpuLoad:
     """The CPU seconds a process spent per second of wall time, and the share of its
-    machine's CPU time in use, over their last window."""
+    machine's CPU time in use, over about the last ``WINDOW_S``: a window sliding by
+    ``STEP_S``."""
 
-    __slots__ = ("_start", "machine_share", "share")
+    __slots__ = ("_readings", "machine_share", "share")
 
     def __init__(self) -> None:
         self.share = 0.0
-        """CPU seconds per second over the last full window (1.0: one core all the time;
-        a multi-threaded process can exceed it)."""
+        """CPU seconds per second over the window (1.0: one core all the time; a
+        multi-threaded process can exceed it)."""
         self.machine_share = 0.0
-        """The share of every CPU of the machine in use over the last full window (1.0:
-        all of them all the time; 0.0 when the machine's times are unknown)."""
-        self._start: tuple[float, float, CpuTimes | None] | None = None
-        """The current window's start: (wall time, CPU seconds, machine CPU times)."""
+        """The share of every CPU of the machine in use over the window (1.0: all of
+        them all the time; 0.0 when the machine's times are unknown)."""
+        self._readings: deque[Reading] = deque()
+        """Readings at least ``STEP_S`` apart, oldest first, none older than the window
+        needs (but the two last: a long idle spell is one quiet span)."""
 
     def observe(
         self, now: float, cpu: Callable[[], float], machine: Callable[[], CpuTimes | None]
     ) -> None:
-        """Called often (at each publish): closes the window once it is ``WINDOW_S``
-        long. ``cpu`` (the process's CPU seconds) and ``machine`` (the machine's CPU
-        times, None when unknown) are read only then, so the observation costs nothing
-        most of the time. A window after a long idle spell is long and shows the
-        idleness."""
-        if self._start is None:
-            self._start = (now, cpu(), machine())
+        """Called often (at each publish): the CPU times (``cpu``, the process's CPU
+        seconds, and ``machine``, the machine's CPU times or None when unknown) are read
+        only once ``STEP_S`` has passed since the last reading, so the observation costs
+        nothing most of the time."""
+        readings = self._readings
+        if readings and now < readings[-1][0]:  # the wall clock stepped back: start again
+            readings.clear()
+        if readings and now - readings[-1][0] < STEP_S:
             return
-        started, used, times = self._start
-        if now - started < WINDOW_S:
-            if now < started:  # the wall clock stepped back: start again
-                self._start = (now, cpu(), machine())
-            return
-        spent, later = cpu(), machine()
-        self.share = max(0.0, spent - used) / (now - started)
-        self.machine_share = _in_use(times, later)
-        self._start = (now, spent, later)
+        readings.append((now, cpu(), machine()))
+        while len(readings) > 2 and now - readings[0][0] > WINDOW_S:
+            readings.popleft()
+        if len(readings) > 1:
+            (started, used, times), (_, spent, later) = readings[0], readings[-1]
+            self.share = max(0.0, spent - used) / (now - started)
+            self.machine_share = _in_use(times, later)
 
     def busy(self, threshold: float, machine_threshold: float = 0.0) -> bool:
-        """Whether the last window's share reached ``threshold``, or, while the machine's
+        """Whether the window's share reached ``threshold``, or, while the machine's
         share reached ``machine_threshold``, :data:`SHARED_SHARE` of it (a threshold of
         0 or less: never)."""
         if threshold <= 0:

@@ -1,10 +1,10 @@
-"""How busy the broker is on its CPU: windows of wall time, fake CPU seconds."""
+"""How busy the broker is on its CPU: a sliding window of wall time, fake CPU seconds."""
 
 from __future__ import annotations
 
 import math
 
-from channel_server.core.load import SHARED_SHARE, WINDOW_S, CpuLoad, unknown_machine
+from channel_server.core.load import SHARED_SHARE, STEP_S, WINDOW_S, CpuLoad, unknown_machine
 
 
 class FakeCpu:
@@ -19,22 +19,57 @@ class FakeCpu:
         return self.seconds
 
 
-def test_nothing_is_known_before_a_window_closes() -> None:
+def test_nothing_is_known_before_a_step_has_passed() -> None:
     load, cpu = CpuLoad(), FakeCpu()
     load.observe(100.0, cpu, unknown_machine)
     cpu.seconds = 0.9
-    load.observe(100.0 + WINDOW_S / 2, cpu, unknown_machine)
+    load.observe(100.0 + STEP_S / 2, cpu, unknown_machine)
     assert load.share == 0.0
     assert not load.busy(0.5)
 
 
-def test_the_cpu_is_read_once_per_window_not_per_observation() -> None:
+def test_the_cpu_is_read_once_per_step_not_per_observation() -> None:
     load, cpu = CpuLoad(), FakeCpu()
     for i in range(1000):  # one second of publishes a millisecond apart
         load.observe(100.0 + i * 0.001, cpu, unknown_machine)
-    assert cpu.reads == 1
+    assert cpu.reads == round(WINDOW_S / STEP_S)
     load.observe(100.0 + WINDOW_S, cpu, unknown_machine)
-    assert cpu.reads == 2
+    assert cpu.reads == round(WINDOW_S / STEP_S) + 1
+
+
+def test_a_burst_makes_the_broker_busy_within_a_step() -> None:
+    # Given a broker that has just started (no window of history yet)
+    load, cpu = CpuLoad(), FakeCpu()
+    load.observe(100.0, cpu, unknown_machine)
+    # When a flood of publishes keeps it on its CPU for one step
+    cpu.seconds = STEP_S * 0.9
+    load.observe(100.0 + STEP_S, cpu, unknown_machine)
+    # Then it is busy now, not a second later
+    assert math.isclose(load.share, 0.9)
+    assert load.busy(0.8)
+
+
+def test_a_burst_after_a_quiet_spell_is_not_diluted_by_it() -> None:
+    load, cpu = CpuLoad(), FakeCpu()
+    load.observe(100.0, cpu, unknown_machine)
+    load.observe(160.0, cpu, unknown_machine)  # a minute without publishes
+    cpu.seconds = STEP_S
+    load.observe(160.0 + STEP_S, cpu, unknown_machine)  # then a core's worth at once
+    assert math.isclose(load.share, 1.0)
+
+
+def test_the_share_is_over_the_last_window_only() -> None:
+    load, cpu = CpuLoad(), FakeCpu()
+    now = 100.0
+    load.observe(now, cpu, unknown_machine)
+    for _ in range(8):  # two windows at one core
+        now += STEP_S
+        cpu.seconds += STEP_S
+        load.observe(now, cpu, unknown_machine)
+    for _ in range(round(WINDOW_S / STEP_S)):  # then a window idle
+        now += STEP_S
+        load.observe(now, cpu, unknown_machine)
+    assert load.share == 0.0
 
 
 def test_a_window_of_one_core_is_busy() -> None:
