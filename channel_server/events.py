@@ -183,20 +183,9 @@ def validate_packed(
     path refuses, or one too large to decode without counting its containers, is
     decoded plainly and validated as a list: that says which event and field is wrong.
     """
-    if within_bound(blob):
-        try:
-            shaped = _PACKED_BATCH.decode(blob)
-            if max_batch is None or len(shaped) <= max_batch:
-                payloads = unpack_strict(
-                    _msgpack_array(len(shaped), [raw.payload for raw in shaped])
-                )
-                known: dict[str, str] = {}
-                return [
-                    _shaped_event(raw, payload, max_payload_bytes, index, -1, known)
-                    for index, (raw, payload) in enumerate(zip(shaped, payloads, strict=True))
-                ]
-        except (msgspec.MsgspecError, ValueError, TypeError, RecursionError, InvalidEvent):
-            pass
+    events = _validate_in_c(blob, max_payload_bytes, max_batch) if within_bound(blob) else None
+    if events is not None:
+        return events
     try:
         batch = unpack_strict(blob)
     except (ValueError, TypeError, RecursionError) as exc:
@@ -204,6 +193,25 @@ def validate_packed(
             "batch", f"not a msgpack list of events: {exc or type(exc).__name__}"
         ) from None
     return validate_batch(batch, max_payload_bytes, max_batch)
+
+
+def _validate_in_c(
+    blob: bytes, max_payload_bytes: int, max_batch: int | None
+) -> list[Event] | None:
+    """:func:`validate_packed`'s fast path; None when it refuses the batch (the plain
+    path then finds out why, and says so)."""
+    try:
+        shaped = _PACKED_BATCH.decode(blob)
+        if max_batch is not None and len(shaped) > max_batch:
+            return None
+        payloads = unpack_strict(_msgpack_array(len(shaped), [raw.payload for raw in shaped]))
+        known: dict[str, str] = {}
+        return [
+            _shaped_event(raw, payload, max_payload_bytes, index, -1, known)
+            for index, (raw, payload) in enumerate(zip(shaped, payloads, strict=True))
+        ]
+    except (msgspec.MsgspecError, ValueError, TypeError, RecursionError, InvalidEvent):
+        return None
 
 
 def _msgpack_array(count: int, items: list[msgspec.Raw]) -> bytes:

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 WINDOW_S = 1.0
-"""The load is measured over about the last this long."""
+"""The load is measured over about this much of the recent past."""
 STEP_S = 0.25
 """The CPU times are read at most this often: a broker turns busy within about this
 long of a burst's start, instead of waiting for a whole window to close (a benchmark's
