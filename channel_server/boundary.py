@@ -179,6 +179,20 @@ def check_acks(acked: Any, nacked: Any, limit: int) -> tuple[list[str], dict[str
     return acked, errors
 
 
+def check_answer(answer: Any, limit: int) -> tuple[int, int, list[str], dict[str, str]]:
+    """The acks a subscriber put in its reply to a push: ``from_seq``, ``through_seq``,
+    ``acked`` and ``nacked`` as an ack message has them (its checks, and these four keys
+    only)."""
+    if not isinstance(answer, dict) or set(answer) != _ANSWER_KEYS:
+        raise InvalidArgument("acks", "must be a map of from_seq, through_seq, acked and nacked")
+    acked, nacked = check_acks(answer["acked"], answer["nacked"], limit)
+    from_seq = check_seq("from_seq", answer["from_seq"])
+    return from_seq, check_seq("through_seq", answer["through_seq"]), acked, nacked
+
+
+_ANSWER_KEYS = {"from_seq", "through_seq", "acked", "nacked"}
+
+
 def check_last_uid(last_uid: Any) -> str | None:
     if last_uid is not None and not _is_uid(last_uid):
         raise InvalidArgument("last_uid", f"must be an event uid ({A_UID}) or None")

@@ -231,17 +231,22 @@ class EventChannel:
         through_seq: int,
         acked: list[str],
         nacked: dict[str, str],
+        from_seq: int = 0,
     ) -> dict[str, Any]:
         """A push subscriber reports events its handlers finished, named by uid
         (``publisher_id/id``): ``acked`` ones are done, ``nacked`` ones failed (retried, or
-        dead-lettered after ``max_attempts``), and any other event it was given up to
-        ``through_seq`` was skipped (redelivered). Answers ``{"status": "ok"}``, or
-        ``"stale"`` for a session that is over (whose acks still count for events waiting
-        for this member: after a broker restart, say)."""
+        dead-lettered after ``max_attempts``), and any other event it was given with a seq
+        from ``from_seq`` through ``through_seq`` was skipped (redelivered). A subscriber
+        whose pushes offer acks in the reply (``answer_s``) sends each message's own range,
+        so messages may arrive in any order; one that does not may leave ``from_seq`` out.
+        Answers ``{"status": "ok"}``, or ``"stale"`` for a session that is over (whose
+        acks still count for events waiting for this member: after a broker restart,
+        say)."""
         who = _member_session(subscriber_id, group, session)
         through_seq = boundary.check_seq("through_seq", through_seq)
+        from_seq = boundary.check_seq("from_seq", from_seq)
         acked, nacked = boundary.check_acks(acked, nacked, self.config.max_prefetch)
-        return self._acking.ack(who, through_seq, acked, nacked)
+        return self._acking.ack(who, through_seq, acked, nacked, from_seq)
 
     @Pyro5.api.expose
     def heartbeat(

@@ -69,6 +69,12 @@ class DispatchPool:
             heapq.heappush(self._due, (due, next(self._order), task))
             self._cond.notify()
 
+    def due(self) -> bool:
+        """Whether a task is due and waiting for a worker (a worker that could go on with
+        work of its own hands it back to the pool then)."""
+        with self._cond:
+            return bool(self._due) and self._due[0][0] <= time.monotonic()
+
     def stop(self) -> None:
         """Stop taking tasks; workers finish the task in hand and end."""
         with self._cond:
@@ -124,13 +130,21 @@ class MemberLink:
     """
 
     def __init__(
-        self, callback: str, secret: str, push_timeout_s: float, ping_timeout_s: float
+        self,
+        callback: str,
+        secret: str,
+        push_timeout_s: float,
+        ping_timeout_s: float,
+        answer_wait_s: float = 0.0,
     ) -> None:
+        """``answer_wait_s``: how long each push offers the subscriber to finish its
+        events and put their acks in the reply (0: no offer)."""
         self.callback = callback
         self.secret = secret
         """Presented to the callback daemon, which admits only this channel."""
         self._push_timeout_s = push_timeout_s
         self._ping_timeout_s = ping_timeout_s
+        self._offer = {"answer_s": float(answer_wait_s)} if answer_wait_s > 0 else {}
         # The link's lock. Guards _proxy, _failed and _packed; held over the push or ping
         #   RPC (one pool thread uses the proxy at a time) and taken with a timeout. Taken
         #   by a pool thread holding no other lock, and never held while taking the
@@ -171,13 +185,13 @@ class MemberLink:
         the daemon's metadata, or the daemon says so), and that is found out once."""
         if self._packed and (packed := batch.to_wire_packed()) is not None:
             try:
-                return proxy.deliver_packed(packed)
+                return proxy.deliver_packed(packed | self._offer)
             except (AttributeError, InvalidArgument) as exc:
                 if isinstance(exc, InvalidArgument) and exc.argument != "method":
                     raise
                 self._packed = False
                 log.info("%s takes plain pushes only (an older subscriber)", self.callback)
-        return proxy.deliver(batch.to_wire())
+        return proxy.deliver(batch.to_wire() | self._offer)
 
     def answers(self) -> bool:
         """Whether the member's callback answers a ping (on a connection of its own)."""

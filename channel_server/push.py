@@ -21,10 +21,17 @@ on its CPU (``busy_cpu``, or half that on a machine whose CPUs are saturated,
 may instead wait as long as it is expected to take to fill, at most ``busy_linger_s``,
 once: the CPU a push and its ack cost is then what limits the broker, and a saturated
 broker's queues already cost more latency than the wait.
+
+Acks in the reply: a push offers the subscriber ``answer_wait_s`` to finish its events
+before it answers, and a subscriber that did puts their acks in the reply (applied by
+:meth:`~channel_server.acking.Acking.answered`, set as ``answers``). The thread that made
+the push then looks for the member's next one itself, while no other pool task is due.
+A slow handler simply answers without acks and sends them later, as before.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import math
@@ -59,6 +66,12 @@ class Linger(float):
     """A pause that waits for more events (an ack ends it early), not a back-off."""
 
 
+class Answered(enum.Enum):
+    """A push whose reply carried acks: the member may have room for its next at once."""
+
+    ACKS = "acks"
+
+
 class PushDelivery:
     """Pushes a channel's events to its push members, on the broker's dispatch pool."""
 
@@ -90,6 +103,9 @@ class PushDelivery:
         lingering task whose member was woken by an ack is superseded by a new one, and
         ends without a look when its time comes."""
         self._numbers = itertools.count(1)
+        self.answers: Callable[[MemberKey, int, Any], None] | None = None
+        """Applies the acks of a push's reply: ``(member, session, acks)``
+        (:meth:`~channel_server.acking.Acking.answered`, which needs this object first)."""
         self._arrivals = Arrivals()
         self._load = CpuLoad()
         self._cpu = cpu_clock
@@ -150,8 +166,13 @@ class PushDelivery:
         if link is None or (link.callback, link.secret) != (callback, secret):
             if link is not None:
                 self._pool.submit(link.close)
+            config = self._config
             self._links[key] = MemberLink(
-                callback, secret, self._config.ack_timeout_s, self._config.liveness_timeout_s
+                callback,
+                secret,
+                config.ack_timeout_s,
+                config.liveness_timeout_s,
+                config.answer_wait_s,
             )
         self._end_linger(key)
         self.wake(key)
@@ -236,7 +257,9 @@ class PushDelivery:
             self._lingering.discard(key)
         delay: float | None = None
         try:
-            delay = self._push_once(key)
+            while (pushed := self._push_once(key)) is Answered.ACKS and self._go_on(key, number):
+                pass  # its next push, on this thread
+            delay = None if pushed is Answered.ACKS else pushed
         except Exception:
             self._unexpected.error(
                 "push",
@@ -249,6 +272,18 @@ class PushDelivery:
         finally:
             with self._state.lock:
                 self._finish(key, delay)
+
+    def _go_on(self, key: MemberKey, number: int) -> bool:
+        """After a push answered with acks: whether this thread makes the member's next
+        push now (it has work, its task stands, and no other task waits for a thread)."""
+        with self._state.lock:
+            grp = self._state.core.groups.get(key[0])
+            if self._task.get(key) != number or key not in self._links or grp is None:
+                return False
+            if not grp.has_ready(key[1]) or self._pool.due():
+                return False
+            self._again.discard(key)
+            return True
 
     def _finish(self, key: MemberKey, delay: float | None) -> None:
         grp = self._state.core.groups.get(key[0])
@@ -272,9 +307,9 @@ class PushDelivery:
         self._queued.discard(key)
         self._task.pop(key, None)
 
-    def _push_once(self, key: MemberKey) -> float | None:
+    def _push_once(self, key: MemberKey) -> float | Answered | None:
         """Take a batch and push it. Returns seconds to wait before trying again (a
-        back-off or a linger), or None."""
+        back-off or a linger), Answered.ACKS when the reply carried acks, or None."""
         group, member_id = key
         with self._state.lock:
             grp = self._state.core.groups.get(group)
@@ -303,6 +338,9 @@ class PushDelivery:
                 return None
             return self._failed(batch, exc)
         self._delivered(batch, elapsed)
+        if (answer := reply.get("acks")) is not None and self.answers is not None:
+            self.answers(key, batch.session, answer)
+            return Answered.ACKS
         return None
 
     def _wait(self, key: MemberKey, grp: ConsumerGroup, member: Member, now: float) -> float | None:

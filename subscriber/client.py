@@ -268,16 +268,24 @@ class Subscriber:
 
     # -- taking pushes in ----------------------------------------------------------------
     def take_in(self, delivery: dict[str, Any]) -> dict[str, Any]:
-        """A push: queue its events for the worker; the reply says how many."""
+        """A push: queue its events for the worker; the reply says how many, and carries
+        their acks when the worker finished them within the wait the push offered."""
         session, seq, events = _parse_delivery(delivery)
         if self._stopping.is_set():  # it will acknowledge what it did and unsubscribe
             return {"queued": 0, "leaving": True}
         self._faults.on_arrival(events)
         try:
-            return {"queued": self._inbox.put(session, seq, events)}
+            reply: dict[str, Any] = {"queued": self._inbox.put(session, seq, events)}
         except StaleSession as exc:  # a late push of a broker that died: nobody's events
             log.warning("refused a push: %s", exc)
             raise InvalidArgument("session", str(exc)) from None
+        offered = delivery.get("answer_s")
+        if isinstance(offered, float) and offered > 0 and events:
+            done = self._outbox.answer(session, seq + len(events) - 1, offered)
+            if done is not None:
+                self._processed.flush()  # on disk before the channel forgets these events
+                reply["acks"] = done.as_answer()
+        return reply
 
     # -- the worker ----------------------------------------------------------------------
     def _work(self) -> None:

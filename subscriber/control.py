@@ -22,7 +22,7 @@ import Pyro5.errors
 
 from channel_client.remote import ClientOptions, RemoteChannel
 from channel_server.errors import BrokerUnavailable, ChannelError, UnknownChannel
-from subscriber.inbox import Inbox, Outbox, Outcome
+from subscriber.inbox import AckMessage, Inbox, Outbox
 from subscriber.processed import ProcessedIds
 
 log = logging.getLogger("subscriber")
@@ -207,21 +207,20 @@ class ChannelSession:
         self.ready.set()
 
     # -- acks and heartbeats -------------------------------------------------------------
-    def _send(self, outcomes: list[Outcome]) -> None:
-        if not outcomes:
+    def _send(self, messages: list[AckMessage]) -> None:
+        if not messages:
             return
         self._processed.flush()  # on disk before the channel forgets these events
-        for session, run in itertools.groupby(outcomes, key=lambda o: o.session):
-            done = list(run)
-            acked = [o.uid for o in done if o.error is None and not o.dropped]
-            nacked = {o.uid: o.error for o in done if o.error is not None}
-            through = max(o.seq for o in done)
+        for message in messages:
             who = self._who
-            reply = self._call(
-                "ack", who.subscriber_id, self.group, session, through, acked, nacked
-            )
+            args: list[Any] = [who.subscriber_id, self.group, message.session]
+            args += [message.through_seq, message.acked, message.nacked]
+            if message.from_seq is not None:  # a channel that takes acks in push replies
+                args.append(message.from_seq)
+            reply = self._call("ack", *args)
             if reply is not None and reply.get("status") != "ok":
-                log.info("acks of %d events of an ended session dropped", len(done))
+                count = len(message.acked) + len(message.nacked)
+                log.info("acks of %d events of an ended session dropped", count)
                 self._check_standing = True
 
     def _heartbeat(self) -> None:

@@ -2,7 +2,15 @@
 
 A push only hands events over (the reply says how many were queued), the worker thread
 runs the handler on them in delivery order, and the control thread sends the outcomes back
-as acks. Both queues are thread-safe; each has one ``_cond`` guarding all its state.
+as acks. When the channel's push offers a wait (``answer_s``), the thread that took the
+push in waits that long for the worker and puts the acks in its reply instead, while the
+control thread holds back. Both queues are thread-safe; each has one ``_cond`` guarding
+all its state.
+
+An ack message covers the seqs from the end of the session's previous message through its
+last outcome: an event of that range it names neither way was skipped (the channel
+redelivers it). The ranges of one session never overlap, so a reply's acks and the control
+thread's may reach the channel in either order.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
+from itertools import groupby
 from typing import Any
 
 import msgspec
@@ -20,6 +29,9 @@ ACK_BATCH_MAX = 500
 """Outcomes sent at once at most (well below the channel's limit per message)."""
 ACK_LINGER_S = 0.005
 """While the worker is busy, outcomes wait at most this long to be sent together."""
+ANSWER_WAIT_MAX_S = 0.05
+"""The longest a push's thread waits for the worker, whatever the channel offers: each
+push holds one of the channel's push threads while it waits."""
 
 
 class Item(msgspec.Struct, frozen=True, gc=False):
@@ -118,6 +130,27 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     """Processed, but left out of the ack (the drop-acks fault: a lost ack)."""
 
 
+class AckMessage(msgspec.Struct, frozen=True, gc=False):
+    """One ack message: what became of a session's events from ``from_seq`` through
+    ``through_seq`` (None: from the session's first, for a channel that offers no answers
+    and takes the message without it)."""
+
+    session: int
+    from_seq: int | None
+    through_seq: int
+    acked: list[str]
+    nacked: dict[str, str]
+
+    def as_answer(self) -> dict[str, Any]:
+        """The message as a push's reply carries it."""
+        return {
+            "from_seq": self.from_seq or 0,
+            "through_seq": self.through_seq,
+            "acked": self.acked,
+            "nacked": self.nacked,
+        }
+
+
 class Outbox:
     """Outcomes waiting to be sent, collected so that one ack message covers many."""
 
@@ -127,6 +160,13 @@ class Outbox:
         self._oldest = 0.0
         self._urgent = False
         self._interrupted = False
+        self._answering = 0
+        """Threads waiting to answer a push with acks: the control thread takes none then."""
+        self._offered: int | None = None
+        """The session whose pushes offered answers: each of its messages says where its
+        range starts (the broker of another session may be older, and take no such say)."""
+        self._covered = (-1, -1)
+        """The newest session an ack message covered, and the last seq it covered."""
 
     def add(self, outcomes: list[Outcome], urgent: bool) -> None:
         """``urgent``: the worker has nothing more to do now (or held these long enough),
@@ -136,19 +176,48 @@ class Outbox:
                 self._oldest = time.monotonic()
             self._pending.extend(outcomes)
             self._urgent = self._urgent or urgent
-            self._cond.notify()
+            self._cond.notify_all()  # the control thread, and a push's thread answering
 
-    def wait(self, timeout_s: float) -> list[Outcome]:
-        """The outcomes due to be sent (urgent, many, or lingered long enough); [] after
-        ``timeout_s`` with none due."""
+    def answer(self, session: int, last_seq: int, timeout_s: float) -> AckMessage | None:
+        """For the thread of a push whose events end at ``last_seq``: wait up to
+        ``timeout_s`` (at most ANSWER_WAIT_MAX_S) for the worker to finish them, then take
+        what is done as one message, if all of it is of ``session``; else None, and the
+        control thread sends it."""
+        deadline = time.monotonic() + min(timeout_s, ANSWER_WAIT_MAX_S)
+        with self._cond:
+            self._offered = session
+            self._answering += 1
+            try:
+                while not self._done_through(session, last_seq) and not self._interrupted:
+                    if (left := deadline - time.monotonic()) <= 0:
+                        break
+                    self._cond.wait(left)
+                if not self._pending or any(o.session != session for o in self._pending):
+                    return None
+                return self._take()[0]
+            finally:
+                self._answering -= 1
+                self._cond.notify_all()  # the control thread may take what is left
+
+    def _done_through(self, session: int, last_seq: int) -> bool:
+        last = self._pending[-1] if self._pending else None
+        return last is not None and last.session == session and last.seq >= last_seq
+
+    def wait(self, timeout_s: float) -> list[AckMessage]:
+        """The ack messages due to be sent (urgent, many, or lingered long enough); []
+        after ``timeout_s`` with none due."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
                 now = time.monotonic()
-                if self._pending and (
-                    self._urgent
-                    or len(self._pending) >= ACK_BATCH_MAX
-                    or now - self._oldest >= ACK_LINGER_S
+                if (
+                    self._pending
+                    and not self._answering
+                    and (
+                        self._urgent
+                        or len(self._pending) >= ACK_BATCH_MAX
+                        or now - self._oldest >= ACK_LINGER_S
+                    )
                 ):
                     return self._take()
                 if now >= deadline or self._interrupted:
@@ -170,13 +239,33 @@ class Outbox:
             self._interrupted = True
             self._cond.notify_all()
 
-    def drain(self) -> list[Outcome]:
+    def drain(self) -> list[AckMessage]:
         with self._cond:
             return self._take()
 
-    def _take(self) -> list[Outcome]:
+    def _take(self) -> list[AckMessage]:
+        """Up to ACK_BATCH_MAX outcomes, as one message per session, each covering its
+        session's seqs from where the previous message ended."""
         taken, self._pending = self._pending[:ACK_BATCH_MAX], self._pending[ACK_BATCH_MAX:]
         self._urgent = bool(self._pending) and self._urgent
         if self._pending:
             self._oldest = time.monotonic()
-        return taken
+        return [self._message(list(run)) for _, run in groupby(taken, key=_session_of)]
+
+    def _message(self, done: list[Outcome]) -> AckMessage:
+        session, through = done[0].session, max(o.seq for o in done)
+        newest, covered = self._covered
+        if session >= newest:  # an older session's late outcomes: its broker is gone
+            self._covered = (session, through)
+        start = covered + 1 if session == newest else 0
+        return AckMessage(
+            session,
+            start if session == self._offered else None,
+            through,
+            [o.uid for o in done if o.error is None and not o.dropped],
+            {o.uid: o.error for o in done if o.error is not None},
+        )
+
+
+def _session_of(outcome: Outcome) -> int:
+    return outcome.session

@@ -2,8 +2,11 @@
 
 An ack message names events by uid (``publisher_id/id``): acked ones are done; nacked
 ones are retried, or dead-lettered after ``max_attempts`` handler failures; events
-delivered up to the message's ``through_seq`` that it names neither way were skipped (a
-lost ack). Acks name facts, so an ack of an ended session still resolves what the member
+delivered from the message's ``from_seq`` up to its ``through_seq`` that it names neither
+way were skipped (a lost ack). A subscriber's messages cover ranges of seqs that do not
+overlap, so they may arrive in any order (one in a push's reply, the next on the
+subscriber's own connection); an older subscriber's messages start at 0, in order. Acks
+name facts, so an ack of an ended session still resolves what the member
 holds again, or owes (restored or held back for it).
 """
 
@@ -46,11 +49,12 @@ def acknowledge(
     nacked: dict[str, str],
     through_seq: int,
     now: float,
+    from_seq: int = 0,
 ) -> AckOutcome:
     """Apply an ack message (events named by uid): acked ones are done; nacked ones are
-    retried or, after ``max_attempts`` handler failures, dead; events delivered up to
-    ``through_seq`` that it names neither way were skipped (a lost ack) and go back,
-    counting as a failed attempt of the member."""
+    retried or, after ``max_attempts`` handler failures, dead; events delivered with seqs
+    from ``from_seq`` through ``through_seq`` that it names neither way were skipped (a
+    lost ack) and go back, counting as a failed attempt of the member."""
     member = current(group, member_id, session)
     if member is None:
         return stale_acks(group, member_id, acked)
@@ -81,9 +85,10 @@ def acknowledge(
             finished.append(flight.event)
         else:
             failed.append(flight)
-    # flights are in delivery order: the skipped ones are a prefix, so an ack costs what
-    # it names and skips, not everything the member holds (thousands at many partitions)
-    skipped = list(takewhile(lambda f: f.seq <= through_seq, member.flights.values()))
+    # flights are in delivery order: the skipped ones are within a prefix, so an ack costs
+    # what it names and skips, not everything the member holds (thousands at many partitions)
+    within = takewhile(lambda f: f.seq <= through_seq, member.flights.values())
+    skipped = [f for f in within if f.seq >= from_seq]
     outcome.missing = len(skipped)
     for flight in skipped:
         del member.flights[flight.event.uid]

@@ -228,10 +228,11 @@ class ChannelCore:
         nacked: dict[str, str],
         through_seq: int,
         now: float,
+        from_seq: int = 0,
     ) -> tuple[AckOutcome, list[Event]]:
         """Apply an ack message; returns what it did and the events now acknowledged by
         every group (the facade deletes those from the store)."""
-        outcome = group.acknowledge(member_id, session, acked, nacked, through_seq, now)
+        outcome = group.acknowledge(member_id, session, acked, nacked, through_seq, now, from_seq)
         return outcome, self._settle(group, outcome)
 
     def bury_unpushable(

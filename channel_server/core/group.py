@@ -359,9 +359,10 @@ class ConsumerGroup:
         nacked: dict[str, str],
         through_seq: int,
         now: float,
+        from_seq: int = 0,
     ) -> AckOutcome:
         """Apply an ack message (see :func:`channel_server.core.acks.acknowledge`)."""
-        return acks.acknowledge(self, member_id, session, acked, nacked, through_seq, now)
+        return acks.acknowledge(self, member_id, session, acked, nacked, through_seq, now, from_seq)
 
     def unpushable(
         self, member_id: str, session: int, seqs: range, reasons: dict[str, str]

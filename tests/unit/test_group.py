@@ -215,6 +215,27 @@ def test_ack_acked_nacked_and_skipped() -> None:
     assert again.first_seq == batch.first_seq + 5
 
 
+def test_ack_messages_of_ranges_that_arrive_out_of_order_skip_only_their_own() -> None:
+    """A reply's acks and the control thread's next message may overtake each other: each
+    names its range of seqs, so the later one arriving first skips nothing of the earlier
+    one's (under the prefix rule it would send e0-e2 back as lost acks)."""
+    d = Driver()
+    d.join("a")
+    d.g.enqueue([make_event(i) for i in range(6)])
+    batch = d.take("a")
+    first = batch.first_seq
+    later = d.g.acknowledge("a", batch.session, ["p/e3", "p/e5"], {}, first + 5, d.now, first + 3)
+    assert ids(later.done) == ["e3", "e5"]
+    assert (ids(later.retried), later.missing) == (["e4"], 1)  # skipped: in its range
+    earlier = d.g.acknowledge(
+        "a", batch.session, ["p/e0", "p/e1", "p/e2"], {}, first + 2, d.now, first
+    )
+    assert ids(earlier.done) == ["e0", "e1", "e2"]
+    assert (earlier.retried, earlier.missing) == ([], 0)
+    assert d.g.members["a"].acked == 5
+    check_group(d.g)
+
+
 def test_a_declined_push_keeps_what_the_member_owed_for_its_last_ack() -> None:
     """A stopping member declines the push that brought its skipped events back; its
     goodbye ack names them as processed (by uid), and they are done, not handed on."""

@@ -100,6 +100,17 @@ def test_a_link_pushes_packed_to_a_subscriber_that_takes_it(
     assert [method for method, _ in proxy.calls] == ["deliver_packed", "deliver_packed"]
 
 
+@pytest.mark.parametrize("older", [None, AttributeError("no 'deliver_packed'")])
+def test_a_link_offers_the_subscriber_its_wait_to_answer_with_acks_in_either_form(
+    monkeypatch: pytest.MonkeyPatch, older: Exception | None
+) -> None:
+    proxy = FakeProxy(older)
+    link = link_to(monkeypatch, proxy)
+    link = MemberLink(link.callback, link.secret, 1.0, 1.0, answer_wait_s=0.005)
+    link.push(batch_of(["a"]))
+    assert [call[1]["answer_s"] for call in proxy.calls] == [0.005] * len(proxy.calls)
+
+
 OLDER = [
     # how a Pyro5 proxy refuses a method the daemon's metadata does not list
     AttributeError("remote object 'PYRO:x' has no exposed attribute or method 'deliver_packed'"),

@@ -1,15 +1,21 @@
 """The subscriber's inbox: sessions only move forward, a newer one drops the older's rest;
-and its outbox, emptied whole when it stops."""
+and its outbox: ack messages over ranges that never overlap, a push's thread answering
+with the acks the worker finished while the control thread holds back, and everything sent
+when it stops."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
+from subscriber import inbox as inbox_module
+from subscriber.client import Subscriber
 from subscriber.control import ChannelSession, Identity
-from subscriber.inbox import ACK_BATCH_MAX, Inbox, Outbox, Outcome, StaleSession
+from subscriber.inbox import ACK_BATCH_MAX, AckMessage, Inbox, Outbox, Outcome, StaleSession
 from subscriber.processed import ProcessedIds
+from tests.integration.procs import wait_until
 
 
 def ids(inbox: Inbox) -> list[str]:
@@ -72,3 +78,72 @@ def test_a_stop_sends_every_outcome_left_not_only_one_message_of_them() -> None:
     assert acked[: len(outcomes)] == [o.uid for o in outcomes]
     assert [len(args[4]) for args in acks[:3]] == [ACK_BATCH_MAX, ACK_BATCH_MAX, 100]
     assert channel.calls[-1][0] == "unsubscribe"
+
+
+def done(session: int, *seqs: int, error: str | None = None) -> list[Outcome]:
+    return [Outcome(session, seq, f"p/{seq}", error) for seq in seqs]
+
+
+def test_ack_messages_cover_ranges_that_follow_on_once_answers_are_offered() -> None:
+    """Each message starts where the session's previous one ended, so a skipped seq (here
+    3) falls in exactly one. Only a session whose pushes offered answers says where: the
+    broker of another (a restart, maybe older) need not take it."""
+    outbox = Outbox()
+    outbox.add(done(5, 1), urgent=True)
+    assert outbox.drain() == [AckMessage(5, None, 1, ["p/1"], {})]
+    assert outbox.answer(5, 1, 0.0) is None  # an offer; nothing to answer with yet
+    outbox.add(done(5, 2) + done(5, 4, error="E"), urgent=True)
+    assert outbox.drain() == [AckMessage(5, 2, 4, ["p/2"], {"p/4": "E"})]
+    outbox.add(done(5, 5) + done(6, 1, 2), urgent=True)
+    assert outbox.drain() == [
+        AckMessage(5, 5, 5, ["p/5"], {}),
+        AckMessage(6, None, 2, ["p/1", "p/2"], {}),  # no offer in session 6 yet
+    ]
+    assert outbox.answer(6, 3, 0.0) is None
+    outbox.add(done(6, 3), urgent=True)
+    assert outbox.drain() == [AckMessage(6, 3, 3, ["p/3"], {})]
+
+
+def test_a_push_thread_answers_with_the_outcomes_of_its_push_and_the_control_thread_waits() -> None:
+    outbox = Outbox()
+    outbox.add(done(5, 1), urgent=True)  # the worker is part way through the push
+    answers: list[AckMessage | None] = []
+    thread = threading.Thread(target=lambda: answers.append(outbox.answer(5, 2, 10.0)))
+    thread.start()
+    wait_until(lambda: outbox._answering == 1, what="the push thread waiting")
+    assert outbox.wait(0.05) == []  # urgent, but a push thread will answer with them
+    outbox.add(done(5, 2), urgent=True)
+    thread.join(10.0)
+    assert answers == [AckMessage(5, 0, 2, ["p/1", "p/2"], {})]
+    assert outbox.drain() == []
+
+
+def test_an_answer_gives_up_after_its_wait_and_leaves_another_sessions_outcomes() -> None:
+    outbox = Outbox()
+    outbox.add(done(5, 1), urgent=False)
+    assert outbox.answer(5, 3, 0.01) == AckMessage(5, 0, 1, ["p/1"], {})  # what is done
+    outbox.add(done(5, 2) + done(6, 1), urgent=False)
+    assert outbox.answer(6, 1, 0.01) is None  # session 5's outcome goes by the control thread
+    assert [m.session for m in outbox.drain()] == [5, 6]
+
+
+@pytest.mark.parametrize("offer", [5.0, None, 0, "5.0"])
+def test_a_push_is_answered_with_acks_only_when_the_channel_offers_a_wait(
+    offer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inbox_module, "ANSWER_WAIT_MAX_S", 30.0)  # a slow machine's worker
+    sub = Subscriber("c", "s1", lambda ev: None)
+    sub._spawn("worker", sub._work)
+    try:
+        events = [{"id": f"e{n}", "publisher_id": "P", "partition": 0} for n in range(3)]
+        push: dict[str, Any] = {"session": 1, "seq": 7, "events": events}
+        reply = sub.take_in(push if offer is None else push | {"answer_s": offer})
+    finally:
+        sub._stopping.set()
+        sub._inbox.close()
+        sub._join("worker")
+    if offer == 5.0:
+        acks = {"from_seq": 0, "through_seq": 9, "acked": ["P/e0", "P/e1", "P/e2"], "nacked": {}}
+        assert reply == {"queued": 3, "acks": acks}
+    else:
+        assert reply == {"queued": 3}
