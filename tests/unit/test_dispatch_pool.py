@@ -120,6 +120,32 @@ def test_the_next_worker_takes_over_the_wait_when_the_timer_takes_work(
     assert len(ran) == 5
 
 
+def test_a_task_due_after_the_timers_wakes_no_worker(pool: DispatchPool) -> None:
+    """The timer worker looks again when it wakes; only a task due sooner, or now, needs
+    a worker woken."""
+    waits = Waits(pool)
+    pool.start()
+    wait_until(lambda: len(waits.timeouts()) == 4, what="four idle workers")
+    ran, task = recorder()
+    pool.submit(task("first"), 0.3)
+    wait_until(lambda: pool._timer is not None, what="a timer")
+    notified: list[int] = []
+    inner = pool._cond.notify
+
+    def notify(n: int = 1) -> None:
+        notified.append(n)
+        inner(n)
+
+    pool._cond.notify = notify  # type: ignore[method-assign]
+    pool.submit(task("later"), 0.5)
+    assert notified == []
+    pool.submit(task("sooner"), 0.1)
+    pool.submit(task("now"))
+    assert notified == [1, 1]
+    wait_until(lambda: len(ran) == 4, what="every task")
+    assert [name for name, _ in ran] == ["now", "sooner", "first", "later"]
+
+
 def test_stop_ends_the_workers_and_drops_what_is_pending(pool: DispatchPool) -> None:
     pool.start()
     ran, task = recorder()
