@@ -6,8 +6,8 @@ delivered from the message's ``from_seq`` up to its ``through_seq`` that it name
 way were skipped (a lost ack). A subscriber's messages cover ranges of seqs that do not
 overlap, so they may arrive in any order (one in a push's reply, the next on the
 subscriber's own connection); an older subscriber's messages start at 0, in order. Acks
-name facts, so an ack of an ended session still resolves what the member
-holds again, or owes (restored or held back for it).
+name facts, so an ack of an ended session still resolves what the member holds again, or
+owes (restored or held back for it).
 """
 
 from __future__ import annotations
