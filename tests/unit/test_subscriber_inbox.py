@@ -112,9 +112,13 @@ def test_a_push_thread_answers_with_the_outcomes_of_its_push_and_the_control_thr
     thread.start()
     wait_until(lambda: outbox._answering == 1, what="the push thread waiting")
     assert outbox.wait(0.05) == []  # urgent, but a push thread will answer with them
+    woken: list[str] = []  # the control thread's condition: nobody need wake it now
+    outbox._cond.notify = lambda n=1: woken.append("notify")  # type: ignore[method-assign]
+    outbox._cond.notify_all = lambda: woken.append("all")  # type: ignore[method-assign]
     outbox.add(done(5, 2), urgent=True)
     thread.join(10.0)
     assert answers == [AckMessage(5, 0, 2, ["p/1", "p/2"], {})]
+    assert woken == []  # and the answer left nothing for it
     assert outbox.drain() == []
 
 
