@@ -48,7 +48,6 @@ class Acking:
         self._liveness = liveness
         self._refused = Throttle(log)
         """Malformed acks in push replies: one line per 10 s, not one per push."""
-        push.answers = self.answered
 
     def ack(
         self,

@@ -99,6 +99,7 @@ class EventChannel:
         self._members = members = Membership(state, self._access, backup, push, liveness)
         self._publishing = Publishing(state, backup, push)
         self._acking = Acking(state, backup, outcomes, members, push, liveness)
+        push.answers = self._acking.answered  # the acks of push replies
         self._pull = PullSide(state, backup, self._acking, outcomes, members, push)
         self._dead = DeadLetters(state, backup, push)
         self._stats = stats = ChannelStats(state, store, push.load_figures)

@@ -1,7 +1,8 @@
 """The broker's dispatch pool, and the link to one push member's callback.
 
-A push only hands a batch over (the subscriber acknowledges events later, as its handlers
-finish), so pushes are short and a small, bounded pool of threads serves every push member
+A push only hands a batch over (the subscriber acknowledges events in its reply when its
+handlers finish within the wait the push offers, a few ms, else later), so pushes are
+short and a small, bounded pool of threads serves every push member
 of every channel: a thousand subscribers do not need a thousand threads. The same pool runs
 delayed work (a retry after a back-off, a lingering batch, the housekeeping round) and the
 liveness pings. A task that raises is logged and the worker goes on: no thread dies with a

@@ -105,7 +105,8 @@ class PushDelivery:
         self._numbers = itertools.count(1)
         self.answers: Callable[[MemberKey, int, Any], None] | None = None
         """Applies the acks of a push's reply: ``(member, session, acks)``
-        (:meth:`~channel_server.acking.Acking.answered`, which needs this object first)."""
+        (:meth:`~channel_server.acking.Acking.answered`, which needs this object first:
+        the channel sets it once both exist)."""
         self._arrivals = Arrivals()
         self._load = CpuLoad()
         self._cpu = cpu_clock

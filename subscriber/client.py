@@ -1,10 +1,12 @@
 """Push subscriber: its own Pyro5 daemon takes batches in; handlers run on a worker thread.
 
-Delivery and completion are apart: a push is answered as soon as its events are queued
-(the channel judges that round trip), the worker runs the handler on each event in
-delivery order, and the control thread (:mod:`subscriber.control`) sends the outcomes
-back as acks. So a handler may take minutes without looking dead, and a frozen process is
-still told from a slow job (it stops answering pings).
+Delivery and completion are apart: a push is answered once its events are queued and,
+at most the wait the channel offers (``answer_s``, a few ms), its handlers are done (the
+channel judges that round trip); the worker runs the handler on each event in delivery
+order, and the acks go in the push's reply when the worker finished within the wait, else
+the control thread (:mod:`subscriber.control`) sends them. So a handler may take minutes
+without looking dead, and a frozen process is still told from a slow job (it stops
+answering pings).
 
 Threads, all owned here: the daemon's request loop (its workers call ``deliver`` and
 ``ping``), the worker, and the control thread. ``start`` starts them, ``stop`` ends them in
