@@ -1,10 +1,12 @@
 """The durable backup queue: SQLite in WAL mode under the broker's data directory.
 
-One connection, guarded by ``_lock``, serves every channel of the broker. Each publish
-batch is one transaction (group commit), and for batches up to ROWS_PER_STATEMENT events one
-statement. Acks, deletes and window trims are deferred (see
+One connection, guarded by ``_lock``, serves every channel of the broker. A publish batch
+is one record appended to the journal (:mod:`.journal`): durable when it is written, like
+a commit. Acks, deletes and window trims are deferred (see
 :mod:`channel_server.store.base`) and written in one transaction every DEFERRED_INTERVAL_S
-by the store's maintenance thread, which also checkpoints the WAL.
+by the store's maintenance thread, which also checkpoints the WAL. That round resolves the
+journaled events acknowledged meanwhile (their ids go into the delivered window; they never
+become rows) and moves into ``events`` those that waited MOVE_AFTER_S (:mod:`.journaled`).
 
 With ``synchronous=NORMAL`` (the default) a committed transaction survives a process crash
 (SIGKILL); FULL also survives power loss. The delivered-ID window: :mod:`.sqlite_sql`; the
@@ -14,9 +16,11 @@ files, their modes and the lock that keeps two brokers off one data directory:
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,8 +36,10 @@ from channel_server.store.base import (
     MemberRecord,
     Store,
 )
-from channel_server.store.deferred import DeferredWrites, write_in_background
-from channel_server.store.rows import GROUP_TABLES, event_fields
+from channel_server.store.deferred import DeferredWrites, PendingWrites, write_in_background
+from channel_server.store.journal import Journal, journal_rows, pack_record, read_records, segments
+from channel_server.store.journaled import JournaledRows
+from channel_server.store.rows import GROUP_TABLES, event_fields, unpack
 from channel_server.store.sqlite_files import (
     DB_FILE,
     LOCK_FILE,
@@ -47,11 +53,14 @@ from channel_server.store.sqlite_sql import (
     OFFSET_BITS,
     OFFSET_MASK,
     OWNER_ROW_WIDTH,
-    ROWS_PER_STATEMENT,
     delete_events,
     event_params,
     flat,
+    forget_acks,
     insert,
+    keep_journaled_ids,
+    move_journaled,
+    restore_record,
     trim,
 )
 
@@ -63,6 +72,11 @@ BUSY_TIMEOUT_S = 5.0
 CHECKPOINT_INTERVAL_S = 1.0
 DEFERRED_INTERVAL_S = 0.05
 """How often deferred acks, deletes and trims are written (and how stale they may be)."""
+MOVE_AFTER_S = 0.25
+"""How long a published event may wait in the journal only before it becomes a row: an
+event acknowledged sooner (most are, within milliseconds) is never one; its id alone goes
+into the delivered window. Longer keeps more events in memory twice (the queue's and the
+journal's row) and the journal's files longer."""
 
 
 class SQLiteStore(Store):
@@ -97,10 +111,22 @@ class SQLiteStore(Store):
         """channel -> its events rows, from its first count on (guarded by _lock)."""
         self._stored_changes: dict[str, int] = {}
         """channel -> rows added (or removed) by the open transaction (guarded by _lock)."""
+        self._journaled = JournaledRows()
+        """Published events in the journal only (guarded by _lock)."""
+        self._closed: list[int] = []
+        """Journal segments no longer appended to, not yet done (guarded by _lock)."""
+        self._purge: list[int] = []
+        """Segments deleted whose journal_done rows the next round removes (_lock)."""
+        self._journaled_next: dict[str, int] = {}
+        """channel -> the next offset its last journaled publish gave (_lock)."""
         try:
             open_private_append(self.path).close()  # 0600 before SQLite makes it
             tighten_wal_files(self.path)
-            self._db = self._open(synchronous.upper())
+            self._db = open_db(self.path, synchronous.upper(), BUSY_TIMEOUT_S)
+            self._journal = Journal(
+                Path(data_dir), sync=synchronous.upper() == "FULL", after=self._replay()
+            )
+            self._start_maintenance()
         except sqlite3.DatabaseError as exc:
             self._lock_file.close()
             raise StoreError(
@@ -112,13 +138,30 @@ class SQLiteStore(Store):
             self._lock_file.close()
             raise
 
-    def _open(self, synchronous: str) -> sqlite3.Connection:
-        db = open_db(self.path, synchronous, BUSY_TIMEOUT_S)
+    def _start_maintenance(self) -> None:
         self._maintainer = threading.Thread(
             target=self._maintenance_loop, name="sqlite-maintenance", daemon=True
         )
         self._maintainer.start()
-        return db
+
+    def _replay(self) -> int:
+        """Bring what a past life left in the journal into the database (a crash, or a
+        close that could not finish): every event of a segment not marked done, unless
+        the delivered window has it (acknowledged already). Returns the highest segment
+        number seen, so new segments never reuse one."""
+        done = {row[0] for row in self._db.execute("SELECT segment FROM journal_done")}
+        found = segments(self.path.parent)
+        for number, path in found:
+            if number not in done:
+                with self._tx() as db:
+                    for record in read_records(path):
+                        restore_record(db, record)
+                    db.execute("INSERT OR IGNORE INTO journal_done VALUES (?)", (number,))
+                log.info("replayed journal segment %s", path.name)
+            path.unlink()
+        with self._tx() as db:
+            db.execute("DELETE FROM journal_done")
+        return max([*done, *(number for number, _ in found)], default=0)
 
     def _maintenance_loop(self) -> None:
         """Write the deferred writes every DEFERRED_INTERVAL_S, and copy the WAL into the
@@ -139,29 +182,115 @@ class SQLiteStore(Store):
         finally:
             checkpoints.close()
 
-    def _write_deferred(self) -> None:
-        """Write every deferred ack, delete and trim in one transaction (put back if it
-        fails, to be tried again)."""
+    def _write_deferred(self, move_all: bool = False) -> None:
+        """Write every deferred ack, delete and trim (put back if it fails, to be tried
+        again), resolving and moving journaled events (every one: ``move_all``), then
+        delete the journal segments that no event waits in.
+
+        A round with trims moves every journaled event first, and trims in a transaction
+        of its own after marking the segments done: a segment replayed after a crash then
+        never holds an acknowledged event whose id a trim forgot (it would come back)."""
         with self._writing_deferred:
             pending = self._deferred.take()
-            if not pending:
-                return
             try:
-                bases = {c: self._base(c) for c in (*pending.deletes, *pending.trims)}
-                with self._tx() as db:
-                    if pending.acks:
-                        self._acked.update(channel for channel, _, _ in pending.acks)
-                        insert(db, "INSERT OR IGNORE", "acks", 3, flat(pending.acks))
-                    for channel, offsets in pending.deletes.items():
-                        removed = delete_events(
-                            db, channel, bases[channel], offsets, channel in self._acked
-                        )
-                        self._stored_changes[channel] = -removed
-                    for channel, count in pending.trims.items():
-                        trim(db, bases[channel], count)
+                self._apply(pending, move_all or bool(pending.trims))
+                if pending.trims:
+                    self._trim(pending.trims)
             except BaseException:
                 self._deferred.put_back(pending)
                 raise
+
+    def _apply(self, pending: PendingWrites, move_all: bool) -> None:
+        """Acks, deletes and journal moves in one transaction; segments idle since the
+        last round are marked done in it, and deleted once it commits."""
+        cutoff = None if move_all else time.monotonic() - MOVE_AFTER_S
+        with self._lock:
+            if not (pending or self._journal.is_open or self._closed or self._purge):
+                return
+        taken: list[tuple[str, list[tuple]]] = []
+        idle: list[int] = []
+        nexts: dict[str, int] = {}
+        try:
+            with self._tx() as db:
+                idle = self._mark_idle(db)
+                if pending.acks:
+                    self._acked.update(channel for channel, _, _ in pending.acks)
+                    insert(db, "INSERT OR IGNORE", "acks", 3, flat(pending.acks))
+                for channel, offsets in pending.deletes.items():
+                    taken.append((channel, self._delete(db, channel, offsets)))
+                for channel, rows in self._journaled.take_older(cutoff).items():
+                    taken.append((channel, rows))
+                    move_journaled(db, self._bases[channel], rows)
+                nexts = dict(self._journaled_next)
+                for channel, next_offset in nexts.items():
+                    db.execute(
+                        "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
+                        (next_offset, self._bases[channel] >> OFFSET_BITS),
+                    )
+        except BaseException:
+            with self._lock:  # not written: they wait again
+                for channel, rows in taken:
+                    self._journaled.put_back(channel, rows)
+                self._closed.extend(idle)
+            raise
+        with self._lock:
+            for channel, next_offset in nexts.items():
+                if self._journaled_next.get(channel) == next_offset:
+                    del self._journaled_next[channel]
+        self._delete_segments(idle)
+
+    def _delete(self, db: sqlite3.Connection, channel: str, offsets: list[int]) -> list[tuple]:
+        """Events every group acknowledged, in the open transaction: rows are deleted
+        (their ids kept in the window); journaled ones only have their ids kept. Returns
+        the journaled ones' rows (taken out of the journaled rows)."""
+        base = self._bases[channel]
+        rows, elsewhere = self._journaled.take(channel, offsets)
+        removed = 0
+        if rows:
+            keep_journaled_ids(db, base, rows)
+            if channel in self._acked:
+                forget_acks(db, channel, [row[0] for row in rows])
+            removed += len(rows)
+        if elsewhere:
+            removed += delete_events(db, channel, base, elsewhere, channel in self._acked)
+        self._stored_changes[channel] = self._stored_changes.get(channel, 0) - removed
+        return rows
+
+    def _mark_idle(self, db: sqlite3.Connection) -> list[int]:
+        """In the open transaction: close the current segment, mark the closed ones no
+        event waits in as done, and drop the marks of segments deleted before."""
+        if (closed := self._journal.rotate()) is not None:
+            self._closed.append(closed)
+        idle = self._journaled.idle_segments(self._closed)
+        self._closed = [s for s in self._closed if s not in idle]
+        insert(db, "INSERT OR IGNORE", "journal_done", 1, idle)
+        if self._purge:
+            db.execute(
+                "DELETE FROM journal_done WHERE segment IN (SELECT value FROM json_each(?))",
+                (json.dumps(self._purge),),
+            )
+            self._purge = []
+        return idle
+
+    def _delete_segments(self, idle: list[int]) -> None:
+        for segment in idle:
+            self._journal.remove(segment)
+        with self._lock:
+            self._purge.extend(idle)
+
+    def _trim(self, trims: dict[str, int]) -> None:
+        bases = {c: self._base(c) for c in trims}
+        idle: list[int] = []
+        try:
+            with self._tx() as db:
+                idle = self._mark_idle(db)
+                for channel, count in trims.items():
+                    trim(db, bases[channel], count)
+        except BaseException:
+            with self._lock:
+                self._closed.extend(idle)
+            raise
+        self._delete_segments(idle)
 
     @contextmanager
     def _tx(self, atomic: bool = True) -> Iterator[sqlite3.Connection]:
@@ -260,21 +389,20 @@ class SQLiteStore(Store):
         if not events:
             return
         base = self._base(channel)
-        params = event_params(base, events, accepted_at)
-        # The channel's next offset is stored only when it is not the last event's + 1
-        # (load takes the largest key otherwise); usually one INSERT is the transaction.
-        gap = next_offset != events[-1].offset + 1  # accepted events ascend by offset
-        with self._tx(atomic=gap or len(events) > ROWS_PER_STATEMENT) as db:
-            insert(db, "INSERT", "events", EVENT_ROW_WIDTH, params)
-            self._stored_changes[channel] = len(events)
-            if gap:
-                db.execute(
-                    "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
-                    (next_offset, base >> OFFSET_BITS),
-                )
+        rows = journal_rows(events, accepted_at)
+        record = pack_record(base, next_offset, rows)
+        with self._lock:
+            try:
+                segment = self._journal.append(record)
+            except OSError as exc:
+                raise StoreError(str(self.path.parent), f"journal write failed: {exc}") from exc
+            self._journaled.add(channel, segment, time.monotonic(), rows)
+            self._journaled_next[channel] = next_offset
+            if channel in self._stored:
+                self._stored[channel] += len(rows)
 
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
-        self._write_deferred()  # a replayed event may be waiting for its delete
+        self._write_deferred(move_all=True)  # a replayed event may be waiting for its delete
         base = self._base(channel)
         params = event_params(base, events, accepted_at)
         with self._tx() as db:
@@ -328,14 +456,19 @@ class SQLiteStore(Store):
 
     # -- reading back --------------------------------------------------------------------
     def load(self, channel: str, payload_budget: int | None = None) -> ChannelSnapshot:
-        self._write_deferred()
+        self._write_deferred(move_all=True)  # every event a row, to be read back
         snapshot = read_snapshot(self._query, self._base(channel), channel, payload_budget)
         if snapshot.acks:
             self._acked.add(channel)
         return snapshot
 
     def payloads(self, channel: str, offsets: Sequence[int]) -> dict[int, Any]:
-        return read_payloads(self._query, self._base(channel), offsets)
+        base = self._base(channel)
+        with self._lock:
+            journaled = self._journaled.payloads(channel, offsets)
+        rest = [offset for offset in offsets if offset not in journaled]
+        found = read_payloads(self._query, base, rest) if rest else {}
+        return found | {offset: unpack(stored) for offset, stored in journaled.items()}
 
     def count(self, channel: str) -> int:
         """Stored events less those whose delete is deferred: counted once, then kept up to
@@ -345,18 +478,21 @@ class SQLiteStore(Store):
         with self._writing_deferred, self._lock:  # not between a take and its commit
             stored = self._stored.get(channel)
             if stored is None:
-                stored = self._stored[channel] = self._db.execute(
+                rows = self._db.execute(
                     "SELECT COUNT(*) FROM events WHERE key BETWEEN ? AND ?",
                     (base, base | OFFSET_MASK),
                 ).fetchone()[0]
+                stored = self._stored[channel] = rows + self._journaled.count(channel)
             return max(0, stored - self._deferred.deleting(channel))
 
     def close(self) -> None:
         self._stop.set()
         if self._maintainer is not None:
             self._maintainer.join(BUSY_TIMEOUT_S)
-        self._write_deferred()
+        self._write_deferred(move_all=True)
+        self._write_deferred()  # the journal's last segments are done: deleted
         with self._lock:
+            self._journal.close()
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
         self._lock_file.close()

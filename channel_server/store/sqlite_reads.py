@@ -11,7 +11,13 @@ from channel_server.core.spill import cold_past
 from channel_server.events import Event
 from channel_server.store.base import ChannelSnapshot, DeadLetterRecord, MemberRecord
 from channel_server.store.rows import PAGE_ROWS, event_from_row, loaded, unpack
-from channel_server.store.sqlite_sql import EVENT_COLUMNS, OFFSET_BITS, OFFSET_MASK, json_list
+from channel_server.store.sqlite_sql import (
+    EVENT_COLUMNS,
+    OFFSET_BITS,
+    OFFSET_MASK,
+    json_list,
+    run_rows,
+)
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]
 """The store's ``_query``: one statement under its lock, every row."""
@@ -92,12 +98,23 @@ def window(
         "SELECT key, publisher_id, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
         (first, base | OFFSET_MASK),
     )
+    rows += query_runs(query, base, first)
     copied = len(rows)
     rows += event_ids
     rows.sort()  # two sorted runs: one merge
     if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
         return list({key: (pub, i, at) for key, pub, i, at in rows}.values())
     return [(pub, event_id, accepted_at) for _, pub, event_id, accepted_at in rows]
+
+
+def query_runs(query: Query, base: int, first: int) -> list[tuple]:
+    """(key, publisher id, id, accepted at) of the channel's ``delivered_runs`` ids from
+    key ``first`` on (see :func:`~.sqlite_sql.keep_journaled_ids`)."""
+    blobs = query(
+        "SELECT ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
+        (base, base | OFFSET_MASK, first),
+    )
+    return run_rows(base, first, [blob for (blob,) in blobs])
 
 
 def next_offset(query: Query, base: int) -> int:
@@ -107,8 +124,9 @@ def next_offset(query: Query, base: int) -> int:
     ((found,),) = query(
         "SELECT MAX((SELECT next_offset FROM channels WHERE id = ?), "
         "IFNULL((SELECT MAX(key) - ? + 1 FROM events WHERE key BETWEEN ? AND ?), 0), "
-        "IFNULL((SELECT MAX(key) - ? + 1 FROM delivered WHERE key BETWEEN ? AND ?), 0))",
-        (base >> OFFSET_BITS, base, *key_range, base, *key_range),
+        "IFNULL((SELECT MAX(key) - ? + 1 FROM delivered WHERE key BETWEEN ? AND ?), 0), "
+        "IFNULL((SELECT MAX(last) - ? + 1 FROM delivered_runs WHERE key BETWEEN ? AND ?), 0))",
+        (base >> OFFSET_BITS, base, *key_range, base, *key_range, base, *key_range),
     )
     return found
 

@@ -6,7 +6,7 @@ import logging
 import sqlite3
 
 log = logging.getLogger("channel_server.store.sqlite")
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS channels(
@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS dead_letters(
     channel TEXT NOT NULL, grp TEXT NOT NULL, offset INTEGER NOT NULL, id TEXT NOT NULL,
     publisher_id TEXT NOT NULL, partition, timestamp REAL NOT NULL, payload,
     error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal_done(segment INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS delivered_runs(
+    key INTEGER PRIMARY KEY, last INTEGER NOT NULL, ids BLOB NOT NULL);
 """
 MIGRATIONS = {
     "2": ("ALTER TABLE events ADD COLUMN accepted_at REAL NOT NULL DEFAULT 0",),
@@ -51,6 +54,11 @@ MIGRATIONS = {
     "5": (  # version 6: id scopes (issue 13); channels from before keep channel-wide ids
         ("channels", "id_scope", "TEXT NOT NULL DEFAULT 'channel'"),
         ("delivered", "publisher_id", "TEXT NOT NULL DEFAULT ''"),
+    ),
+    "6": (  # version 7: the publish journal (an older broker would not replay it)
+        "CREATE TABLE IF NOT EXISTS journal_done(segment INTEGER PRIMARY KEY)",
+        "CREATE TABLE IF NOT EXISTS delivered_runs("
+        "key INTEGER PRIMARY KEY, last INTEGER NOT NULL, ids BLOB NOT NULL)",
     ),
 }
 """schema version -> the statements that bring it to the next one (one transaction); a

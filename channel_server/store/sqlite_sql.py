@@ -11,10 +11,15 @@ have an empty publisher id: their channels keep ids unique per channel (``id_sco
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
+from itertools import groupby
+from operator import itemgetter
+
+import msgpack
 
 from channel_server.events import Event
 from channel_server.store.rows import pack, runs
@@ -35,6 +40,11 @@ ROWS_PER_STATEMENT = 200
 """Rows per multi-row INSERT. The sqlite3 module lets go of the GIL for every statement it
 steps, and getting it back can cost a thread switch while the channel lock is held: one
 statement per batch instead of one per row keeps the publish path off that convoy."""
+DELIVERED_ROW_WIDTH = 4
+"""key, id, accepted_at, publisher_id"""
+RUN_FIELDS = (0, 1, 2, 6)
+"""The journal row fields a ``delivered_runs`` row keeps, as its four packed lists:
+offsets, ids, publisher ids, accepted at."""
 OWNER_ROW_WIDTH = 5
 """channel, grp, publisher_id, partition, owner"""
 CACHED_STATEMENTS = 5 * ROWS_PER_STATEMENT
@@ -45,21 +55,17 @@ owners, dead letters) besides the rest."""
 def trim(db: sqlite3.Connection, base: int, count: int) -> None:
     """Forget the ``count`` oldest ids of the window: move window_start past them (to the
     next id's offset, or past the last one), save the next offset that may carry, and
-    delete the delivered rows below it."""
+    delete the delivered rows below it (and the ``delivered_runs`` wholly below it)."""
     start = window_start(db, base)
     key_range = (base | start, base | OFFSET_MASK)
-    kept = db.execute(f"{WINDOW_KEYS} ORDER BY key LIMIT 1 OFFSET ?3", (*key_range, count))
-    row = kept.fetchone()
-    if row is not None:
-        new_start = row[0] - base
-    else:  # every id goes: the window starts after the last one
-        lasts = db.execute(
-            "SELECT (SELECT MAX(key) FROM delivered WHERE key BETWEEN ?1 AND ?2), "
-            "(SELECT MAX(key) FROM events WHERE key BETWEEN ?1 AND ?2)",
-            key_range,
-        ).fetchone()
-        known = [key - base for key in lasts if key is not None]
-        new_start = max(known) + 1 if known else start
+    rows = db.execute(f"{WINDOW_KEYS} ORDER BY key LIMIT ?3", (*key_range, count + 1))
+    keys = _oldest_keys(db, base, key_range[0], [key for (key,) in rows], count + 1)
+    if len(keys) > count:
+        new_start = keys[count] - base
+    elif keys:  # every id goes: the window starts after the last one
+        new_start = keys[-1] - base + 1
+    else:
+        new_start = start
     if new_start <= start:
         return
     db.execute(
@@ -67,6 +73,28 @@ def trim(db: sqlite3.Connection, base: int, count: int) -> None:
         (new_start, base >> OFFSET_BITS),
     )
     db.execute("DELETE FROM delivered WHERE key BETWEEN ? AND ?", (base, base | new_start - 1))
+    db.execute(
+        "DELETE FROM delivered_runs WHERE key BETWEEN ? AND ? AND last < ?",
+        (base, base | OFFSET_MASK, base | new_start),
+    )
+
+
+def _oldest_keys(
+    db: sqlite3.Connection, base: int, low: int, keys: list[int], wanted: int
+) -> list[int]:
+    """The ``wanted`` smallest keys from ``low`` on among ``keys`` (the oldest of the
+    delivered and events rows, in order) and the ``delivered_runs`` ids, in order: runs
+    are read in key order until the next starts past what is wanted."""
+    runs = db.execute(
+        "SELECT key, ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ? ORDER BY key",
+        (base, base | OFFSET_MASK, low),
+    )
+    for first, blob in runs:
+        if len(keys) >= wanted and first > keys[wanted - 1]:
+            break
+        found = [key for key, *_ in run_rows(base, low, [blob])]
+        keys = [key for key, _ in groupby(heapq.merge(keys, found))][:wanted]
+    return keys
 
 
 def window_start(db: sqlite3.Connection, base: int) -> int:
@@ -146,8 +174,81 @@ def delete_events(
         db.executemany(f"{KEEP_IDS} key BETWEEN ? AND ?", ranges)
         removed = db.executemany("DELETE FROM events WHERE key BETWEEN ? AND ?", ranges).rowcount
     if acked:  # acks exist only for channels with several groups
-        db.execute(
-            "DELETE FROM acks WHERE channel = ? AND offset IN (SELECT value FROM json_each(?))",
-            (channel, json_list(offsets)),
-        )
+        forget_acks(db, channel, offsets)
     return removed
+
+
+def forget_acks(db: sqlite3.Connection, channel: str, offsets: Iterable[int]) -> None:
+    """Drop the acks of events every group acknowledged."""
+    db.execute(
+        "DELETE FROM acks WHERE channel = ? AND offset IN (SELECT value FROM json_each(?))",
+        (channel, json_list(offsets)),
+    )
+
+
+def keep_journaled_ids(db: sqlite3.Connection, base: int, rows: Sequence[tuple]) -> None:
+    """The window keeps the ids of journaled events acknowledged before they became rows
+    (journal rows: :func:`~channel_server.store.journal.journal_rows`): one
+    ``delivered_runs`` row for them all, its columns packed as four lists (a row per id
+    cost a third of the broker's time, binding parameters)."""
+    columns = [list(map(itemgetter(i), rows)) for i in RUN_FIELDS]
+    first, last = base | min(columns[0]), base | max(columns[0])
+    stored = db.execute(
+        "INSERT OR IGNORE INTO delivered_runs VALUES (?, ?, ?)",
+        (first, last, msgpack.packb(columns, use_bin_type=True)),
+    ).rowcount
+    if not stored:  # a run starting there already (never, by design): a row per id then
+        params: list = []
+        for row in rows:
+            params += (base | row[0], row[1], row[6], row[2])
+        insert(db, "INSERT OR IGNORE", "delivered", DELIVERED_ROW_WIDTH, params)
+
+
+def run_ids(db: sqlite3.Connection, base: int, low: int, high: int) -> list[tuple]:
+    """(key, publisher id, id, accepted at) of the channel's ``delivered_runs`` ids from
+    key ``low`` on, of runs starting by ``high``, in key order."""
+    blobs = db.execute(
+        "SELECT ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
+        (base, high, low),
+    )
+    return run_rows(base, low, [blob for (blob,) in blobs])
+
+
+def run_rows(base: int, low: int, blobs: Iterable[bytes]) -> list[tuple]:
+    """The ids of ``delivered_runs`` blobs from key ``low`` on, in key order."""
+    found = []
+    for blob in blobs:
+        offsets, ids, publishers, accepted = msgpack.unpackb(blob, raw=False)
+        found += [
+            (base | offset, pub, i, at)
+            for offset, i, pub, at in zip(offsets, ids, publishers, accepted, strict=True)
+            if base | offset >= low
+        ]
+    found.sort()
+    return found
+
+
+def move_journaled(db: sqlite3.Connection, base: int, rows: Iterable[tuple]) -> None:
+    """Journaled events that waited long enough become rows."""
+    params: list = []
+    for row in rows:
+        params += (base | row[0], *row[1:])
+    insert(db, "INSERT OR IGNORE", "events", EVENT_ROW_WIDTH, params)
+
+
+def restore_record(db: sqlite3.Connection, record: list) -> None:
+    """A journal record a past life left (a crash): its events become rows, but those
+    the delivered window has (acknowledged before the crash); the channel's next offset
+    is kept."""
+    base, next_offset, rows = record
+    keys = [base | row[0] for row in rows]
+    known = db.execute(
+        "SELECT key FROM delivered WHERE key BETWEEN ? AND ?", (min(keys), max(keys))
+    ).fetchall()
+    acked = run_ids(db, base, min(keys), max(keys))
+    done = {key for (key,) in known} | {key for key, *_ in acked}
+    move_journaled(db, base, (row for row in rows if base | row[0] not in done))
+    db.execute(
+        "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
+        (next_offset, base >> OFFSET_BITS),
+    )

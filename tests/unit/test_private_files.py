@@ -66,8 +66,12 @@ def test_the_data_dir_and_every_sqlite_file_are_private(tmp_path: Path) -> None:
     try:
         store.save_channel(ChannelRecord("c", "queue"))
         store.append("c", [Event("e0", "pub", 0, 0.0, "secret", 0)], 1, accepted_at=0.0)
+        found = modes(data)
+        assert found == dict.fromkeys(SQLITE_FILES | {"journal-0000000001.log"}, 0o600)
         assert [e.payload for e in store.load("c").events] == ["secret"]
-        assert modes(data) == dict.fromkeys(SQLITE_FILES, 0o600)  # WAL and SHM exist
+        assert modes(data) == dict.fromkeys(SQLITE_FILES, 0o600) | {
+            name: 0o600 for name in modes(data) if name.startswith("journal-")
+        }  # WAL and SHM exist; the journal's segment until a round deletes it
         assert mode(data) == 0o700
         assert mode(data.parent) == 0o700  # a parent it had to make, too
     finally:

@@ -18,6 +18,7 @@ from channel_server.events import Event
 from channel_server.store.base import ChannelRecord
 from channel_server.store.rows import runs as _runs
 from channel_server.store.sqlite import SQLiteStore
+from channel_server.store.sqlite_schema import SCHEMA_VERSION
 from tests.integration.procs import wait_until
 
 
@@ -82,7 +83,9 @@ def test_a_schema_2_database_is_upgraded_in_place(tmp_path: Path) -> None:
     finally:
         store.close()
     with sqlite3.connect(data / "channels.sqlite") as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("6",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (
+            SCHEMA_VERSION,
+        )
 
 
 V3_EVENTS = (
@@ -190,7 +193,9 @@ def test_a_schema_5_channel_keeps_ids_unique_per_channel(tmp_path: Path) -> None
     finally:
         store.close()
     with sqlite3.connect(data / "channels.sqlite") as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("6",)
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (
+            SCHEMA_VERSION,
+        )
     store = SQLiteStore(data)  # opened again: the same
     try:
         assert store.channels()[0] == ChannelRecord("c", "queue", "channel")

@@ -1,0 +1,168 @@
+"""The SQLite store's publish journal: append-only segment files in the data directory.
+
+A publish is durable once its record is written here (and, with ``synchronous=FULL``,
+synced): one ``write`` of the batch instead of a row per event in SQLite. Most events are
+acknowledged within milliseconds, and those never become rows at all: the store's
+maintenance round writes only their ids into the delivered window, and moves into SQLite
+just what stayed unacknowledged for a while (see :mod:`channel_server.store.journaled`).
+
+A record is framed as its length (4 bytes, big-endian), the CRC-32 of its body (4 bytes)
+and the body: msgpack ``[channel key base, next offset, rows]``, each row
+``[offset, id, publisher id, partition, timestamp, stored payload, accepted at]``
+(:func:`journal_rows`). Reading stops at a
+torn or damaged record (a power loss in the middle of a write): what follows it was never
+acknowledged to a publisher, since each write completes before the publish returns.
+
+A segment is done once every event in it is in SQLite or acknowledged there (the store
+marks it so in the same transaction), and is then deleted. A restart replays the segments
+not marked done, so an event is never in neither place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from channel_server.errors import StoreError
+from channel_server.events import Event
+from channel_server.store.rows import pack
+from channel_server.unpacking import unpack_strict
+
+log = logging.getLogger(__name__)
+SEGMENT_NAME = re.compile(r"journal-(\d{10})\.log")
+HEADER_BYTES = 8
+"""length (4) + CRC-32 (4)"""
+FILE_MODE = 0o600
+OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def segment_path(directory: Path, number: int) -> Path:
+    return directory / f"journal-{number:010d}.log"
+
+
+def segments(directory: Path) -> list[tuple[int, Path]]:
+    """The segment files in ``directory``, oldest first."""
+    found = []
+    for path in directory.iterdir():
+        match = SEGMENT_NAME.fullmatch(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def frame(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def journal_rows(events: Iterable[Event], accepted_at: float) -> list[tuple]:
+    """Accepted events as journal rows (a payload stored as :func:`~.rows.pack` does)."""
+    return [
+        (
+            ev.offset,
+            ev.id,
+            ev.publisher_id,
+            ev.partition,
+            ev.timestamp,
+            ev.payload if type(ev.payload) is str else pack(ev.payload),
+            accepted_at,
+        )
+        for ev in events
+    ]
+
+
+def pack_record(base: int, next_offset: int, rows: list[tuple]) -> bytes:
+    """One publish's record, framed."""
+    return frame(msgpack.packb([base, next_offset, rows], use_bin_type=True))
+
+
+def read_records(path: Path) -> Iterator[list[Any]]:
+    """The records of one segment in order; stops (and says so) at a torn or damaged one."""
+    data = path.read_bytes()
+    at = 0
+    while at < len(data):
+        header = data[at : at + HEADER_BYTES]
+        size = int.from_bytes(header[:4], "big") if len(header) == HEADER_BYTES else -1
+        body = data[at + HEADER_BYTES : at + HEADER_BYTES + size] if size >= 0 else b""
+        if size < 0 or len(body) != size or zlib.crc32(body) != int.from_bytes(header[4:], "big"):
+            log.warning(
+                "%s: a torn or damaged record at byte %d; the %d bytes from there are ignored",
+                path,
+                at,
+                len(data) - at,
+            )
+            return
+        try:
+            record = unpack_strict(body)
+        except (ValueError, TypeError) as exc:
+            raise StoreError(
+                str(path), f"record at byte {at} is not a journal record: {exc}"
+            ) from None
+        yield record
+        at += HEADER_BYTES + size
+
+
+class Journal:
+    """Appends records to the current segment; ``rotate`` starts a new one. Not
+    thread-safe: the store calls it under its lock."""
+
+    def __init__(self, directory: Path, sync: bool, after: int = 0) -> None:
+        """``after``: the highest segment number a past life used (never reused)."""
+        self.directory = directory
+        self.sync = sync
+        existing = segments(directory)
+        self._next = max(after, existing[-1][0] if existing else 0) + 1
+        self.current = self._next
+        self._fd: int | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a segment takes appends now (rotate closes it)."""
+        return self._fd is not None
+
+    def append(self, record: bytes) -> int:
+        """Write one framed record (synced when ``sync``); returns its segment number."""
+        if self._fd is None:
+            self.current = self._next
+            self._next += 1
+            path = segment_path(self.directory, self.current)
+            self._fd = os.open(path, OPEN_FLAGS, FILE_MODE)
+            if self.sync:  # the new file's name must survive a power loss too
+                sync_directory(self.directory)
+        written = os.write(self._fd, record)
+        if written != len(record):  # a regular file takes it whole, or raises
+            raise OSError(f"short write to the journal ({written} of {len(record)} bytes)")
+        if self.sync:
+            os.fdatasync(self._fd)
+        return self.current
+
+    def rotate(self) -> int | None:
+        """Close the current segment (the next append starts a new one); returns its
+        number, or None when no segment was open."""
+        if self._fd is None:
+            return None
+        os.close(self._fd)
+        self._fd = None
+        return self.current
+
+    def remove(self, number: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            segment_path(self.directory, number).unlink()
+
+    def close(self) -> None:
+        self.rotate()

@@ -1,0 +1,106 @@
+"""Events the SQLite store has in its journal only: not yet rows, not yet acknowledged
+(pure: no I/O, no locks; the store guards it with its own lock).
+
+Each publish's rows wait here, by channel and offset, until an ack resolves them (then only
+their ids are written, into the delivered window) or they have waited long enough to be
+moved into SQLite as rows. A journal segment may be deleted once none of its events wait
+here (see :mod:`channel_server.store.journal`). Rows are taken out as a round writes what
+became of them, and put back if its transaction fails.
+
+A round resolves thousands of events: they are looked up and removed by ``map`` over the
+offsets (in C), not by a Python loop each.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+
+
+class _Batch:
+    """One publish: when and where it was journaled, and its offsets."""
+
+    __slots__ = ("at", "channel", "offsets", "segment")
+
+    def __init__(self, channel: str, segment: int, at: float, offsets: list[int]) -> None:
+        self.channel = channel
+        self.segment = segment
+        self.at = at
+        self.offsets = offsets
+
+
+class JournaledRows:
+    """Rows written to the journal only: ``(offset, id, publisher id, partition,
+    timestamp, stored payload, accepted at)`` (:func:`~.journal.journal_rows`)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[int, tuple]] = {}
+        """channel -> offset -> row"""
+        self._batches: deque[_Batch] = deque()
+        """Oldest first; one whose rows are all gone is dropped when segments are checked."""
+
+    def add(self, channel: str, segment: int, at: float, rows: list[tuple]) -> None:
+        offsets = [row[0] for row in rows]
+        self._rows.setdefault(channel, {}).update(zip(offsets, rows, strict=True))
+        self._batches.append(_Batch(channel, segment, at, offsets))
+
+    def count(self, channel: str) -> int:
+        return len(self._rows.get(channel, ()))
+
+    def take(self, channel: str, offsets: Sequence[int]) -> tuple[list[tuple], list[int]]:
+        """Take out the rows of ``offsets`` waiting here; returns them and the offsets
+        that were not here (rows in SQLite already)."""
+        waiting = self._rows.get(channel)
+        if not waiting:
+            return [], list(offsets)
+        found = list(map(waiting.pop, offsets, repeat(None)))
+        rows = [row for row in found if row is not None]
+        if len(rows) == len(found):
+            return rows, []
+        return rows, [offset for offset, row in zip(offsets, found, strict=True) if row is None]
+
+    def take_older(self, cutoff: float | None) -> dict[str, list[tuple]]:
+        """Take out the rows of batches journaled before ``cutoff`` (None: every row):
+        channel -> rows, oldest first."""
+        moving: dict[str, list[tuple]] = {}
+        for batch in self._batches:
+            if cutoff is not None and batch.at >= cutoff:
+                break
+            waiting = self._rows.get(batch.channel)
+            if waiting:
+                found = map(waiting.pop, batch.offsets, repeat(None))
+                rows = [row for row in found if row is not None]
+                if rows:
+                    moving.setdefault(batch.channel, []).extend(rows)
+        return moving
+
+    def put_back(self, channel: str, rows: Iterable[tuple]) -> None:
+        """Rows taken out by a round whose transaction failed: they wait again."""
+        self._rows.setdefault(channel, {}).update((row[0], row) for row in rows)
+
+    def idle_segments(self, closed: Iterable[int]) -> list[int]:
+        """Of the ``closed`` segments, those no row waits in (they may be deleted); drops
+        the batches whose rows are all gone from the front."""
+        closed = list(closed)
+        if not closed:
+            return []
+        last = max(closed)
+        busy: set[int] = set()
+        for batch in self._batches:
+            if batch.segment > last:
+                break
+            waiting = self._rows.get(batch.channel)
+            if waiting and not waiting.keys().isdisjoint(batch.offsets):
+                busy.add(batch.segment)
+        while self._batches and self._batches[0].segment not in busy:
+            front = self._batches[0]
+            if front.segment > last:
+                break
+            self._batches.popleft()
+        return [segment for segment in closed if segment not in busy]
+
+    def payloads(self, channel: str, offsets: Iterable[int]) -> dict[int, object]:
+        """offset -> stored payload of those ``offsets`` waiting here."""
+        waiting = self._rows.get(channel, {})
+        return {o: waiting[o][5] for o in offsets if o in waiting}
