@@ -72,6 +72,10 @@ BUSY_TIMEOUT_S = 5.0
 CHECKPOINT_INTERVAL_S = 1.0
 DEFERRED_INTERVAL_S = 0.05
 """How often deferred acks, deletes and trims are written (and how stale they may be)."""
+TRIM_INTERVAL_S = 1.0
+"""Window trims are written at most this often: each moves every journaled event into
+rows first, and reads the oldest ids of the window. Ids kept a moment longer only make a
+restart's window a little longer (it expires to its bounds once restored)."""
 MOVE_AFTER_S = 0.25
 """How long a published event may wait in the journal only before it becomes a row: an
 event acknowledged sooner (most are, within milliseconds) is never one; its id alone goes
@@ -119,6 +123,8 @@ class SQLiteStore(Store):
         """Segments deleted whose journal_done rows the next round removes (_lock)."""
         self._journaled_next: dict[str, int] = {}
         """channel -> the next offset its last journaled publish gave (_lock)."""
+        self._next_trim = 0.0
+        """When deferred trims may be written next (_writing_deferred)."""
         try:
             open_private_append(self.path).close()  # 0600 before SQLite makes it
             tighten_wal_files(self.path)
@@ -189,13 +195,18 @@ class SQLiteStore(Store):
 
         A round with trims moves every journaled event first, and trims in a transaction
         of its own after marking the segments done: a segment replayed after a crash then
-        never holds an acknowledged event whose id a trim forgot (it would come back)."""
+        never holds an acknowledged event whose id a trim forgot (it would come back).
+        Trims wait for TRIM_INTERVAL_S since the last (but for ``move_all``)."""
         with self._writing_deferred:
             pending = self._deferred.take()
+            if pending.trims and not move_all and time.monotonic() < self._next_trim:
+                self._deferred.put_back(PendingWrites(trims=pending.trims))  # not yet
+                pending.trims = {}
             try:
                 self._apply(pending, move_all or bool(pending.trims))
                 if pending.trims:
                     self._trim(pending.trims)
+                    self._next_trim = time.monotonic() + TRIM_INTERVAL_S
             except BaseException:
                 self._deferred.put_back(pending)
                 raise

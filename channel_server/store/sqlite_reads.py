@@ -110,11 +110,11 @@ def window(
 def query_runs(query: Query, base: int, first: int) -> list[tuple]:
     """(key, publisher id, id, accepted at) of the channel's ``delivered_runs`` ids from
     key ``first`` on (see :func:`~.sqlite_sql.keep_journaled_ids`)."""
-    blobs = query(
-        "SELECT ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
+    runs = query(
+        "SELECT offsets, ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
         (base, base | OFFSET_MASK, first),
     )
-    return run_rows(base, first, [blob for (blob,) in blobs])
+    return run_rows(base, first, runs)
 
 
 def next_offset(query: Query, base: int) -> int:

@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS dead_letters(
     error TEXT NOT NULL, PRIMARY KEY(channel, grp, offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal_done(segment INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS delivered_runs(
-    key INTEGER PRIMARY KEY, last INTEGER NOT NULL, ids BLOB NOT NULL);
+    key INTEGER PRIMARY KEY, last INTEGER NOT NULL, offsets BLOB NOT NULL, ids BLOB NOT NULL);
 """
 MIGRATIONS = {
     "2": ("ALTER TABLE events ADD COLUMN accepted_at REAL NOT NULL DEFAULT 0",),
@@ -57,8 +57,8 @@ MIGRATIONS = {
     ),
     "6": (  # version 7: the publish journal (an older broker would not replay it)
         "CREATE TABLE IF NOT EXISTS journal_done(segment INTEGER PRIMARY KEY)",
-        "CREATE TABLE IF NOT EXISTS delivered_runs("
-        "key INTEGER PRIMARY KEY, last INTEGER NOT NULL, ids BLOB NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS delivered_runs(key INTEGER PRIMARY KEY, "
+        "last INTEGER NOT NULL, offsets BLOB NOT NULL, ids BLOB NOT NULL)",
     ),
 }
 """schema version -> the statements that bring it to the next one (one transaction); a

@@ -11,12 +11,12 @@ have an empty publisher id: their channels keep ids unique per channel (``id_sco
 from __future__ import annotations
 
 import functools
-import heapq
 import itertools
 import json
 import sqlite3
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from itertools import groupby
 from operator import itemgetter
 
 import msgpack
@@ -42,9 +42,9 @@ steps, and getting it back can cost a thread switch while the channel lock is he
 statement per batch instead of one per row keeps the publish path off that convoy."""
 DELIVERED_ROW_WIDTH = 4
 """key, id, accepted_at, publisher_id"""
-RUN_FIELDS = (0, 1, 2, 6)
-"""The journal row fields a ``delivered_runs`` row keeps, as its four packed lists:
-offsets, ids, publisher ids, accepted at."""
+RUN_FIELDS = (1, 2, 6)
+"""The journal row fields a ``delivered_runs`` row packs beside its offsets: ids,
+publisher ids, accepted at."""
 OWNER_ROW_WIDTH = 5
 """channel, grp, publisher_id, partition, owner"""
 CACHED_STATEMENTS = 5 * ROWS_PER_STATEMENT
@@ -84,17 +84,24 @@ def _oldest_keys(
 ) -> list[int]:
     """The ``wanted`` smallest keys from ``low`` on among ``keys`` (the oldest of the
     delivered and events rows, in order) and the ``delivered_runs`` ids, in order: runs
-    are read in key order until the next starts past what is wanted."""
+    are read in key order, their offsets only, until the next starts past what is wanted.
+    A trim forgets a second's worth of ids: lists are extended and sorted in C (mostly
+    sorted already), not merged key by key."""
     runs = db.execute(
-        "SELECT key, ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ? ORDER BY key",
+        "SELECT key, offsets FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ? "
+        "ORDER BY key",
         (base, base | OFFSET_MASK, low),
     )
-    for first, blob in runs:
-        if len(keys) >= wanted and first > keys[wanted - 1]:
-            break
-        found = [key for key, *_ in run_rows(base, low, [blob])]
-        keys = [key for key, _ in groupby(heapq.merge(keys, found))][:wanted]
-    return keys
+    start = low - base
+    gathered = list(keys)
+    for first, packed in runs:
+        if len(gathered) >= wanted:
+            gathered.sort()
+            if first > gathered[wanted - 1]:
+                break
+        offsets = run_offsets(packed)
+        gathered += map(base.__or__, offsets[bisect_left(offsets, start) :])
+    return sorted(set(gathered))[:wanted]  # a replayed dead letter is a row and in a run
 
 
 def window_start(db: sqlite3.Connection, base: int) -> int:
@@ -189,13 +196,15 @@ def forget_acks(db: sqlite3.Connection, channel: str, offsets: Iterable[int]) ->
 def keep_journaled_ids(db: sqlite3.Connection, base: int, rows: Sequence[tuple]) -> None:
     """The window keeps the ids of journaled events acknowledged before they became rows
     (journal rows: :func:`~channel_server.store.journal.journal_rows`): one
-    ``delivered_runs`` row for them all, its columns packed as four lists (a row per id
-    cost a third of the broker's time, binding parameters)."""
-    columns = [list(map(itemgetter(i), rows)) for i in RUN_FIELDS]
-    first, last = base | min(columns[0]), base | max(columns[0])
+    ``delivered_runs`` row for them all, its offsets sorted as 64-bit integers and their
+    ids, publisher ids and accept times as three packed lists (a row per id cost a third
+    of the broker's time, binding parameters)."""
+    ordered = sorted(rows)
+    offsets = array("q", map(itemgetter(0), ordered))
+    columns = [list(map(itemgetter(i), ordered)) for i in RUN_FIELDS]
     stored = db.execute(
-        "INSERT OR IGNORE INTO delivered_runs VALUES (?, ?, ?)",
-        (first, last, msgpack.packb(columns, use_bin_type=True)),
+        "INSERT OR IGNORE INTO delivered_runs VALUES (?, ?, ?, ?)",
+        (base | offsets[0], base | offsets[-1], offsets.tobytes(), msgpack.packb(columns)),
     ).rowcount
     if not stored:  # a run starting there already (never, by design): a row per id then
         params: list = []
@@ -207,25 +216,35 @@ def keep_journaled_ids(db: sqlite3.Connection, base: int, rows: Sequence[tuple])
 def run_ids(db: sqlite3.Connection, base: int, low: int, high: int) -> list[tuple]:
     """(key, publisher id, id, accepted at) of the channel's ``delivered_runs`` ids from
     key ``low`` on, of runs starting by ``high``, in key order."""
-    blobs = db.execute(
-        "SELECT ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
+    found = db.execute(
+        "SELECT offsets, ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
         (base, high, low),
     )
-    return run_rows(base, low, [blob for (blob,) in blobs])
+    return run_rows(base, low, found.fetchall())
 
 
-def run_rows(base: int, low: int, blobs: Iterable[bytes]) -> list[tuple]:
-    """The ids of ``delivered_runs`` blobs from key ``low`` on, in key order."""
+def run_rows(base: int, low: int, runs: Iterable[tuple[bytes, bytes]]) -> list[tuple]:
+    """The ids of ``delivered_runs`` rows (offsets, ids) from key ``low`` on, in key
+    order."""
     found = []
-    for blob in blobs:
-        offsets, ids, publishers, accepted = msgpack.unpackb(blob, raw=False)
+    for packed_offsets, blob in runs:
+        ids, publishers, accepted = msgpack.unpackb(blob, raw=False)
         found += [
             (base | offset, pub, i, at)
-            for offset, i, pub, at in zip(offsets, ids, publishers, accepted, strict=True)
+            for offset, i, pub, at in zip(
+                run_offsets(packed_offsets), ids, publishers, accepted, strict=True
+            )
             if base | offset >= low
         ]
     found.sort()
     return found
+
+
+def run_offsets(packed: bytes) -> array:
+    """A ``delivered_runs`` row's offsets, ascending."""
+    offsets = array("q")
+    offsets.frombytes(packed)
+    return offsets
 
 
 def move_journaled(db: sqlite3.Connection, base: int, rows: Iterable[tuple]) -> None:
