@@ -70,11 +70,12 @@ def event_uid(publisher_id: str, event_id: str) -> str:
     return f"{publisher_id}{UID_SEPARATOR}{event_id}"
 
 
-class Event(msgspec.Struct, frozen=True, gc=False, eq=False):
+class Event(msgspec.Struct, frozen=True, gc=False, eq=False, array_like=True):
     """One accepted event. Ordered by ``(timestamp, offset)``; equality is identity.
 
     ``gc=False``: an event refers to no other event (its payload came off the wire), so
-    the collector need not track millions of them.
+    the collector need not track millions of them. ``array_like``: msgspec writes it as an
+    array of its fields, as the SQLite store's journal keeps it.
     """
 
     id: str

@@ -7,9 +7,8 @@ maintenance round writes only their ids into the delivered window, and moves int
 just what stayed unacknowledged for a while (see :mod:`channel_server.store.journaled`).
 
 A record is framed as its length (4 bytes, big-endian), the CRC-32 of its body (4 bytes)
-and the body: msgpack ``[channel key base, next offset, rows]``, each row
-``[offset, id, publisher id, partition, timestamp, stored payload, accepted at]``
-(:func:`journal_rows`). Reading stops at a
+and the body: msgpack ``[channel key base, next offset, events]``, each event the array of
+its fields (:func:`pack_record`). Reading stops at a
 torn or damaged record (a power loss in the middle of a write): what follows it was never
 acknowledged to a publisher, since each write completes before the publish returns.
 
@@ -25,22 +24,21 @@ import logging
 import os
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
-import msgpack
+import msgspec
 
 from channel_server.errors import StoreError
 from channel_server.events import Event
-from channel_server.store.rows import pack
-from channel_server.unpacking import unpack_strict
 
 log = logging.getLogger(__name__)
 SEGMENT_NAME = re.compile(r"journal-(\d{10})\.log")
 HEADER_BYTES = 8
 """length (4) + CRC-32 (4)"""
 FILE_MODE = 0o600
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(tuple[int, int, list[Event]])
 OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
@@ -70,29 +68,16 @@ def frame(body: bytes) -> bytes:
     return len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
 
 
-def journal_rows(events: Iterable[Event], accepted_at: float) -> list[tuple]:
-    """Accepted events as journal rows (a payload stored as :func:`~.rows.pack` does)."""
-    return [
-        (
-            ev.offset,
-            ev.id,
-            ev.publisher_id,
-            ev.partition,
-            ev.timestamp,
-            ev.payload if type(ev.payload) is str else pack(ev.payload),
-            accepted_at,
-        )
-        for ev in events
-    ]
+def pack_record(base: int, next_offset: int, events: Sequence[Event]) -> bytes:
+    """One publish's record, framed: its events encoded in C, each as the array of its
+    fields (:class:`~channel_server.events.Event` is ``array_like``)."""
+    return frame(_ENCODER.encode((base, next_offset, events)))
 
 
-def pack_record(base: int, next_offset: int, rows: list[tuple]) -> bytes:
-    """One publish's record, framed."""
-    return frame(msgpack.packb([base, next_offset, rows], use_bin_type=True))
-
-
-def read_records(path: Path) -> Iterator[list[Any]]:
-    """The records of one segment in order; stops (and says so) at a torn or damaged one."""
+def read_records(path: Path) -> Iterator[tuple[int, int, list[Event]]]:
+    """The records of one segment in order: (channel key base, next offset, events);
+    stops (and says so) at a torn or damaged one. A segment is the broker's own private
+    file, so its payloads are decoded as they were written, maps and all."""
     data = path.read_bytes()
     at = 0
     while at < len(data):
@@ -108,8 +93,8 @@ def read_records(path: Path) -> Iterator[list[Any]]:
             )
             return
         try:
-            record = unpack_strict(body)
-        except (ValueError, TypeError) as exc:
+            record = _DECODER.decode(body)
+        except (msgspec.DecodeError, ValueError, TypeError) as exc:
             raise StoreError(
                 str(path), f"record at byte {at} is not a journal record: {exc}"
             ) from None

@@ -1,11 +1,11 @@
 """Events the SQLite store has in its journal only: not yet rows, not yet acknowledged
 (pure: no I/O, no locks; the store guards it with its own lock).
 
-Each publish's rows wait here, by channel and offset, until an ack resolves them (then only
+Each publish's events wait here, by channel and offset, until an ack resolves them (then only
 their ids are written, into the delivered window) or they have waited long enough to be
 moved into SQLite as rows. A journal segment may be deleted once none of its events wait
-here (see :mod:`channel_server.store.journal`). Rows are taken out as a round writes what
-became of them, and put back if its transaction fails.
+here (see :mod:`channel_server.store.journal`). Events are taken out as a round writes
+what became of them, and put back if its transaction fails.
 
 A round resolves thousands of events: they are looked up and removed by ``map`` over the
 offsets (in C), not by a Python loop each.
@@ -16,6 +16,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import repeat
+from operator import attrgetter
+from typing import Any
+
+from channel_server.events import Event
+
+OFFSET = attrgetter("offset")
 
 
 class _Batch:
@@ -31,25 +37,25 @@ class _Batch:
 
 
 class JournaledRows:
-    """Rows written to the journal only: ``(offset, id, publisher id, partition,
-    timestamp, stored payload, accepted at)`` (:func:`~.journal.journal_rows`)."""
+    """Events written to the journal only (the channel's own objects, shared with its
+    queues: nothing is copied)."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, dict[int, tuple]] = {}
-        """channel -> offset -> row"""
+        self._rows: dict[str, dict[int, Event]] = {}
+        """channel -> offset -> event"""
         self._batches: deque[_Batch] = deque()
         """Oldest first; one whose rows are all gone is dropped when segments are checked."""
 
-    def add(self, channel: str, segment: int, at: float, rows: list[tuple]) -> None:
-        offsets = [row[0] for row in rows]
-        self._rows.setdefault(channel, {}).update(zip(offsets, rows, strict=True))
+    def add(self, channel: str, segment: int, at: float, events: Sequence[Event]) -> None:
+        offsets = list(map(OFFSET, events))
+        self._rows.setdefault(channel, {}).update(zip(offsets, events, strict=True))
         self._batches.append(_Batch(channel, segment, at, offsets))
 
     def count(self, channel: str) -> int:
         return len(self._rows.get(channel, ()))
 
-    def take(self, channel: str, offsets: Sequence[int]) -> tuple[list[tuple], list[int]]:
-        """Take out the rows of ``offsets`` waiting here; returns them and the offsets
+    def take(self, channel: str, offsets: Sequence[int]) -> tuple[list[Event], list[int]]:
+        """Take out the events of ``offsets`` waiting here; returns them and the offsets
         that were not here (rows in SQLite already)."""
         waiting = self._rows.get(channel)
         if not waiting:
@@ -60,10 +66,10 @@ class JournaledRows:
             return rows, []
         return rows, [offset for offset, row in zip(offsets, found, strict=True) if row is None]
 
-    def take_older(self, cutoff: float | None) -> dict[str, list[tuple]]:
-        """Take out the rows of batches journaled before ``cutoff`` (None: every row):
-        channel -> rows, oldest first."""
-        moving: dict[str, list[tuple]] = {}
+    def take_older(self, cutoff: float | None) -> dict[str, list[Event]]:
+        """Take out the events of batches journaled before ``cutoff`` (None: every one):
+        channel -> events, oldest first."""
+        moving: dict[str, list[Event]] = {}
         for batch in self._batches:
             if cutoff is not None and batch.at >= cutoff:
                 break
@@ -75,9 +81,9 @@ class JournaledRows:
                     moving.setdefault(batch.channel, []).extend(rows)
         return moving
 
-    def put_back(self, channel: str, rows: Iterable[tuple]) -> None:
-        """Rows taken out by a round whose transaction failed: they wait again."""
-        self._rows.setdefault(channel, {}).update((row[0], row) for row in rows)
+    def put_back(self, channel: str, events: Iterable[Event]) -> None:
+        """Events taken out by a round whose transaction failed: they wait again."""
+        self._rows.setdefault(channel, {}).update((ev.offset, ev) for ev in events)
 
     def idle_segments(self, closed: Iterable[int]) -> list[int]:
         """Of the ``closed`` segments, those no row waits in (they may be deleted); drops
@@ -100,7 +106,7 @@ class JournaledRows:
             self._batches.popleft()
         return [segment for segment in closed if segment not in busy]
 
-    def payloads(self, channel: str, offsets: Iterable[int]) -> dict[int, object]:
-        """offset -> stored payload of those ``offsets`` waiting here."""
+    def payloads(self, channel: str, offsets: Iterable[int]) -> dict[int, Any]:
+        """offset -> payload of those ``offsets`` waiting here."""
         waiting = self._rows.get(channel, {})
-        return {o: waiting[o][5] for o in offsets if o in waiting}
+        return {o: waiting[o].payload for o in offsets if o in waiting}

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 from channel_server.errors import StoreError
 from channel_server.events import Event, PartitionKey
 from channel_server.private_files import open_private_append
@@ -37,9 +39,9 @@ from channel_server.store.base import (
     Store,
 )
 from channel_server.store.deferred import DeferredWrites, PendingWrites, write_in_background
-from channel_server.store.journal import Journal, journal_rows, pack_record, read_records, segments
+from channel_server.store.journal import Journal, pack_record, read_records, segments
 from channel_server.store.journaled import JournaledRows
-from channel_server.store.rows import GROUP_TABLES, event_fields, unpack
+from channel_server.store.rows import GROUP_TABLES, event_fields
 from channel_server.store.sqlite_files import (
     DB_FILE,
     LOCK_FILE,
@@ -218,7 +220,7 @@ class SQLiteStore(Store):
         with self._lock:
             if not (pending or self._journal.is_open or self._closed or self._purge):
                 return
-        taken: list[tuple[str, list[tuple]]] = []
+        taken: list[tuple[str, list[Event]]] = []
         idle: list[int] = []
         nexts: dict[str, int] = {}
         try:
@@ -250,7 +252,7 @@ class SQLiteStore(Store):
                     del self._journaled_next[channel]
         self._delete_segments(idle)
 
-    def _delete(self, db: sqlite3.Connection, channel: str, offsets: list[int]) -> list[tuple]:
+    def _delete(self, db: sqlite3.Connection, channel: str, offsets: list[int]) -> list[Event]:
         """Events every group acknowledged, in the open transaction: rows are deleted
         (their ids kept in the window); journaled ones only have their ids kept. Returns
         the journaled ones' rows (taken out of the journaled rows)."""
@@ -260,7 +262,7 @@ class SQLiteStore(Store):
         if rows:
             keep_journaled_ids(db, base, rows)
             if channel in self._acked:
-                forget_acks(db, channel, [row[0] for row in rows])
+                forget_acks(db, channel, [ev.offset for ev in rows])
             removed += len(rows)
         if elsewhere:
             removed += delete_events(db, channel, base, elsewhere, channel in self._acked)
@@ -400,17 +402,18 @@ class SQLiteStore(Store):
         if not events:
             return
         base = self._base(channel)
-        rows = journal_rows(events, accepted_at)
-        record = pack_record(base, next_offset, rows)
+        if events[0].accepted_at != accepted_at:  # (the channel's events have it already)
+            events = [replace(ev, accepted_at=accepted_at) for ev in events]
+        record = pack_record(base, next_offset, events)
         with self._lock:
             try:
                 segment = self._journal.append(record)
             except OSError as exc:
                 raise StoreError(str(self.path.parent), f"journal write failed: {exc}") from exc
-            self._journaled.add(channel, segment, time.monotonic(), rows)
+            self._journaled.add(channel, segment, time.monotonic(), events)
             self._journaled_next[channel] = next_offset
             if channel in self._stored:
-                self._stored[channel] += len(rows)
+                self._stored[channel] += len(events)
 
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
         self._write_deferred(move_all=True)  # a replayed event may be waiting for its delete
@@ -478,8 +481,7 @@ class SQLiteStore(Store):
         with self._lock:
             journaled = self._journaled.payloads(channel, offsets)
         rest = [offset for offset in offsets if offset not in journaled]
-        found = read_payloads(self._query, base, rest) if rest else {}
-        return found | {offset: unpack(stored) for offset, stored in journaled.items()}
+        return (read_payloads(self._query, base, rest) if rest else {}) | journaled
 
     def count(self, channel: str) -> int:
         """Stored events less those whose delete is deferred: counted once, then kept up to

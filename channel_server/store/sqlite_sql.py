@@ -17,7 +17,7 @@ import sqlite3
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from operator import itemgetter
+from operator import attrgetter
 
 import msgpack
 
@@ -42,9 +42,10 @@ steps, and getting it back can cost a thread switch while the channel lock is he
 statement per batch instead of one per row keeps the publish path off that convoy."""
 DELIVERED_ROW_WIDTH = 4
 """key, id, accepted_at, publisher_id"""
-RUN_FIELDS = (1, 2, 6)
-"""The journal row fields a ``delivered_runs`` row packs beside its offsets: ids,
-publisher ids, accepted at."""
+RUN_FIELDS = (attrgetter("id"), attrgetter("publisher_id"), attrgetter("accepted_at"))
+"""What a ``delivered_runs`` row packs beside its offsets: ids, publisher ids, accept
+times."""
+_OFFSET = attrgetter("offset")
 OWNER_ROW_WIDTH = 5
 """channel, grp, publisher_id, partition, owner"""
 CACHED_STATEMENTS = 5 * ROWS_PER_STATEMENT
@@ -193,23 +194,22 @@ def forget_acks(db: sqlite3.Connection, channel: str, offsets: Iterable[int]) ->
     )
 
 
-def keep_journaled_ids(db: sqlite3.Connection, base: int, rows: Sequence[tuple]) -> None:
-    """The window keeps the ids of journaled events acknowledged before they became rows
-    (journal rows: :func:`~channel_server.store.journal.journal_rows`): one
-    ``delivered_runs`` row for them all, its offsets sorted as 64-bit integers and their
-    ids, publisher ids and accept times as three packed lists (a row per id cost a third
-    of the broker's time, binding parameters)."""
-    ordered = sorted(rows)
-    offsets = array("q", map(itemgetter(0), ordered))
-    columns = [list(map(itemgetter(i), ordered)) for i in RUN_FIELDS]
+def keep_journaled_ids(db: sqlite3.Connection, base: int, events: Sequence[Event]) -> None:
+    """The window keeps the ids of journaled events acknowledged before they became rows:
+    one ``delivered_runs`` row for them all, its offsets sorted as 64-bit integers and
+    their ids, publisher ids and accept times as three packed lists (a row per id cost a
+    third of the broker's time, binding parameters)."""
+    ordered = sorted(events, key=_OFFSET)
+    offsets = array("q", map(_OFFSET, ordered))
+    columns = [list(map(field, ordered)) for field in RUN_FIELDS]
     stored = db.execute(
         "INSERT OR IGNORE INTO delivered_runs VALUES (?, ?, ?, ?)",
         (base | offsets[0], base | offsets[-1], offsets.tobytes(), msgpack.packb(columns)),
     ).rowcount
     if not stored:  # a run starting there already (never, by design): a row per id then
         params: list = []
-        for row in rows:
-            params += (base | row[0], row[1], row[6], row[2])
+        for ev in events:
+            params += (base | ev.offset, ev.id, ev.accepted_at, ev.publisher_id)
         insert(db, "INSERT OR IGNORE", "delivered", DELIVERED_ROW_WIDTH, params)
 
 
@@ -247,26 +247,36 @@ def run_offsets(packed: bytes) -> array:
     return offsets
 
 
-def move_journaled(db: sqlite3.Connection, base: int, rows: Iterable[tuple]) -> None:
+def move_journaled(db: sqlite3.Connection, base: int, events: Iterable[Event]) -> None:
     """Journaled events that waited long enough become rows."""
     params: list = []
-    for row in rows:
-        params += (base | row[0], *row[1:])
+    for ev in events:
+        payload = ev.payload
+        params += (
+            base | ev.offset,
+            ev.id,
+            ev.publisher_id,
+            ev.partition,
+            ev.timestamp,
+            payload if type(payload) is str else pack(payload),
+            ev.accepted_at,
+        )
     insert(db, "INSERT OR IGNORE", "events", EVENT_ROW_WIDTH, params)
 
 
-def restore_record(db: sqlite3.Connection, record: list) -> None:
+def restore_record(db: sqlite3.Connection, record: tuple[int, int, list[Event]]) -> None:
     """A journal record a past life left (a crash): its events become rows, but those
     the delivered window has (acknowledged before the crash); the channel's next offset
     is kept."""
-    base, next_offset, rows = record
-    keys = [base | row[0] for row in rows]
-    known = db.execute(
-        "SELECT key FROM delivered WHERE key BETWEEN ? AND ?", (min(keys), max(keys))
-    ).fetchall()
-    acked = run_ids(db, base, min(keys), max(keys))
-    done = {key for (key,) in known} | {key for key, *_ in acked}
-    move_journaled(db, base, (row for row in rows if base | row[0] not in done))
+    base, next_offset, events = record
+    if events:
+        keys = [base | ev.offset for ev in events]
+        known = db.execute(
+            "SELECT key FROM delivered WHERE key BETWEEN ? AND ?", (min(keys), max(keys))
+        ).fetchall()
+        acked = run_ids(db, base, min(keys), max(keys))
+        done = {key for (key,) in known} | {key for key, *_ in acked}
+        move_journaled(db, base, (ev for ev in events if base | ev.offset not in done))
     db.execute(
         "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
         (next_offset, base >> OFFSET_BITS),

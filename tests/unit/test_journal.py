@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from channel_server.events import Event
@@ -22,8 +23,8 @@ def ev(offset: int, payload: object = "x") -> Event:
     return Event(f"e{offset}", "pub", 0, float(offset), payload, offset)
 
 
-def row(offset: int) -> tuple:
-    return (offset, f"e{offset}", "pub", 0, float(offset), "x", 1.0)
+def row(offset: int) -> Event:
+    return Event(f"e{offset}", "pub", 0, float(offset), "x", offset, 1, 1.0)
 
 
 # -- records ------------------------------------------------------------------------------
@@ -41,7 +42,10 @@ def test_records_read_back_in_order_and_a_torn_tail_is_ignored(
     with caplog.at_level(logging.WARNING):
         records = list(read_records(path))
     assert [r[1] for r in records] == [2, 3]
-    assert [tuple(x) for x in records[0][2]] == [row(0), row(1)]
+    assert [msgspec.structs.astuple(e) for e in records[0][2]] == [
+        msgspec.structs.astuple(row(0)),
+        msgspec.structs.astuple(row(1)),
+    ]
     assert "torn or damaged" in caplog.text
 
 
@@ -67,12 +71,16 @@ def test_segments_are_numbered_past_every_earlier_one(tmp_path: Path) -> None:
     assert Journal(tmp_path, sync=False).append(pack_record(1 << 40, 3, [row(2)])) == 10
 
 
+def offsets(events: list[Event]) -> list[int]:
+    return [ev.offset for ev in events]
+
+
 # -- rows waiting -------------------------------------------------------------------------
 def test_rows_are_taken_by_offset_and_the_rest_named() -> None:
     rows = JournaledRows()
     rows.add("c", 1, 0.0, [row(0), row(1), row(2)])
     taken, elsewhere = rows.take("c", [2, 0, 9])
-    assert taken == [row(2), row(0)]
+    assert offsets(taken) == [2, 0]
     assert elsewhere == [9]
     assert rows.count("c") == 1
     assert rows.take("other", [1]) == ([], [1])
@@ -83,11 +91,11 @@ def test_older_rows_move_and_a_failed_round_puts_them_back() -> None:
     rows.add("c", 1, 0.0, [row(0), row(1)])
     rows.add("c", 2, 5.0, [row(2)])
     moving = rows.take_older(1.0)
-    assert moving == {"c": [row(0), row(1)]}
+    assert {c: offsets(evs) for c, evs in moving.items()} == {"c": [0, 1]}
     assert rows.count("c") == 1
     rows.put_back("c", moving["c"])
     assert rows.count("c") == 3
-    assert rows.take_older(None) == {"c": [row(0), row(1), row(2)]}
+    assert offsets(rows.take_older(None)["c"]) == [0, 1, 2]
 
 
 def test_a_segment_is_idle_once_no_row_of_it_waits() -> None:
