@@ -36,35 +36,35 @@ class _Batch:
         self.offsets = offsets
 
 
-class JournaledRows:
+class JournaledEvents:
     """Events written to the journal only (the channel's own objects, shared with its
     queues: nothing is copied)."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, dict[int, Event]] = {}
+        self._events: dict[str, dict[int, Event]] = {}
         """channel -> offset -> event"""
         self._batches: deque[_Batch] = deque()
-        """Oldest first; one whose rows are all gone is dropped when segments are checked."""
+        """Oldest first; one whose events are all gone is dropped when segments are checked."""
 
     def add(self, channel: str, segment: int, at: float, events: Sequence[Event]) -> None:
         offsets = list(map(OFFSET, events))
-        self._rows.setdefault(channel, {}).update(zip(offsets, events, strict=True))
+        self._events.setdefault(channel, {}).update(zip(offsets, events, strict=True))
         self._batches.append(_Batch(channel, segment, at, offsets))
 
     def count(self, channel: str) -> int:
-        return len(self._rows.get(channel, ()))
+        return len(self._events.get(channel, ()))
 
     def take(self, channel: str, offsets: Sequence[int]) -> tuple[list[Event], list[int]]:
         """Take out the events of ``offsets`` waiting here; returns them and the offsets
         that were not here (rows in SQLite already)."""
-        waiting = self._rows.get(channel)
+        waiting = self._events.get(channel)
         if not waiting:
             return [], list(offsets)
         found = list(map(waiting.pop, offsets, repeat(None)))
-        rows = [row for row in found if row is not None]
-        if len(rows) == len(found):
-            return rows, []
-        return rows, [offset for offset, row in zip(offsets, found, strict=True) if row is None]
+        taken = [ev for ev in found if ev is not None]
+        if len(taken) == len(found):
+            return taken, []
+        return taken, [offset for offset, ev in zip(offsets, found, strict=True) if ev is None]
 
     def take_older(self, cutoff: float | None) -> dict[str, list[Event]]:
         """Take out the events of batches journaled before ``cutoff`` (None: every one):
@@ -73,21 +73,21 @@ class JournaledRows:
         for batch in self._batches:
             if cutoff is not None and batch.at >= cutoff:
                 break
-            waiting = self._rows.get(batch.channel)
+            waiting = self._events.get(batch.channel)
             if waiting:
                 found = map(waiting.pop, batch.offsets, repeat(None))
-                rows = [row for row in found if row is not None]
-                if rows:
-                    moving.setdefault(batch.channel, []).extend(rows)
+                taken = [ev for ev in found if ev is not None]
+                if taken:
+                    moving.setdefault(batch.channel, []).extend(taken)
         return moving
 
     def put_back(self, channel: str, events: Iterable[Event]) -> None:
         """Events taken out by a round whose transaction failed: they wait again."""
-        self._rows.setdefault(channel, {}).update((ev.offset, ev) for ev in events)
+        self._events.setdefault(channel, {}).update((ev.offset, ev) for ev in events)
 
     def idle_segments(self, closed: Iterable[int]) -> list[int]:
-        """Of the ``closed`` segments, those no row waits in (they may be deleted); drops
-        the batches whose rows are all gone from the front."""
+        """Of the ``closed`` segments, those no event waits in (they may be deleted); drops
+        the batches whose events are all gone from the front."""
         closed = list(closed)
         if not closed:
             return []
@@ -96,7 +96,7 @@ class JournaledRows:
         for batch in self._batches:
             if batch.segment > last:
                 break
-            waiting = self._rows.get(batch.channel)
+            waiting = self._events.get(batch.channel)
             if waiting and not waiting.keys().isdisjoint(batch.offsets):
                 busy.add(batch.segment)
         while self._batches and self._batches[0].segment not in busy:
@@ -108,5 +108,5 @@ class JournaledRows:
 
     def payloads(self, channel: str, offsets: Iterable[int]) -> dict[int, Any]:
         """offset -> payload of those ``offsets`` waiting here."""
-        waiting = self._rows.get(channel, {})
+        waiting = self._events.get(channel, {})
         return {o: waiting[o].payload for o in offsets if o in waiting}

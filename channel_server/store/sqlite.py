@@ -40,7 +40,7 @@ from channel_server.store.base import (
 )
 from channel_server.store.deferred import DeferredWrites, PendingWrites, write_in_background
 from channel_server.store.journal import Journal, pack_record, read_records, segments
-from channel_server.store.journaled import JournaledRows
+from channel_server.store.journaled import JournaledEvents
 from channel_server.store.rows import GROUP_TABLES, event_fields
 from channel_server.store.sqlite_files import (
     DB_FILE,
@@ -81,8 +81,8 @@ restart's window a little longer (it expires to its bounds once restored)."""
 MOVE_AFTER_S = 0.25
 """How long a published event may wait in the journal only before it becomes a row: an
 event acknowledged sooner (most are, within milliseconds) is never one; its id alone goes
-into the delivered window. Longer keeps more events in memory twice (the queue's and the
-journal's row) and the journal's files longer."""
+into the delivered window. Longer keeps the journal's files longer, and a payload the
+queues made cold in memory until it moves."""
 
 
 class SQLiteStore(Store):
@@ -117,7 +117,7 @@ class SQLiteStore(Store):
         """channel -> its events rows, from its first count on (guarded by _lock)."""
         self._stored_changes: dict[str, int] = {}
         """channel -> rows added (or removed) by the open transaction (guarded by _lock)."""
-        self._journaled = JournaledRows()
+        self._journaled = JournaledEvents()
         """Published events in the journal only (guarded by _lock)."""
         self._closed: list[int] = []
         """Journal segments no longer appended to, not yet done (guarded by _lock)."""
@@ -231,9 +231,9 @@ class SQLiteStore(Store):
                     insert(db, "INSERT OR IGNORE", "acks", 3, flat(pending.acks))
                 for channel, offsets in pending.deletes.items():
                     taken.append((channel, self._delete(db, channel, offsets)))
-                for channel, rows in self._journaled.take_older(cutoff).items():
-                    taken.append((channel, rows))
-                    move_journaled(db, self._bases[channel], rows)
+                for channel, events in self._journaled.take_older(cutoff).items():
+                    taken.append((channel, events))
+                    move_journaled(db, self._bases[channel], events)
                 nexts = dict(self._journaled_next)
                 for channel, next_offset in nexts.items():
                     db.execute(
@@ -242,8 +242,8 @@ class SQLiteStore(Store):
                     )
         except BaseException:
             with self._lock:  # not written: they wait again
-                for channel, rows in taken:
-                    self._journaled.put_back(channel, rows)
+                for channel, events in taken:
+                    self._journaled.put_back(channel, events)
                 self._closed.extend(idle)
             raise
         with self._lock:
@@ -254,20 +254,20 @@ class SQLiteStore(Store):
 
     def _delete(self, db: sqlite3.Connection, channel: str, offsets: list[int]) -> list[Event]:
         """Events every group acknowledged, in the open transaction: rows are deleted
-        (their ids kept in the window); journaled ones only have their ids kept. Returns
-        the journaled ones' rows (taken out of the journaled rows)."""
+        (their ids kept in the window); journaled events only have their ids kept.
+        Returns the journaled ones (taken out of those waiting)."""
         base = self._bases[channel]
-        rows, elsewhere = self._journaled.take(channel, offsets)
+        journaled, elsewhere = self._journaled.take(channel, offsets)
         removed = 0
-        if rows:
-            keep_journaled_ids(db, base, rows)
+        if journaled:
+            keep_journaled_ids(db, base, journaled)
             if channel in self._acked:
-                forget_acks(db, channel, [ev.offset for ev in rows])
-            removed += len(rows)
+                forget_acks(db, channel, [ev.offset for ev in journaled])
+            removed += len(journaled)
         if elsewhere:
             removed += delete_events(db, channel, base, elsewhere, channel in self._acked)
         self._stored_changes[channel] = self._stored_changes.get(channel, 0) - removed
-        return rows
+        return journaled
 
     def _mark_idle(self, db: sqlite3.Connection) -> list[int]:
         """In the open transaction: close the current segment, mark the closed ones no

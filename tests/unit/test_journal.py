@@ -15,7 +15,7 @@ import pytest
 from channel_server.events import Event
 from channel_server.store.base import ChannelRecord
 from channel_server.store.journal import Journal, pack_record, read_records, segments
-from channel_server.store.journaled import JournaledRows
+from channel_server.store.journaled import JournaledEvents
 from channel_server.store.sqlite import SQLiteStore
 
 
@@ -77,7 +77,7 @@ def offsets(events: list[Event]) -> list[int]:
 
 # -- rows waiting -------------------------------------------------------------------------
 def test_rows_are_taken_by_offset_and_the_rest_named() -> None:
-    rows = JournaledRows()
+    rows = JournaledEvents()
     rows.add("c", 1, 0.0, [row(0), row(1), row(2)])
     taken, elsewhere = rows.take("c", [2, 0, 9])
     assert offsets(taken) == [2, 0]
@@ -87,7 +87,7 @@ def test_rows_are_taken_by_offset_and_the_rest_named() -> None:
 
 
 def test_older_rows_move_and_a_failed_round_puts_them_back() -> None:
-    rows = JournaledRows()
+    rows = JournaledEvents()
     rows.add("c", 1, 0.0, [row(0), row(1)])
     rows.add("c", 2, 5.0, [row(2)])
     moving = rows.take_older(1.0)
@@ -99,7 +99,7 @@ def test_older_rows_move_and_a_failed_round_puts_them_back() -> None:
 
 
 def test_a_segment_is_idle_once_no_row_of_it_waits() -> None:
-    rows = JournaledRows()
+    rows = JournaledEvents()
     rows.add("c", 1, 0.0, [row(0), row(1)])
     rows.add("d", 1, 0.0, [row(0)])
     rows.add("c", 2, 0.0, [row(2)])
@@ -113,7 +113,7 @@ def test_a_segment_is_idle_once_no_row_of_it_waits() -> None:
 
 
 def test_payloads_waiting_are_read_from_the_rows() -> None:
-    rows = JournaledRows()
+    rows = JournaledEvents()
     rows.add("c", 1, 0.0, [row(0), row(1)])
     assert rows.payloads("c", [1, 5]) == {1: "x"}
 
