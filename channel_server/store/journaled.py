@@ -22,6 +22,7 @@ from typing import Any
 from channel_server.events import Event
 
 OFFSET = attrgetter("offset")
+SIZE = attrgetter("size")
 
 
 class _Batch:
@@ -45,11 +46,14 @@ class JournaledEvents:
         """channel -> offset -> event"""
         self._batches: deque[_Batch] = deque()
         """Oldest first; one whose events are all gone is dropped when segments are checked."""
+        self.bytes = 0
+        """What the events waiting hold (ids and payloads, as ``Event.size`` counts)."""
 
     def add(self, channel: str, segment: int, at: float, events: Sequence[Event]) -> None:
         offsets = list(map(OFFSET, events))
         self._events.setdefault(channel, {}).update(zip(offsets, events, strict=True))
         self._batches.append(_Batch(channel, segment, at, offsets))
+        self.bytes += sum(map(SIZE, events))
 
     def count(self, channel: str) -> int:
         return len(self._events.get(channel, ()))
@@ -62,6 +66,7 @@ class JournaledEvents:
             return [], list(offsets)
         found = list(map(waiting.pop, offsets, repeat(None)))
         taken = [ev for ev in found if ev is not None]
+        self.bytes -= sum(map(SIZE, taken))
         if len(taken) == len(found):
             return taken, []
         return taken, [offset for offset, ev in zip(offsets, found, strict=True) if ev is None]
@@ -79,11 +84,14 @@ class JournaledEvents:
                 taken = [ev for ev in found if ev is not None]
                 if taken:
                     moving.setdefault(batch.channel, []).extend(taken)
+                    self.bytes -= sum(map(SIZE, taken))
         return moving
 
     def put_back(self, channel: str, events: Iterable[Event]) -> None:
         """Events taken out by a round whose transaction failed: they wait again."""
+        events = list(events)
         self._events.setdefault(channel, {}).update((ev.offset, ev) for ev in events)
+        self.bytes += sum(map(SIZE, events))
 
     def idle_segments(self, closed: Iterable[int]) -> list[int]:
         """Of the ``closed`` segments, those no event waits in (they may be deleted); drops

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from channel_server.events import Event
+from channel_server.store import sqlite as sqlite_store
 from channel_server.store.base import ChannelRecord
 from channel_server.store.journal import Journal, pack_record, read_records, segments
 from channel_server.store.journaled import JournaledEvents
@@ -196,6 +197,7 @@ def test_a_trim_forgets_the_oldest_ids_of_runs_and_rows_alike(tmp_path: Path) ->
 CRASH = """
 import os, sys
 from channel_server.events import Event
+from channel_server.store import sqlite as sqlite_store
 from channel_server.store.sqlite import SQLiteStore
 from tests.integration.procs import wait_until
 from tests.unit.test_journal import db_rows, ev
@@ -230,5 +232,38 @@ def test_a_crash_replays_the_journal_but_not_what_was_acknowledged(
         assert [e.id for e in snap.events] == expected
         assert [i for _, i, _ in snap.delivered] == ["e0", "e1"]
         assert snap.next_offset == 2
+    finally:
+        store.close()
+
+
+def test_the_bytes_waiting_are_counted_as_events_come_and_go() -> None:
+    rows = JournaledEvents()
+    rows.add("c", 1, 0.0, [row(0), row(1), row(2)])  # size 1 each
+    assert rows.bytes == 3
+    taken, _ = rows.take("c", [0])
+    assert rows.bytes == 2
+    rows.put_back("c", taken)
+    assert rows.bytes == 3
+    rows.take_older(None)
+    assert rows.bytes == 0
+
+
+def test_publishes_are_rows_at_once_while_too_much_waits_in_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Subscribers not keeping up: the journal would only hold payloads until a move."""
+    monkeypatch.setattr(sqlite_store, "JOURNAL_MEMORY_BYTES", 150)
+    data = tmp_path / "data"
+    store = SQLiteStore(data)
+    try:
+        big = [msgspec.structs.replace(ev(n, "p" * 100), size=102) for n in (0, 1)]
+        store.append("c", big, next_offset=2, accepted_at=0.0)
+        assert db_rows(data, "SELECT COUNT(*) FROM events") == [(0,)]  # journaled
+        store.append("c", [ev(2), ev(3)], next_offset=7, accepted_at=1.0)
+        assert db_rows(data, "SELECT key & 255 FROM events") == [(2,), (3,)]  # rows at once
+        assert store.count("c") == 4
+        snap = store.load("c")
+        assert [e.id for e in snap.events] == ["e0", "e1", "e2", "e3"]
+        assert snap.next_offset == 7
     finally:
         store.close()
