@@ -7,14 +7,14 @@ maintenance round writes only their ids into the delivered window, and moves int
 just what stayed unacknowledged for a while (see :mod:`channel_server.store.journaled`).
 
 A record is framed as its length (4 bytes, big-endian), the CRC-32 of its body (4 bytes)
-and the body: msgpack ``[channel key base, next offset, events]``, each event the array of
-its fields (:func:`pack_record`). Reading stops at a
-torn or damaged record (a power loss in the middle of a write): what follows it was never
-acknowledged to a publisher, since each write completes before the publish returns.
+and the body: msgpack ``[channel key base, next offset, events]``, each event the array
+of its fields (:func:`pack_record`). Reading stops at a torn or damaged record (a power
+loss in the middle of a write): what follows it was never acknowledged to a publisher,
+since each write completes before the publish returns.
 
-A segment is done once every event in it is in SQLite or acknowledged there (the store
-marks it so in the same transaction), and is then deleted. A restart replays the segments
-not marked done, so an event is never in neither place.
+A segment is done once every event in it is a row or acknowledged: the store marks it so
+in a round's transaction once that is committed, and then deletes it. A restart replays the segments
+not marked done, so no event is ever lost between the journal and the database.
 """
 
 from __future__ import annotations
