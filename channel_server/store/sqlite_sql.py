@@ -15,7 +15,6 @@ import itertools
 import json
 import sqlite3
 from array import array
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
@@ -100,8 +99,7 @@ def _oldest_keys(
             gathered.sort()
             if first > gathered[wanted - 1]:
                 break
-        offsets = run_offsets(packed)
-        gathered += map(base.__or__, offsets[bisect_left(offsets, start) :])
+        gathered += [base | offset for offset in run_offsets(packed) if offset >= start]
     return sorted(set(gathered))[:wanted]  # a replayed dead letter is a row and in a run
 
 
@@ -196,15 +194,14 @@ def forget_acks(db: sqlite3.Connection, channel: str, offsets: Iterable[int]) ->
 
 def keep_journaled_ids(db: sqlite3.Connection, base: int, events: Sequence[Event]) -> None:
     """The window keeps the ids of journaled events acknowledged before they became rows:
-    one ``delivered_runs`` row for them all, its offsets sorted as 64-bit integers and
-    their ids, publisher ids and accept times as three packed lists (a row per id cost a
-    third of the broker's time, binding parameters)."""
-    ordered = sorted(events, key=_OFFSET)
-    offsets = array("q", map(_OFFSET, ordered))
-    columns = [list(map(field, ordered)) for field in RUN_FIELDS]
+    one ``delivered_runs`` row for them all, its offsets as 64-bit integers (in ack order:
+    readers sort) and their ids, publisher ids and accept times as three packed lists (a
+    row per id cost a third of the broker's time, binding parameters)."""
+    offsets = array("q", map(_OFFSET, events))
+    columns = [list(map(field, events)) for field in RUN_FIELDS]
     stored = db.execute(
         "INSERT OR IGNORE INTO delivered_runs VALUES (?, ?, ?, ?)",
-        (base | offsets[0], base | offsets[-1], offsets.tobytes(), msgpack.packb(columns)),
+        (base | min(offsets), base | max(offsets), offsets.tobytes(), msgpack.packb(columns)),
     ).rowcount
     if not stored:  # a run starting there already (never, by design): a row per id then
         params: list = []
@@ -241,7 +238,7 @@ def run_rows(base: int, low: int, runs: Iterable[tuple[bytes, bytes]]) -> list[t
 
 
 def run_offsets(packed: bytes) -> array:
-    """A ``delivered_runs`` row's offsets, ascending."""
+    """A ``delivered_runs`` row's offsets (in the order they were acknowledged)."""
     offsets = array("q")
     offsets.frombytes(packed)
     return offsets
