@@ -122,9 +122,10 @@ def flat(rows: Iterable[tuple]) -> list:
     return list(itertools.chain.from_iterable(rows))
 
 
-def event_params(base: int, events: Iterable[Event], accepted_at: float) -> list:
-    """The flat INSERT parameters of events rows, in one loop: this is the publish path,
-    and a tuple per row then a flattening cost as much again (measured)."""
+def event_params(base: int, events: Iterable[Event], accepted_at: float | None = None) -> list:
+    """The flat INSERT parameters of events rows (accepted at ``accepted_at``, or each at
+    its own), in one loop: a tuple per row then a flattening cost as much again
+    (measured)."""
     params: list = []
     for ev in events:
         payload = ev.payload
@@ -135,7 +136,7 @@ def event_params(base: int, events: Iterable[Event], accepted_at: float) -> list
             ev.partition,
             ev.timestamp,
             payload if type(payload) is str else pack(payload),
-            accepted_at,
+            ev.accepted_at if accepted_at is None else accepted_at,
         )
     return params
 
@@ -246,19 +247,7 @@ def run_offsets(packed: bytes) -> array:
 
 def move_journaled(db: sqlite3.Connection, base: int, events: Iterable[Event]) -> None:
     """Journaled events that waited long enough become rows."""
-    params: list = []
-    for ev in events:
-        payload = ev.payload
-        params += (
-            base | ev.offset,
-            ev.id,
-            ev.publisher_id,
-            ev.partition,
-            ev.timestamp,
-            payload if type(payload) is str else pack(payload),
-            ev.accepted_at,
-        )
-    insert(db, "INSERT OR IGNORE", "events", EVENT_ROW_WIDTH, params)
+    insert(db, "INSERT OR IGNORE", "events", EVENT_ROW_WIDTH, event_params(base, events))
 
 
 def restore_record(db: sqlite3.Connection, record: tuple[int, int, list[Event]]) -> None:
