@@ -215,12 +215,16 @@ class SQLiteStore(Store):
                 pending.trims = {}
             try:
                 self._apply(pending, move_all or bool(pending.trims))
-                if pending.trims:
-                    self._trim(pending.trims)
-                    self._next_trim = time.monotonic() + TRIM_INTERVAL_S
             except BaseException:
                 self._deferred.put_back(pending)
                 raise
+            if pending.trims:
+                try:
+                    self._trim(pending.trims)
+                except BaseException:
+                    self._deferred.put_back(PendingWrites(trims=pending.trims))
+                    raise
+                self._next_trim = time.monotonic() + TRIM_INTERVAL_S
 
     def _apply(self, pending: PendingWrites, move_all: bool) -> None:
         """Acks, deletes and journal moves in one transaction; segments idle since the
@@ -239,9 +243,10 @@ class SQLiteStore(Store):
                     self._acked.update(channel for channel, _, _ in pending.acks)
                     insert(db, "INSERT OR IGNORE", "acks", 3, flat(pending.acks))
                 for channel, offsets in pending.deletes.items():
-                    taken.append((channel, self._delete(db, channel, offsets)))
-                for channel, events in self._journaled.take_older(cutoff).items():
-                    taken.append((channel, events))
+                    self._delete(db, channel, offsets, taken)
+                moving = self._journaled.take_older(cutoff)
+                taken += moving.items()  # before writing: a failure puts them back
+                for channel, events in moving.items():
                     move_journaled(db, self._bases[channel], events)
                 nexts = dict(self._journaled_next)
                 for channel, next_offset in nexts.items():
@@ -261,12 +266,20 @@ class SQLiteStore(Store):
                     del self._journaled_next[channel]
         self._delete_segments(idle)
 
-    def _delete(self, db: sqlite3.Connection, channel: str, offsets: list[int]) -> list[Event]:
+    def _delete(
+        self,
+        db: sqlite3.Connection,
+        channel: str,
+        offsets: list[int],
+        taken: list[tuple[str, list[Event]]],
+    ) -> None:
         """Events every group acknowledged, in the open transaction: rows are deleted
-        (their ids kept in the window); journaled events only have their ids kept.
-        Returns the journaled ones (taken out of those waiting)."""
+        (their ids kept in the window); journaled events only have their ids kept. Those
+        are taken out of the events waiting, and added to ``taken`` first: a failure puts
+        them back."""
         base = self._bases[channel]
         journaled, elsewhere = self._journaled.take(channel, offsets)
+        taken.append((channel, journaled))
         removed = 0
         if journaled:
             keep_journaled_ids(db, base, journaled)
@@ -276,7 +289,6 @@ class SQLiteStore(Store):
         if elsewhere:
             removed += delete_events(db, channel, base, elsewhere, channel in self._acked)
         self._stored_changes[channel] = self._stored_changes.get(channel, 0) - removed
-        return journaled
 
     def _mark_idle(self, db: sqlite3.Connection) -> list[int]:
         """In the open transaction: close the current segment, mark the closed ones no

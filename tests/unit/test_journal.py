@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from channel_server.errors import StoreError
 from channel_server.events import Event
 from channel_server.store import sqlite as sqlite_store
 from channel_server.store.base import ChannelRecord
@@ -196,6 +197,7 @@ def test_a_trim_forgets_the_oldest_ids_of_runs_and_rows_alike(tmp_path: Path) ->
 
 CRASH = """
 import os, sys
+from channel_server.errors import StoreError
 from channel_server.events import Event
 from channel_server.store import sqlite as sqlite_store
 from channel_server.store.sqlite import SQLiteStore
@@ -265,5 +267,42 @@ def test_publishes_are_rows_at_once_while_too_much_waits_in_the_journal(
         snap = store.load("c")
         assert [e.id for e in snap.events] == ["e0", "e1", "e2", "e3"]
         assert snap.next_offset == 7
+    finally:
+        store.close()
+
+
+def test_a_round_that_fails_leaves_every_journaled_event_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its transaction rolled back: the events it took are put back, its segments stay,
+    and the next round writes what the failed one would have."""
+    data = tmp_path / "data"
+    store = SQLiteStore(data)
+    real = sqlite_store.keep_journaled_ids
+    failing = [True]
+
+    def fails_once(*args: object) -> None:
+        if failing.pop() if failing else False:
+            raise sqlite3.OperationalError("disk I/O error")
+        real(*args)  # type: ignore[arg-type]
+
+    try:
+        store._stop.set()  # no background round: this test runs them
+        store._maintainer.join()  # type: ignore[union-attr]
+        monkeypatch.setattr(sqlite_store, "keep_journaled_ids", fails_once)
+        store.append("c", [ev(0), ev(1)], next_offset=2, accepted_at=1.0)
+        store.delete("c", [0])
+        with pytest.raises(StoreError, match="disk I/O error"):
+            store._write_deferred()
+        assert store.count("c") == 1  # e0's delete still waits, e1 is stored
+        assert journal_files(data) != []
+        store.delete("c", [1])
+        store._write_deferred()  # both resolved now
+        assert db_rows(data, "SELECT COUNT(*) FROM events") == [(0,)]
+        store._write_deferred()  # the segment is idle: marked done and deleted
+        assert journal_files(data) == []
+        snap = store.load("c")
+        assert snap.events == []
+        assert [i for _, i, _ in snap.delivered] == ["e0", "e1"]
     finally:
         store.close()
