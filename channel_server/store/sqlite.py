@@ -433,6 +433,9 @@ class SQLiteStore(Store):
             try:
                 segment = self._journal.append(record)
             except OSError as exc:
+                # A record cut short must stay the segment's last: the next starts anew.
+                if (closed := self._journal.rotate()) is not None:
+                    self._closed.append(closed)
                 raise StoreError(str(self.path.parent), f"journal write failed: {exc}") from exc
             self._journaled.add(channel, segment, time.monotonic(), events)
             self._journaled_next[channel] = next_offset

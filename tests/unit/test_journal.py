@@ -14,6 +14,7 @@ import pytest
 
 from channel_server.errors import StoreError
 from channel_server.events import Event
+from channel_server.store import journal as journal_module
 from channel_server.store import sqlite as sqlite_store
 from channel_server.store.base import ChannelRecord
 from channel_server.store.journal import Journal, pack_record, read_records, segments
@@ -199,6 +200,7 @@ CRASH = """
 import os, sys
 from channel_server.errors import StoreError
 from channel_server.events import Event
+from channel_server.store import journal as journal_module
 from channel_server.store import sqlite as sqlite_store
 from channel_server.store.sqlite import SQLiteStore
 from tests.integration.procs import wait_until
@@ -306,3 +308,47 @@ def test_a_round_that_fails_leaves_every_journaled_event_waiting(
         assert [i for _, i, _ in snap.delivered] == ["e0", "e1"]
     finally:
         store.close()
+
+
+def test_a_failed_journal_write_ends_its_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record cut short (a full disk) is its segment's last: replay reads up to it, and
+    the publishes after it go to a new segment, whole."""
+    data = tmp_path / "data"
+    store = SQLiteStore(data)
+    real_write = journal_module.os.write
+
+    def short_write(fd: int, data: bytes) -> int:
+        return real_write(fd, data[: len(data) // 2])
+
+    try:
+        store._stop.set()  # no background round: what is written stays in the journal
+        store._maintainer.join()  # type: ignore[union-attr]
+        store.append("c", [ev(0)], next_offset=1, accepted_at=1.0)
+        monkeypatch.setattr(journal_module.os, "write", short_write)
+        with pytest.raises(StoreError, match="journal write failed"):
+            store.append("c", [ev(1)], next_offset=2, accepted_at=1.0)
+        monkeypatch.undo()
+        store.append("c", [ev(2)], next_offset=3, accepted_at=1.0)
+        assert len(journal_files(data)) == 2
+        reopened = subprocess.run(  # another process reads what a crash would leave
+            [sys.executable, "-c", REPLAY, str(data)], capture_output=True, text=True
+        )
+        assert reopened.stdout.split() == ["e0", "e2"], reopened.stderr
+    finally:  # a crash: nothing written on close
+        store._journal.close()
+        store._db.close()
+        store._lock_file.close()
+
+
+REPLAY = """
+import shutil, sys, tempfile
+from pathlib import Path
+from channel_server.store.sqlite import SQLiteStore
+copy = Path(tempfile.mkdtemp()) / "data"
+shutil.copytree(sys.argv[1], copy, ignore=shutil.ignore_patterns("broker.lock"))
+store = SQLiteStore(copy)
+print(*[e.id for e in store.load("c").events])
+store.close()
+"""
