@@ -307,10 +307,18 @@ class SQLiteStore(Store):
         return idle
 
     def _delete_segments(self, idle: list[int]) -> None:
+        """Delete segments marked done; a mark is dropped only once its file is gone (a
+        segment left without one would be replayed by a restart)."""
+        deleted = []
         for segment in idle:
-            self._journal.remove(segment)
+            try:
+                self._journal.remove(segment)
+            except OSError as exc:
+                log.warning("journal segment %d not deleted (a restart will): %s", segment, exc)
+                continue
+            deleted.append(segment)
         with self._lock:
-            self._purge.extend(idle)
+            self._purge.extend(deleted)
 
     def _trim(self, trims: dict[str, int]) -> None:
         bases = {c: self._base(c) for c in trims}

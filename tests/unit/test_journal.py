@@ -352,3 +352,37 @@ store = SQLiteStore(copy)
 print(*[e.id for e in store.load("c").events])
 store.close()
 """
+
+
+def test_a_segment_that_cannot_be_deleted_keeps_its_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The round goes on (its thread must not die), and the segment stays marked done, so
+    a restart deletes it instead of replaying it."""
+    data = tmp_path / "data"
+    store = SQLiteStore(data)
+
+    def refuse(number: int) -> None:
+        raise PermissionError(f"segment {number}: permission denied")
+
+    try:
+        store._stop.set()  # no background round: this test runs them
+        store._maintainer.join()  # type: ignore[union-attr]
+        store.append("c", [ev(0)], next_offset=1, accepted_at=1.0)
+        store.delete("c", [0])
+        store._write_deferred()  # e0 resolved
+        monkeypatch.setattr(store._journal, "remove", refuse)
+        with caplog.at_level(logging.WARNING):
+            store._write_deferred()  # the segment is idle: marked, but not deleted
+            store._write_deferred()
+        assert "not deleted" in caplog.text
+        assert journal_files(data) == ["journal-0000000001.log"]
+        assert db_rows(data, "SELECT segment FROM journal_done") == [(1,)]
+    finally:
+        store.close()
+    store = SQLiteStore(data)  # deletes it, replaying nothing
+    try:
+        assert journal_files(data) == []
+        assert store.load("c").events == []
+    finally:
+        store.close()
