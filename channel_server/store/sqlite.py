@@ -193,9 +193,8 @@ class SQLiteStore(Store):
                 checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
         try:
-            write_in_background(
-                self._stop, DEFERRED_INTERVAL_S, write, self.path, (StoreError, sqlite3.Error)
-            )
+            retried = (StoreError, sqlite3.Error, OSError)  # the journal's files too
+            write_in_background(self._stop, DEFERRED_INTERVAL_S, write, self.path, retried)
         finally:
             checkpoints.close()
 
