@@ -226,18 +226,15 @@ class SQLiteStore(Store):
                 self._next_trim = time.monotonic() + TRIM_INTERVAL_S
 
     def _apply(self, pending: PendingWrites, move_all: bool) -> None:
-        """Acks, deletes and journal moves in one transaction; segments idle since the
-        last round are marked done in it, and deleted once it commits."""
+        """Acks, deletes and journal moves in one round's transaction (:meth:`_round`)."""
         cutoff = None if move_all else time.monotonic() - MOVE_AFTER_S
         with self._lock:
             if not (pending or self._journal.is_open or self._closed or self._purge):
                 return
         taken: list[tuple[str, list[Event]]] = []
-        idle: list[int] = []
         nexts: dict[str, int] = {}
         try:
-            with self._tx() as db:
-                idle = self._mark_idle(db)
+            with self._round() as db:
                 if pending.acks:
                     self._acked.update(channel for channel, _, _ in pending.acks)
                     insert(db, "INSERT OR IGNORE", "acks", 3, flat(pending.acks))
@@ -257,12 +254,26 @@ class SQLiteStore(Store):
             with self._lock:  # not written: they wait again
                 for channel, events in taken:
                     self._journaled.put_back(channel, events)
-                self._closed.extend(idle)
             raise
         with self._lock:
             for channel, next_offset in nexts.items():
                 if self._journaled_next.get(channel) == next_offset:
                     del self._journaled_next[channel]
+
+    @contextmanager
+    def _round(self) -> Iterator[sqlite3.Connection]:
+        """A maintenance round's transaction: the journal's segments idle since the last
+        round are marked done in it, and deleted once it commits (a failure leaves them
+        closed, to be marked again)."""
+        idle: list[int] = []
+        try:
+            with self._tx() as db:
+                idle = self._mark_idle(db)
+                yield db
+        except BaseException:
+            with self._lock:
+                self._closed.extend(idle)
+            raise
         self._delete_segments(idle)
 
     def _delete(
@@ -321,17 +332,9 @@ class SQLiteStore(Store):
 
     def _trim(self, trims: dict[str, int]) -> None:
         bases = {c: self._base(c) for c in trims}
-        idle: list[int] = []
-        try:
-            with self._tx() as db:
-                idle = self._mark_idle(db)
-                for channel, count in trims.items():
-                    trim(db, bases[channel], count)
-        except BaseException:
-            with self._lock:
-                self._closed.extend(idle)
-            raise
-        self._delete_segments(idle)
+        with self._round() as db:
+            for channel, count in trims.items():
+                trim(db, bases[channel], count)
 
     @contextmanager
     def _tx(self, atomic: bool = True) -> Iterator[sqlite3.Connection]:
@@ -471,7 +474,7 @@ class SQLiteStore(Store):
                 )
 
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
-        self._write_deferred(move_all=True)  # a replayed event may be waiting for its delete
+        self._write_deferred()  # a replayed event may be waiting for its delete
         base = self._base(channel)
         params = event_params(base, events, accepted_at)
         with self._tx() as db:

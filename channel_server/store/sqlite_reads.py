@@ -15,6 +15,7 @@ from channel_server.store.sqlite_sql import (
     EVENT_COLUMNS,
     OFFSET_BITS,
     OFFSET_MASK,
+    RUNS_FROM,
     json_list,
     run_rows,
 )
@@ -98,23 +99,13 @@ def window(
         "SELECT key, publisher_id, id, accepted_at FROM delivered WHERE key BETWEEN ? AND ?",
         (first, base | OFFSET_MASK),
     )
-    rows += query_runs(query, base, first)
+    rows += run_rows(base, first, query(RUNS_FROM, (base, base | OFFSET_MASK, first)))
     copied = len(rows)
     rows += event_ids
     rows.sort()  # two sorted runs: one merge
     if copied:  # a replayed dead letter (or schema 3) has a row in both tables: once
         return list({key: (pub, i, at) for key, pub, i, at in rows}.values())
     return [(pub, event_id, accepted_at) for _, pub, event_id, accepted_at in rows]
-
-
-def query_runs(query: Query, base: int, first: int) -> list[tuple]:
-    """(key, publisher id, id, accepted at) of the channel's ``delivered_runs`` ids from
-    key ``first`` on (see :func:`~.sqlite_sql.keep_journaled_ids`)."""
-    runs = query(
-        "SELECT offsets, ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
-        (base, base | OFFSET_MASK, first),
-    )
-    return run_rows(base, first, runs)
 
 
 def next_offset(query: Query, base: int) -> int:

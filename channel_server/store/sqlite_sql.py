@@ -211,14 +211,15 @@ def keep_journaled_ids(db: sqlite3.Connection, base: int, events: Sequence[Event
         insert(db, "INSERT OR IGNORE", "delivered", DELIVERED_ROW_WIDTH, params)
 
 
+RUNS_FROM = "SELECT offsets, ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?"
+"""The ``delivered_runs`` rows of a channel (key base, highest first key) holding keys
+from a low key on: for :func:`run_rows`."""
+
+
 def run_ids(db: sqlite3.Connection, base: int, low: int, high: int) -> list[tuple]:
     """(key, publisher id, id, accepted at) of the channel's ``delivered_runs`` ids from
     key ``low`` on, of runs starting by ``high``, in key order."""
-    found = db.execute(
-        "SELECT offsets, ids FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
-        (base, high, low),
-    )
-    return run_rows(base, low, found.fetchall())
+    return run_rows(base, low, db.execute(RUNS_FROM, (base, high, low)).fetchall())
 
 
 def run_rows(base: int, low: int, runs: Iterable[tuple[bytes, bytes]]) -> list[tuple]:
