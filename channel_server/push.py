@@ -17,8 +17,8 @@ half again as full (:mod:`~channel_server.core.arrivals`): then it waits that lo
 So a channel that is not busy, or that is published to in bursts, adds no latency, and a
 stream of small publishes is sent in fuller pushes (fewer RPCs and acks). On a broker busy
 on its CPU (``busy_cpu``, or half that on a machine whose CPUs are saturated,
-``busy_machine``: :mod:`~channel_server.core.load`), a batch at most a third full
-may instead wait as long as it is expected to take to fill, at most ``busy_linger_s``,
+``busy_machine``: :mod:`~channel_server.core.load`), a batch at most two thirds
+full may instead wait as long as it is expected to take to fill, at most ``busy_linger_s``,
 once: the CPU a push and its ack cost is then what limits the broker, and a saturated
 broker's queues already cost more latency than the wait.
 

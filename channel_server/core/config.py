@@ -252,7 +252,7 @@ class ChannelConfig:
         0.1,
         "--busy-linger",
         "non_negative_float",
-        "most seconds a batch at most a third of a subscriber's free prefetch, for a "
+        "most seconds a batch at most two thirds of a subscriber's free prefetch, for a "
         "subscriber holding nothing, waits to fill while the broker is busy (see --busy-cpu;"
         " 0: no wait)",
     )

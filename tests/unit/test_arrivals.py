@@ -85,11 +85,11 @@ def test_a_member_pushed_seldom_on_a_busy_broker_waits_until_its_push_should_fil
     assert math.isclose(waited, expected)
 
 
-def test_a_push_more_than_a_third_full_does_not_wait_to_fill() -> None:
+def test_a_push_more_than_two_thirds_full_does_not_wait_to_fill() -> None:
     arrivals = publishes(*(i * 0.005 for i in range(100)))
-    count_at_push = arrivals.count - 10
-    assert arrivals.filling_linger(33, 100, count_at_push, most_s=1.0, now=LAST) > 0
-    assert arrivals.filling_linger(34, 100, count_at_push, most_s=1.0, now=LAST) == 0.0
+    count_at_push = arrivals.count - 40
+    assert arrivals.filling_linger(66, 100, count_at_push, most_s=1.0, now=LAST) > 0
+    assert arrivals.filling_linger(67, 100, count_at_push, most_s=1.0, now=LAST) == 0.0
 
 
 def test_no_filling_wait_without_a_stream_or_a_bound() -> None:
