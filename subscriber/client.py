@@ -348,15 +348,18 @@ class Subscriber:
         acknowledged without running the handler again: the processed-ID window and the
         acks name events by uid, so two publishers' events with one id are two events."""
         event = item.event
+        faults = self._faults if self._faults.around_events else None  # (none: no calls)
         if seen:
             log.info("%s was processed already: acknowledged again", uid)
-            return Outcome(item.session, item.seq, uid, dropped=self._faults.drop_ack(event))
-        self._faults.before(event)
+            return Outcome(item.session, item.seq, uid, dropped=_dropped(faults, event))
+        if faults is not None:
+            faults.before(event)
         if self._stopping.is_set():
             return None  # stopped while the event was on its way in: not in hand
         self._busy_since = time.monotonic()
         try:
-            self._faults.check_poison(event)
+            if faults is not None:
+                faults.check_poison(event)
             self._handler(event)
         except Exception as exc:
             log.warning("handler failed on %s: %s: %s", uid, type(exc).__name__, exc)
@@ -366,7 +369,12 @@ class Subscriber:
         self.processed += 1
         if self._recorder is not None:
             self._recorder.write(event)
-        return Outcome(item.session, item.seq, uid, dropped=self._faults.drop_ack(event))
+        return Outcome(item.session, item.seq, uid, dropped=_dropped(faults, event))
+
+
+def _dropped(faults: Faults | None, event: dict[str, Any]) -> bool:
+    """Whether the drop-acks fault leaves this processed event's ack out."""
+    return faults is not None and faults.drop_ack(event)
 
 
 def nack_text(exc: Exception) -> str:

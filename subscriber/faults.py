@@ -24,6 +24,8 @@ CRASH_EXIT_CODE = 137
 """What a shell reports for a SIGKILLed process; crash-after uses it too."""
 KINDS = ("delay", "long-delay", "slow", "crash-after", "drop-acks", "fail-on")
 TIMED = ("delay", "long-delay", "slow")
+AROUND_EVENTS = frozenset(("slow", "crash-after", "drop-acks", "fail-on"))
+"""The kinds that act as an event is handled (the others act as a push arrives)."""
 
 
 class InjectedFailure(Exception):
@@ -104,6 +106,9 @@ class Faults:
         hard_exit: Callable[[int], Any] = os._exit,
     ) -> None:
         self.specs = specs
+        self.around_events = any(spec.kind in AROUND_EVENTS for spec in specs)
+        """Whether ``before``, ``check_poison`` or ``drop_ack`` can do anything: the
+        worker skips the three calls per event when none can (the usual subscriber)."""
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._exit = hard_exit

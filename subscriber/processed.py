@@ -94,15 +94,15 @@ class ProcessedIds:
                 self._compact()
 
     def _remember(self, event_ids: Iterable[str]) -> list[str]:
-        fresh = []
-        for event_id in event_ids:
-            if event_id in self._ids:
-                continue
-            self._ids.add(event_id)
-            self._order.append(event_id)
-            fresh.append(event_id)
-        while len(self._order) > self.window:
-            self._ids.discard(self._order.popleft())
+        """Add the ids not in the window yet (whole lists at a time: a chunk of events
+        adds hundreds), then forget the oldest past the window; returns those added."""
+        known = self._ids
+        fresh = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in known]
+        known.update(fresh)
+        self._order.extend(fresh)
+        if (excess := len(self._order) - self.window) > 0:
+            order = self._order
+            known.difference_update([order.popleft() for _ in range(excess)])
         return fresh
 
     def _compact(self) -> None:

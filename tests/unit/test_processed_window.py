@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from channel_server.errors import InvalidArgument, StoreError
 from subscriber import cli as subscriber_cli
@@ -161,3 +163,25 @@ def test_subscriber_run_reports_a_malformed_window_in_one_line(
         f"error: store {path}: line 2 is not an id (a JSON string): '[1, 2]'; fix or remove it"
     ]
     assert not record.exists()  # refused before anything else was opened
+
+
+@given(
+    window=st.integers(1, 6),
+    batches=st.lists(st.lists(st.sampled_from("abcdefghij"), max_size=8), max_size=12),
+)
+def test_the_window_holds_the_newest_distinct_ids_whatever_the_batches(
+    window: int, batches: list[list[str]]
+) -> None:
+    """Ids added a chunk at a time, repeats and all, leave the window as one id at a time
+    would: the ``window`` most recently first-seen ids still held, oldest first."""
+    ids = ProcessedIds(window)
+    held: list[str] = []
+    for batch in batches:
+        ids.add(batch)
+        for event_id in batch:
+            if event_id not in held:
+                held.append(event_id)
+        held = held[-window:]
+    assert ids.recent(window) == held
+    assert len(ids) == len(held)
+    assert all(event_id in ids for event_id in held)

@@ -82,3 +82,27 @@ def test_fail_on_and_drop_acks() -> None:
         faults.check_poison({"id": "bad"})
     assert faults.drop_ack({"id": "good"}) is True
     assert Faults([]).drop_ack({"id": "good"}) is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["delay:1:0.2", "long-delay:1:0.2", "slow:1:0.2", "crash-after:1", "drop-acks:1", "fail-on:e0"],
+)
+def test_the_worker_may_skip_the_per_event_hooks_only_of_faults_that_do_nothing_there(
+    text: str,
+) -> None:
+    """A subscriber whose faults say they do nothing around an event skips the three calls
+    per event (``around_events``): every kind that acts there must say so."""
+    slept: list[float] = []
+    exits: list[int] = []
+    faults = Faults([parse_fault(text)], sleep=slept.append, hard_exit=exits.append)
+    event = {"id": "e0"}
+    faults.before(event)
+    try:
+        faults.check_poison(event)
+        failed = False
+    except InjectedFailure:
+        failed = True
+    acted = bool(slept or exits or failed or faults.drop_ack(event))
+    assert faults.around_events is acted
+    assert Faults([]).around_events is False
