@@ -64,6 +64,7 @@ from bench_support.service import (
     publish_count,
     read_summaries,
     start_bench_subscribers,
+    subscriber_cpus,
     use_tls,
     wait_acked,
     warm_up,
@@ -86,7 +87,8 @@ TARGETS: dict[tuple[str, str], Target] = {
 # -- the service's pieces ----------------------------------------------------------------
 def start_subscribers(procs: ProcGroup, s: Settings, ns_port: int) -> list[tuple[Proc, Path]]:
     ids = [f"s{i}" for i in range(1, s.subscribers + 1)]
-    return start_bench_subscribers(procs, s.python, ns_port, ids, s.prefetch)
+    prefix = subscriber_cpus() if s.separate_cpus else []
+    return start_bench_subscribers(procs, s.python, ns_port, ids, s.prefetch, prefix=prefix)
 
 
 # -- measurements ------------------------------------------------------------------------

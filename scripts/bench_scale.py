@@ -361,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run each later row N times, alternating with the first value; its ratio is "
         "the median of the per-pair ratios (default 1: one run per row)",
     )  # fmt: skip
+    parser.add_argument(
+        "--separate-cpus", action="store_true",
+        help="the broker on CPU 0 and the bench subscribers on the other CPUs (see "
+        "bench.py --help); by default the OS places them",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="small sweeps: a smoke run")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--python", default=sys.executable, help="for the child processes")
@@ -368,7 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings(args: argparse.Namespace, workdir: Path) -> bench.Settings:
-    parsed = bench.build_parser().parse_args(["--python", args.python])
+    flags = ["--separate-cpus"] if args.separate_cpus else []
+    parsed = bench.build_parser().parse_args(["--python", args.python, *flags])
     s = bench.settings_from_args(parsed, workdir)
     return replace(s, events=10_000 if args.quick else args.events, batch_size=BATCH)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_support.report import add_store_flag, positive
+from bench_support.service import BROKER_CPU_ARGS
 
 
 @dataclass
@@ -36,6 +37,11 @@ class Settings:
     submit: bool = False
     """Publish through ``Publisher.submit`` (its sender thread batches what queues up)
     instead of ``publish``."""
+    separate_cpus: bool = False
+    """The broker on CPU 0 and the bench subscribers on the other CPUs (see
+    :func:`bench_support.service.subscriber_cpus`): each side on CPUs of its own, as on
+    machines of their own. By default the OS places the subscribers, and it wakes many of
+    them on the broker's CPU."""
     open_partitions: bool = False
     """The warm-up publishes under the run's publisher id, so the run's partitions (one per
     publisher and partition) are open and owned when it starts: the run then measures
@@ -98,6 +104,13 @@ def add_bench_flags(parser: argparse.ArgumentParser) -> None:
         "publisher), so a throughput run measures partitions in use, not their opening",
     )
     parser.add_argument(
+        "--separate-cpus",
+        action="store_true",
+        help="the broker on CPU 0 (--cpu 0) and the bench subscribers on the other CPUs "
+        "(taskset), as on machines of their own; by default the OS places the "
+        "subscribers, and wakes many of them on the broker's CPU",
+    )
+    parser.add_argument(
         "--tls",
         action="store_true",
         help="every process on mutual TLS (a throwaway CA made with trustme)",
@@ -125,8 +138,9 @@ def settings_from_args(args: argparse.Namespace, workdir: Path) -> Settings:
         prefetch=args.prefetch,
         log_level=args.log_level,
         store=args.store,
-        broker_args=args.broker_arg,
+        broker_args=[*args.broker_arg, *(BROKER_CPU_ARGS if args.separate_cpus else ())],
         workdir=workdir,
         open_partitions=args.open_partitions,
         submit=args.submit,
+        separate_cpus=args.separate_cpus,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -95,6 +96,20 @@ def fresh_store_args(procs: ProcGroup, store: str) -> list[str]:
     return ["--data-dir", str(data_dir)]
 
 
+BROKER_CPU = 0
+BROKER_CPU_ARGS = ("--cpu", str(BROKER_CPU))
+"""The broker's flags when each side has CPUs of its own (``--separate-cpus``)."""
+
+
+def subscriber_cpus() -> list[str]:
+    """The command prefix that runs a bench subscriber on every CPU this process may use
+    but the broker's (``--separate-cpus``). BenchError on a machine with no other."""
+    others = sorted(os.sched_getaffinity(0) - {BROKER_CPU})
+    if BROKER_CPU not in os.sched_getaffinity(0) or not others:
+        raise BenchError(f"--separate-cpus needs CPU {BROKER_CPU} and another one")
+    return ["taskset", "-c", ",".join(map(str, others))]
+
+
 def bench_subscriber_argv(
     python: str,
     ns_port: int,
@@ -126,13 +141,16 @@ def start_bench_subscribers(
     prefetch: int | None = None,
     extra_args: Sequence[str] = (),
     channel: str = CHANNEL,
+    prefix: Sequence[str] = (),
 ) -> list[tuple[Proc, Path]]:
     """Bench subscribers of ``channel`` (started in parallel, then waited for); each
-    writes its JSON summary to ``<workdir>/<id>.json`` when stopped."""
+    writes its JSON summary to ``<workdir>/<id>.json`` when stopped. ``prefix`` goes
+    before each command line (:func:`subscriber_cpus`)."""
     subs = []
     for sub_id in ids:
         out = procs.workdir / f"{sub_id}.json"
         argv = bench_subscriber_argv(python, ns_port, sub_id, out, prefetch, extra_args, channel)
+        argv = [*prefix, *argv]
         subs.append((procs.start(sub_id, argv, rf"bench-sub {sub_id} ready"), out))
     for proc, _ in subs:
         proc.wait_ready()

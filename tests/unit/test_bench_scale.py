@@ -131,3 +131,30 @@ def test_bench_subscribers_leave_out_warm_up_events_under_any_publisher(
         recorder.handle({**event, "attempt": 1})
     assert (recorder.skipped, recorder.count, recorder.duplicates) == (5, 5, 0)
     assert {e["id"] for e in as_run}.isdisjoint(e["id"] for e in run)
+
+
+def test_separate_cpus_pins_the_broker_and_keeps_the_subscribers_off_its_cpu(
+    scale: ModuleType, tmp_path: Path
+) -> None:
+    """``--separate-cpus`` reaches the settings of a sweep: the broker at ``--cpu 0``,
+    the bench subscribers started under ``taskset`` with every other CPU."""
+    import os
+
+    from bench_support.procs import BenchError
+    from bench_support.service import subscriber_cpus
+
+    args = scale.build_parser().parse_args(["--separate-cpus"])
+    s = scale.settings(args, tmp_path)
+    assert s.separate_cpus
+    assert s.broker_args[-2:] == ["--cpu", "0"]
+    default = scale.settings(scale.build_parser().parse_args([]), tmp_path)
+    assert not default.separate_cpus
+    assert "--cpu" not in default.broker_args
+    allowed = os.sched_getaffinity(0)
+    if 0 in allowed and len(allowed) > 1:
+        taskset, flag, cpus = subscriber_cpus()
+        assert (taskset, flag) == ("taskset", "-c")
+        assert {int(c) for c in cpus.split(",")} == allowed - {0}
+    else:
+        with pytest.raises(BenchError):
+            subscriber_cpus()
