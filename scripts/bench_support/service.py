@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -104,9 +105,12 @@ BROKER_CPU_ARGS = ("--cpu", str(BROKER_CPU))
 def subscriber_cpus() -> list[str]:
     """The command prefix that runs a bench subscriber on every CPU this process may use
     but the broker's (``--separate-cpus``). BenchError on a machine with no other."""
-    others = sorted(os.sched_getaffinity(0) - {BROKER_CPU})
-    if BROKER_CPU not in os.sched_getaffinity(0) or not others:
+    allowed = os.sched_getaffinity(0)
+    others = sorted(allowed - {BROKER_CPU})
+    if BROKER_CPU not in allowed or not others:
         raise BenchError(f"--separate-cpus needs CPU {BROKER_CPU} and another one")
+    if shutil.which("taskset") is None:
+        raise BenchError("--separate-cpus needs taskset (util-linux)")
     return ["taskset", "-c", ",".join(map(str, others))]
 
 
