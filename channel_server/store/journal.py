@@ -31,15 +31,14 @@ import msgspec
 
 from channel_server.errors import StoreError
 from channel_server.events import Event
+from channel_server.private_files import open_private_fd
 
 log = logging.getLogger(__name__)
 SEGMENT_NAME = re.compile(r"journal-(\d{10})\.log")
 HEADER_BYTES = 8
 """length (4) + CRC-32 (4)"""
-FILE_MODE = 0o600
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(tuple[int, int, list[Event]])
-OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 def segment_path(directory: Path, number: int) -> Path:
@@ -126,7 +125,7 @@ class Journal:
             self.current = self._next
             self._next += 1
             path = segment_path(self.directory, self.current)
-            self._fd = os.open(path, OPEN_FLAGS, FILE_MODE)
+            self._fd = open_private_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             if self.sync:  # the new file's name must survive a power loss too
                 sync_directory(self.directory)
         written = os.write(self._fd, record)

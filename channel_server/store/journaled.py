@@ -65,8 +65,7 @@ class JournaledEvents:
         if not waiting:
             return [], list(offsets)
         found = list(map(waiting.pop, offsets, repeat(None)))
-        taken = [ev for ev in found if ev is not None]
-        self.bytes -= sum(map(SIZE, taken))
+        taken = self._gone([ev for ev in found if ev is not None])
         if len(taken) == len(found):
             return taken, []
         return taken, [offset for offset, ev in zip(offsets, found, strict=True) if ev is None]
@@ -81,11 +80,14 @@ class JournaledEvents:
             waiting = self._events.get(batch.channel)
             if waiting:
                 found = map(waiting.pop, batch.offsets, repeat(None))
-                taken = [ev for ev in found if ev is not None]
-                if taken:
+                if taken := self._gone([ev for ev in found if ev is not None]):
                     moving.setdefault(batch.channel, []).extend(taken)
-                    self.bytes -= sum(map(SIZE, taken))
         return moving
+
+    def _gone(self, taken: list[Event]) -> list[Event]:
+        """Events just taken out (no longer counted in ``bytes``)."""
+        self.bytes -= sum(map(SIZE, taken))
+        return taken
 
     def put_back(self, channel: str, events: Iterable[Event]) -> None:
         """Events taken out by a round whose transaction failed: they wait again."""
@@ -104,6 +106,8 @@ class JournaledEvents:
         for batch in self._batches:
             if batch.segment > last:
                 break
+            if batch.segment in busy:
+                continue  # one event of it waits already: no need to look at the rest
             waiting = self._events.get(batch.channel)
             if waiting and not waiting.keys().isdisjoint(batch.offsets):
                 busy.add(batch.segment)

@@ -62,6 +62,7 @@ from channel_server.store.sqlite_sql import (
     forget_acks,
     insert,
     keep_journaled_ids,
+    keep_next_offset,
     move_journaled,
     restore_record,
     trim,
@@ -246,10 +247,7 @@ class SQLiteStore(Store):
                     move_journaled(db, self._bases[channel], events)
                 nexts = dict(self._journaled_next)
                 for channel, next_offset in nexts.items():
-                    db.execute(
-                        "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
-                        (next_offset, self._bases[channel] >> OFFSET_BITS),
-                    )
+                    keep_next_offset(db, self._bases[channel], next_offset)
         except BaseException:
             with self._lock:  # not written: they wait again
                 for channel, events in taken:
@@ -468,10 +466,7 @@ class SQLiteStore(Store):
             insert(db, "INSERT", "events", EVENT_ROW_WIDTH, params)
             self._stored_changes[channel] = len(events)
             if gap:
-                db.execute(
-                    "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
-                    (next_offset, base >> OFFSET_BITS),
-                )
+                keep_next_offset(db, base, next_offset)
 
     def reinsert(self, channel: str, events: Sequence[Event], accepted_at: float) -> None:
         self._write_deferred()  # a replayed event may be waiting for its delete

@@ -103,6 +103,15 @@ def _oldest_keys(
     return sorted(set(gathered))[:wanted]  # a replayed dead letter is a row and in a run
 
 
+def keep_next_offset(db: sqlite3.Connection, base: int, next_offset: int) -> None:
+    """Store the channel's next offset when it is past the one stored (a publish whose
+    last events were refused or duplicates leaves no key to read it from)."""
+    db.execute(
+        "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
+        (next_offset, base >> OFFSET_BITS),
+    )
+
+
 def window_start(db: sqlite3.Connection, base: int) -> int:
     """The offset of the oldest id the channel's delivered window still holds."""
     cid = base >> OFFSET_BITS
@@ -216,10 +225,14 @@ RUNS_FROM = "SELECT offsets, ids FROM delivered_runs WHERE key BETWEEN ? AND ? A
 from a low key on: for :func:`run_rows`."""
 
 
-def run_ids(db: sqlite3.Connection, base: int, low: int, high: int) -> list[tuple]:
-    """(key, publisher id, id, accepted at) of the channel's ``delivered_runs`` ids from
-    key ``low`` on, of runs starting by ``high``, in key order."""
-    return run_rows(base, low, db.execute(RUNS_FROM, (base, high, low)).fetchall())
+def run_keys(db: sqlite3.Connection, base: int, low: int, high: int) -> set[int]:
+    """The keys of the channel's ``delivered_runs`` ids in runs reaching ``low`` and
+    starting by ``high`` (their offsets only: the ids stay packed)."""
+    runs = db.execute(
+        "SELECT offsets FROM delivered_runs WHERE key BETWEEN ? AND ? AND last >= ?",
+        (base, high, low),
+    )
+    return {base | offset for (packed,) in runs for offset in run_offsets(packed)}
 
 
 def run_rows(base: int, low: int, runs: Iterable[tuple[bytes, bytes]]) -> list[tuple]:
@@ -261,10 +274,6 @@ def restore_record(db: sqlite3.Connection, record: tuple[int, int, list[Event]])
         known = db.execute(
             "SELECT key FROM delivered WHERE key BETWEEN ? AND ?", (min(keys), max(keys))
         ).fetchall()
-        acked = run_ids(db, base, min(keys), max(keys))
-        done = {key for (key,) in known} | {key for key, *_ in acked}
+        done = {key for (key,) in known} | run_keys(db, base, min(keys), max(keys))
         move_journaled(db, base, (ev for ev in events if base | ev.offset not in done))
-    db.execute(
-        "UPDATE channels SET next_offset = MAX(next_offset, ?) WHERE id = ?",
-        (next_offset, base >> OFFSET_BITS),
-    )
+    keep_next_offset(db, base, next_offset)
