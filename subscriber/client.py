@@ -307,30 +307,40 @@ class Subscriber:
         known = self._processed.known(uids)
         handled: set[str] = set()
         done: list[Outcome] = []
-        first_at = 0.0
+        inbox = self._inbox
+        now = first_at = time.monotonic()  # one clock reading per event: its end, the next's start
         for item, uid in zip(items, uids, strict=True):
-            if not self._wait_trusted():
+            if not self._trusted():
                 break
-            if not self._inbox.current(item):
+            if item.session != inbox.session:
                 continue  # its session ended: the channel gave it to another member
-            outcome = self._process(item, uid, uid in known or uid in handled)
+            outcome = self._process(item, uid, uid in known or uid in handled, now)
             if outcome is None:
                 continue
             if outcome.error is None:
                 handled.add(uid)
             if not done:
-                first_at = time.monotonic()
+                first_at = now
             done.append(outcome)
-            if time.monotonic() - first_at >= ACK_LINGER_S:
+            now = time.monotonic()
+            if now - first_at >= ACK_LINGER_S:
                 self._hand_over(done, urgent=True)
                 done = []
         if done:
-            self._hand_over(done, urgent=self._inbox.empty())
+            self._hand_over(done, urgent=inbox.empty())
 
     def _hand_over(self, done: list[Outcome], urgent: bool) -> None:
         """Outcomes to the control thread, the processed ids in the window first."""
-        self._processed.add(o.uid for o in done if o.error is None)
+        self._processed.add([o.uid for o in done if o.error is None])
         self._outbox.add(done, urgent=urgent)
+
+    def _trusted(self) -> bool:
+        """:meth:`_wait_trusted`, without a call when the subscriber is trusted and not
+        stopping (nearly always: it is asked before each event)."""
+        session = self._session
+        if (session is None or session.trusted.is_set()) and not self._stopping.is_set():
+            return True
+        return self._wait_trusted()
 
     def _wait_trusted(self) -> bool:
         """Before starting an event: wait while the control thread checks our standing
@@ -342,11 +352,12 @@ class Subscriber:
                 return True
         return False
 
-    def _process(self, item: Item, uid: str, seen: bool) -> Outcome | None:
+    def _process(self, item: Item, uid: str, seen: bool, started: float) -> Outcome | None:
         """Run the handler once on an event; None when stopping intervened before it ran.
         An event processed before (``seen``: its ack was lost, or the broker restarted) is
         acknowledged without running the handler again: the processed-ID window and the
-        acks name events by uid, so two publishers' events with one id are two events."""
+        acks name events by uid, so two publishers' events with one id are two events.
+        ``started``: the clock as the previous event ended (what ``_stuck_s`` counts from)."""
         event = item.event
         faults = self._faults if self._faults.around_events else None  # (none: no calls)
         if seen:
@@ -356,7 +367,7 @@ class Subscriber:
             faults.before(event)
         if self._stopping.is_set():
             return None  # stopped while the event was on its way in: not in hand
-        self._busy_since = time.monotonic()
+        self._busy_since = started
         try:
             if faults is not None:
                 faults.check_poison(event)
@@ -369,6 +380,8 @@ class Subscriber:
         self.processed += 1
         if self._recorder is not None:
             self._recorder.write(event)
+        if faults is None:
+            return Outcome(item.session, item.seq, uid)
         return Outcome(item.session, item.seq, uid, dropped=_dropped(faults, event))
 
 

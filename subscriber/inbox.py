@@ -94,7 +94,8 @@ class Inbox:
 
     def take_all(self, timeout_s: float) -> list[Item]:
         """Everything queued now (waiting up to ``timeout_s`` for something). The caller
-        checks ``current`` before each item: a new session may drop the rest."""
+        checks each item's session against ``session`` before it: a new session may drop
+        the rest."""
         with self._cond:
             if not self._items and not self._closed:
                 self._cond.wait(timeout_s)
@@ -103,9 +104,6 @@ class Inbox:
             items = list(self._items)
             self._items.clear()
             return items
-
-    def current(self, item: Item) -> bool:
-        return item.session == self.session
 
     def empty(self) -> bool:
         with self._cond:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import takewhile
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from channel_server.core import rebalance
@@ -25,6 +26,8 @@ from channel_server.events import Event
 
 if TYPE_CHECKING:
     from channel_server.core.group import ConsumerGroup
+
+ACCEPTED_AT = attrgetter("accepted_at")
 
 
 @dataclass
@@ -95,7 +98,7 @@ def acknowledge(
     outcome.retried = [f.event for f in failed + skipped]
     outcome.done.extend(ack_owed(group, member, elsewhere))
     member.acked += len(outcome.done)
-    group.ack_latency.observe_many(now - ev.accepted_at for ev in outcome.done if ev.accepted_at)
+    group.ack_latency.observe_ages(now, map(ACCEPTED_AT, outcome.done))
     finish(group, member, finished)
     give_back(group, member, failed, hold=False)  # the handler failed: anyone may retry
     give_back(group, member, skipped)  # processed, maybe: they stay with the member
@@ -212,12 +215,14 @@ def count_acks(group: ConsumerGroup, member: Member, missing: int, completed: in
 def finish(group: ConsumerGroup, member: Member, events: list[Event]) -> None:
     """Events done (acked or dead) in this group: out of their partitions for good."""
     group.held -= len(events)
+    partitions, resolved = group.partitions, []
     for key, done in by_key(events).items():
-        pq = group.partitions[key]
+        pq = partitions[key]
         pq.resolve(done)
         if pq.pinned or pq.held_back:
             unpin(group, pq, done)
-        group.refresh(pq)
+        resolved.append(pq)
+    group.refresh_many(resolved)
     if events:
         rebalance.after_progress(group, member)
 

@@ -258,6 +258,16 @@ class ChannelCore:
         return self._retire(outcome.done + [ev for ev, _ in outcome.dead])
 
     def _retire(self, events: list[Event], count_acked: bool = True) -> list[Event]:
+        """Events one more group is done with: those no group holds now are finished."""
+        finished = list(events) if not self.groups_left else self._last_holders(events)
+        self.unacked -= len(finished)
+        self.queued_bytes -= sum(map(_SIZE, finished))
+        if count_acked:
+            self.acked_total += len(finished)
+        return finished
+
+    def _last_holders(self, events: list[Event]) -> list[Event]:
+        """Of ``events``, those whose last holding group this was (several groups)."""
         finished = []
         for ev in events:
             left = self.groups_left.get(ev.offset)
@@ -268,10 +278,6 @@ class ChannelCore:
                 finished.append(ev)
             else:
                 self.groups_left[ev.offset] = left - 1
-        self.unacked -= len(finished)
-        self.queued_bytes -= sum(map(_SIZE, finished))
-        if count_acked:
-            self.acked_total += len(finished)
         return finished
 
     # -- dead letters --------------------------------------------------------------------

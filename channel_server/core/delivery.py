@@ -33,11 +33,12 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
     budget = member.room
     events: list[Event] = []
     emptied: list[PartitionKey] = []
+    partitions, warm = group.partitions, group.warm
     for key in member.ready:  # not copied: a member may own thousands of ready partitions
         if budget <= 0 and not member.owed:
             break
         try:
-            taken, fresh = group.partitions[key].take(budget, group.warm)
+            taken, fresh = partitions[key].take(budget, warm)
         except Exception:  # reading cold payloads failed (a lost row, the store's error)
             if not events:
                 raise  # nothing of this partition was taken

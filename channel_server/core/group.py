@@ -192,6 +192,7 @@ class ConsumerGroup:
 
     def _fill(self, events: Iterable[Event]) -> None:
         book: LeastLoaded[Member] | None = None  # made for the first partition without owner
+        owned: list[PartitionQueue] = []
         for key, evs in by_key(events).items():
             pq = self.partitions.get(key)
             if pq is None:
@@ -211,7 +212,8 @@ class ConsumerGroup:
                     book.changed(owner)
                 if pq.held_back:  # a rebuild brings owed events back
                     owner.owed += sum(1 for ev in evs if ev.offset in pq.held_back)
-                self.refresh(pq)
+                owned.append(pq)
+        self.refresh_many(owned)
 
     # -- ownership -----------------------------------------------------------------------
     def loads(self, exclude: str | None = None) -> LeastLoaded[Member]:
@@ -258,17 +260,24 @@ class ConsumerGroup:
 
     def refresh(self, pq: PartitionQueue) -> None:
         """Keep the owner's ready set in step with the partition (after any change)."""
-        key = pq.key
-        self._changed[key] = None
-        owner = self.members.get(pq.owner) if pq.owner is not None else None
-        if owner is None:
-            return
-        if pq.pending and not pq.in_flight:  # (pq.ready, inlined: called per partition)
-            if key not in owner.ready:
-                owner.ready[key] = None
-                self.touched.add(owner.member_id)
-        else:
-            owner.ready.pop(key, None)
+        self.refresh_many((pq,))
+
+    def refresh_many(self, pqs: Iterable[PartitionQueue]) -> None:
+        """:meth:`refresh` of each, in one call: a batch may touch a partition per event
+        (``pq.ready`` is inlined for the same reason)."""
+        changed, members, touched = self._changed, self.members, self.touched
+        for pq in pqs:
+            key = pq.key
+            changed[key] = None
+            owner = members.get(pq.owner) if pq.owner is not None else None
+            if owner is None:
+                continue
+            if pq.pending and not pq.in_flight:
+                if key not in owner.ready:
+                    owner.ready[key] = None
+                    touched.add(owner.member_id)
+            else:
+                owner.ready.pop(key, None)
 
     def take_owner_changes(self) -> OwnerChanges:
         """Ownership changed since the last call; the facade persists it so a restarted

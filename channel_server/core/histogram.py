@@ -11,7 +11,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
-from itertools import repeat
 from typing import Any
 
 LATENCY_BUCKETS_S = (
@@ -42,14 +41,16 @@ class Histogram:
         self.count += 1
         self.sum += value
 
-    def observe_many(self, values: Iterable[float]) -> None:
-        """An ack's events at once: the bisects and the counting run in C (the events of
-        one publish share their latency, so few buckets change)."""
-        observed = list(values)
-        for index, n in Counter(map(bisect_left, repeat(self.bounds), observed)).items():
-            self.counts[index] += n
-        self.count += len(observed)
-        self.sum += sum(observed)
+    def observe_ages(self, now: float, starts: Iterable[float]) -> None:
+        """The ages at ``now`` of things that started at ``starts`` (0: unknown, skipped).
+        An ack's events share a few start times (its publishes' accept times), so they
+        are counted in C and each distinct one is observed once, however many share it."""
+        for start, n in Counter(starts).items():
+            if start:
+                age = now - start
+                self.counts[bisect_left(self.bounds, age)] += n
+                self.count += n
+                self.sum += age * n
 
     def to_dict(self) -> dict[str, Any]:
         """Cumulative counts per upper bound, Prometheus's ``le`` (the last is ``+Inf``)."""

@@ -167,7 +167,11 @@ class PartitionQueue:
         if not self.held_back and type(pending) is list and len(pending) <= limit:
             warm(pending)  # the usual take: all of a short list, moved rather than copied
             self.pending = []
-            self._fly(pending)
+            if self.in_flight or not pending:
+                self._fly(pending)
+            else:  # (the usual: a ready partition has nothing in flight; _fly inlined)
+                self.in_flight = pending
+                self._count.in_flight += len(pending)
             return pending, len(pending)
         if not self.held_back:
             batch = self._front(limit)

@@ -11,11 +11,11 @@ from channel_server.core.histogram import LATENCY_BUCKETS_S, STORE_BUCKETS_S, Hi
 
 def test_values_land_in_the_first_bucket_that_holds_them_cumulatively() -> None:
     hist = Histogram((0.01, 0.1, 1.0))
-    hist.observe_many([0.005, 0.01, 0.05, 0.5, 3.0])
+    hist.observe_ages(10.0, [9.995, 9.99, 9.95, 9.5, 7.0])
     assert hist.to_dict() == {
         "buckets": [[0.01, 2], [0.1, 3], [1.0, 4], ["+Inf", 5]],
         "count": 5,
-        "sum": 3.565,
+        "sum": pytest.approx(3.565),
     }
 
 
@@ -35,11 +35,17 @@ def test_default_bounds_are_valid() -> None:
     assert Histogram(LATENCY_BUCKETS_S).bounds[0] == 0.001
 
 
-@given(st.lists(st.floats(min_value=0, max_value=100), max_size=50))
-def test_observing_many_at_once_is_observing_each(values: list[float]) -> None:
+SHARED_STARTS = st.sampled_from([0.0, 1.0, 50.0, 99.5, 99.999, 100.0])
+
+
+@given(st.lists(SHARED_STARTS | st.floats(0, 100), max_size=60))
+def test_observing_ages_at_once_is_observing_each(starts: list[float]) -> None:
+    """Starts repeat (an ack's events share their publishes' accept times); 0 is unknown
+    and skipped."""
     at_once, each = Histogram(LATENCY_BUCKETS_S), Histogram(LATENCY_BUCKETS_S)
-    at_once.observe_many(iter(values))
-    for value in values:
-        each.observe(value)
+    at_once.observe_ages(100.0, iter(starts))
+    for start in starts:
+        if start:
+            each.observe(100.0 - start)
     assert (at_once.counts, at_once.count) == (each.counts, each.count)
     assert at_once.sum == pytest.approx(each.sum)
