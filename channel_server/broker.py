@@ -76,7 +76,7 @@ class Broker:
         self._hosted = HostedChannels(config.max_channels, config.broker_id)
         self._daemon: Pyro5.server.Daemon | None = None
         self._serving: DaemonLoop | None = None
-        self._pool = DispatchPool(config.push_threads)
+        self._pool = DispatchPool(config.push_threads, concurrency=config.push_concurrency)
         self._machine = MachineCpu(cpu=pinned_cpu())
         """How busy this machine's CPUs are, or the broker's one CPU when it is pinned
         (every channel's pushes ask)."""

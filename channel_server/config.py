@@ -59,11 +59,15 @@ class BrokerConfig:
     the OS schedules them; or a CPU number."""
     push_threads: int = 4
     """Threads that push batches to every push member of every channel (a bounded pool,
-    not a thread per subscriber; a push only hands a batch over, so it is short). Fewer
-    pushes at once make fuller ones: against 8, at 64 subscribers 1.7-2.0x the throughput
-    with lower latency, at 1,000 ev/s p99 3.0-3.2 ms instead of 4.0-4.4, the same at 4
-    subscribers (docs/benchmarks.md). But a push to a frozen subscriber holds a thread
-    until its ack timeout: this many frozen at once stall every push for that long."""
+    not a thread per subscriber; a push only hands a batch over, so it is short). A push
+    to a frozen subscriber holds a thread until its ack timeout: this many frozen at once
+    stall every push for that long."""
+    push_concurrency: int = 2
+    """Of the ``push_threads``, those that make every push; the others are spares that
+    make one only while a push has waited longer than ``dispatch.SLOW_TASK_S`` (a frozen
+    subscriber). Fewer pushes at once make fuller ones: 2 against 4 at 64 subscribers
+    1.22-1.32x the throughput with lower latency, the same at 4 subscribers
+    (docs/benchmarks.md); 4 against 8 had made 1.7-2.0x."""
     max_channels: int = 1000
     """Most channels the broker hosts (those its store restores always come back); one
     more raises LimitReached."""

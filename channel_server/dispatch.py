@@ -32,29 +32,59 @@ Task = Callable[[], None]
 IDLE_WAIT_S = 1.0
 """Longest a worker waits for work before looking again (every wait has a timeout)."""
 STOP_TIMEOUT_S = 5.0
+SLOW_TASK_S = 0.25
+"""A task running longer than this is waiting for someone (a push to a frozen subscriber
+waits up to its ack timeout), not competing for the CPU: a spare worker may start another.
+A push answered in time takes a few ms; at 256 subscribers on 2 CPUs, tens."""
 
 
 class DispatchPool:
     """A bounded set of worker threads running short tasks, now or after a delay.
 
-    ``_cond`` (with its lock) guards ``_due`` (a heap of (due time, sequence, task)),
-    ``_timer`` and ``_stopping``. Tasks run outside it. Callers may hold their own locks
-    while submitting: the pool never calls out while holding ``_cond``.
+    ``concurrency`` workers take every task; the other ``threads - concurrency`` are
+    spares, which take a task that is due only while fewer than ``concurrency`` quick ones
+    run, or when it is ``full``. Fewer short pushes at once make fuller ones (events
+    gather for a member while its push waits for a thread), while a full push gains
+    nothing by waiting; and a push to a frozen subscriber holds its thread until the ack
+    timeout: a spare takes over then, and ``threads`` frozen at once stall every push for
+    that long.
+
+    ``_cond`` (with its lock) guards ``_due`` (a heap of (due time, sequence, full, task)),
+    ``_timer``, ``_idle``, ``_started`` and ``_stopping``. Tasks run outside it. Callers
+    may hold their own locks while submitting: the pool never calls out while holding it.
     """
 
-    def __init__(self, threads: int, name: str = "dispatch") -> None:
-        # The pool's condition (its own lock). Guards _due, _timer and _stopping; workers wait on
-        #   it with a timeout. A leaf: taken under a channel lock by submit, never held
-        #   while a task runs or while anything else is called.
-        self._cond = threading.Condition(threading.Lock())
-        self._due: list[tuple[float, int, Task]] = []
+    def __init__(
+        self,
+        threads: int,
+        name: str = "dispatch",
+        concurrency: int | None = None,
+        slow_s: float = SLOW_TASK_S,
+    ) -> None:
+        """``concurrency``: the workers that take every task (None: all ``threads``)."""
+        # The pool's lock, with two conditions: _cond, which the workers wait on, and
+        #   _spares, which the spares wait on (with a timeout: nobody notifies them but
+        #   stop). Guards _due, _timer, _started and _stopping. A leaf: taken under a
+        #   channel lock by submit, never held while a task runs or anything else is called.
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        self._spares = threading.Condition(lock)
+        self._due: list[tuple[float, int, bool, Task]] = []
         self._order = itertools.count()
         self._stopping = False
         self._timer: float | None = None
         """When the worker waiting for the earliest delayed task wakes (None: no such
         worker)."""
+        self._concurrency = min(threads, concurrency or threads)
+        self._slow_s = slow_s
+        self._started: dict[int, float] = {}
+        """When each thread running a task started it, or its latest part (by ident)."""
+        self._idle = 0
+        """Workers (not spares) waiting for work."""
         self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
+            threading.Thread(
+                target=self._work, args=(n >= self._concurrency,), name=f"{name}-{n}", daemon=True
+            )
             for n in range(threads)
         ]
 
@@ -62,24 +92,41 @@ class DispatchPool:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, task: Task, delay_s: float = 0.0) -> None:
-        """Run ``task`` in ``delay_s``. A task due no sooner than what the timer worker
-        waits for wakes nobody: the timer looks again when it wakes (a push lingering
-        after each answered push made a wasted wake-up of an idle worker, 8 % of the
-        broker's GIL samples in the default workload)."""
+    def submit(self, task: Task, delay_s: float = 0.0, full: bool = False) -> None:
+        """Run ``task`` in ``delay_s``; ``full``: it gains nothing by waiting for a turn (a
+        full push), so a spare may take it. A task due no sooner than what the timer
+        worker waits for wakes nobody: the timer looks again when it wakes (a push
+        lingering after each answered push made a wasted wake-up of an idle worker, 8 %
+        of the broker's GIL samples in the default workload)."""
         due = time.monotonic() + max(0.0, delay_s)
         with self._cond:
             if self._stopping:
                 return
-            heapq.heappush(self._due, (due, next(self._order), task))
-            if delay_s <= 0 or self._timer is None or due < self._timer:
+            heapq.heappush(self._due, (due, next(self._order), full, task))
+            if delay_s > 0 and self._timer is not None and due >= self._timer:
+                return
+            if full and delay_s <= 0 and not self._idle:
+                self._spares.notify()  # every worker is busy: a spare takes it now
+            else:
                 self._cond.notify()
 
     def due(self) -> bool:
-        """Whether a task is due and waiting for a worker (a worker that could go on with
-        work of its own hands it back to the pool then)."""
+        """Whether a task is due and waiting for a worker."""
         with self._cond:
-            return bool(self._due) and self._due[0][0] <= time.monotonic()
+            return self._is_due(time.monotonic())
+
+    def carry_on(self) -> bool:
+        """For a task that could go on with more work of its own (the next push to the
+        same member): False when another task is due (it hands its work back to the pool
+        then, for fairness); else True, and its clock starts again: a run of quick pushes
+        is not one slow task."""
+        now = time.monotonic()
+        with self._cond:
+            if self._is_due(now):
+                return False
+            if (me := threading.get_ident()) in self._started:
+                self._started[me] = now
+            return True
 
     def stop(self) -> None:
         """Stop taking tasks; workers finish the task in hand and end."""
@@ -87,38 +134,61 @@ class DispatchPool:
             self._stopping = True
             self._due.clear()
             self._cond.notify_all()
+            self._spares.notify_all()
         for thread in self._threads:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(STOP_TIMEOUT_S)
 
-    def _next(self) -> Task | None:
+    def _is_due(self, now: float) -> bool:
+        return bool(self._due) and self._due[0][0] <= now
+
+    def _next(self, spare: bool) -> Task | None:
+        me = threading.get_ident()
         with self._cond:
+            self._started.pop(me, None)  # its task before is done
             while not self._stopping:
                 now = time.monotonic()
-                if self._due and self._due[0][0] <= now:
-                    task = heapq.heappop(self._due)[2]
+                if self._is_due(now) and self._may_take(spare, now):
+                    task = heapq.heappop(self._due)[3]
+                    self._started[me] = now
                     if self._due and (self._due[0][0] <= now or self._timer is None):
                         self._cond.notify()  # more is due, or nobody waits for what is next
                     return task
-                self._wait(now)
+                if spare:
+                    self._spares.wait(self._slow_s)
+                else:
+                    self._wait(now)
             return None
+
+    def _may_take(self, spare: bool, now: float) -> bool:
+        """Whether the task due first may start on this thread: on a worker always; on a
+        spare when it is full or fewer than ``concurrency`` quick tasks run."""
+        return not spare or self._due[0][2] or self._quick(now) < self._concurrency
+
+    def _quick(self, now: float) -> int:
+        """Tasks running that started (or started their latest part) within SLOW_TASK_S."""
+        return sum(1 for at in self._started.values() if now - at < self._slow_s)
 
     def _wait(self, now: float) -> None:
         """Wait for work. One worker (the timer) waits until the earliest delayed task is
         due; the rest wait to be notified, so a delayed task wakes one thread, not all."""
         head = self._due[0][0] if self._due else None
-        if head is None or (self._timer is not None and self._timer <= head):
-            self._cond.wait(IDLE_WAIT_S)
-            return
-        self._timer = head
+        self._idle += 1
         try:
-            self._cond.wait(min(head - now, IDLE_WAIT_S))
+            if head is None or (self._timer is not None and self._timer <= head):
+                self._cond.wait(IDLE_WAIT_S)
+                return
+            self._timer = head
+            try:
+                self._cond.wait(min(head - now, IDLE_WAIT_S))
+            finally:
+                if self._timer == head:
+                    self._timer = None
         finally:
-            if self._timer == head:
-                self._timer = None
+            self._idle -= 1
 
-    def _work(self) -> None:
-        while (task := self._next()) is not None:
+    def _work(self, spare: bool) -> None:
+        while (task := self._next(spare)) is not None:
             try:
                 task()
             except Exception:

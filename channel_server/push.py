@@ -233,7 +233,14 @@ class PushDelivery:
 
         inline = delay <= 0 and getattr(self._acking, "key", None) == key
         if not (inline and after_reply.defer(task)):
-            self._pool.submit(task, delay)
+            self._pool.submit(task, delay, full=self._full(key))
+
+    def _full(self, key: MemberKey) -> bool:
+        """Whether the member has at least a push's worth queued (its next push is full:
+        waiting for a turn of the pool would not fill it more)."""
+        grp = self._state.core.groups.get(key[0])
+        member = grp.members.get(key[1]) if grp else None
+        return member is not None and member.queued >= member.room > 0
 
     def probe(self, key: MemberKey) -> None:
         """Ping a silent member that holds events (frozen, or gone?)."""
@@ -281,7 +288,7 @@ class PushDelivery:
             grp = self._state.core.groups.get(key[0])
             if self._task.get(key) != number or key not in self._links or grp is None:
                 return False
-            if not grp.has_ready(key[1]) or self._pool.due():
+            if not grp.has_ready(key[1]) or not self._pool.carry_on():
                 return False
             self._again.discard(key)
             return True

@@ -11,6 +11,7 @@ from typing import Any
 from channel_client import cli_common as cc
 from channel_server.config import MAX_LEASE_S, BrokerConfig, ChannelConfig
 from channel_server.cpu_pin import cpu_choice
+from channel_server.dispatch import SLOW_TASK_S
 from channel_server.errors import InvalidArgument
 from channel_server.events import IdScope
 from channel_server.lease_keeper import RENEWALS_PER_TERM
@@ -213,9 +214,16 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
         limits,
         "--push-threads",
         broker.push_threads,
-        "pushes made at once, for every channel; fewer make fuller pushes (less CPU per "
-        "event), but a push to a frozen subscriber holds one until --ack-timeout, so N "
-        "frozen at once stall every push that long",
+        "threads making pushes, for every channel: a push to a frozen subscriber holds "
+        "one until --ack-timeout, so N frozen at once stall every push that long",
+    )
+    cc.add_count_flag(
+        limits,
+        "--push-concurrency",
+        broker.push_concurrency,
+        "of the --push-threads, those making every push (fewer make fuller pushes: less "
+        f"CPU per event); the others make one only while a push has waited over "
+        f"{SLOW_TASK_S:g} s (a frozen subscriber)",
     )
     cc.add_count_flag(
         limits,
@@ -268,6 +276,12 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         channel = replace(ChannelConfig(), **tuning, **limits_from_args(args))
     except ValueError as exc:  # the one check of ChannelConfig: room for a largest event
         raise InvalidArgument("--max-queued-bytes", str(exc)) from None
+    if args.push_concurrency > args.push_threads:
+        raise InvalidArgument(
+            "--push-concurrency",
+            f"{args.push_concurrency} is more than the --push-threads ({args.push_threads}) "
+            "there are to make pushes",
+        )
     if args.advertise is None and cc.is_unspecified(args.host):
         raise InvalidArgument(
             "--advertise",
@@ -289,6 +303,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         cpu=args.cpu,
         max_channels=args.max_channels,
         push_threads=args.push_threads,
+        push_concurrency=args.push_concurrency,
         lease_s=args.lease,
         channel=channel,
         http=http_from_args(args),

@@ -154,3 +154,128 @@ def test_stop_ends_the_workers_and_drops_what_is_pending(pool: DispatchPool) -> 
     assert not any(t.is_alive() for t in pool._threads)
     pool.submit(task("after"))
     assert ran == [] and pool._due == []
+
+
+SLOW_S = 0.3
+"""The tests' SLOW_TASK_S: long enough that a quick task is not taken for a slow one on a
+busy machine (the tests below only bound times from below)."""
+
+
+@pytest.fixture
+def spared(monkeypatch: pytest.MonkeyPatch) -> Iterator[DispatchPool]:
+    """Two workers that take every task and two spares."""
+    monkeypatch.setattr(dispatch, "IDLE_WAIT_S", LONG_IDLE_S)
+    p = DispatchPool(4, name="test-spared", concurrency=2, slow_s=SLOW_S)
+    yield p
+    p.stop()
+
+
+def blocker(started: list[float], release: threading.Event) -> Callable[[], None]:
+    """A task that waits to be released, like a push to a frozen subscriber."""
+
+    def task() -> None:
+        started.append(time.monotonic())
+        release.wait(30.0)
+
+    return task
+
+
+def test_spares_take_over_only_once_the_tasks_running_are_slow(spared: DispatchPool) -> None:
+    """Two frozen pushes do not stall the pool for their ack timeout: a spare takes the
+    next task once they have run SLOW_S; not before (fewer pushes at once, fuller ones)."""
+    spared.start()
+    release = threading.Event()
+    started: list[float] = []
+    ran, task = recorder()
+    try:
+        spared.submit(blocker(started, release))
+        spared.submit(blocker(started, release))
+        wait_until(lambda: len(started) == 2, what="two frozen tasks")
+        spared.submit(task("next"))
+        wait_until(lambda: len(ran) == 1, what="a spare taking the next task")
+        assert ran[0][1] >= max(started) + SLOW_S, "a spare ran a task beside quick ones"
+    finally:
+        release.set()
+
+
+def test_a_spare_may_start_a_task_only_beside_slow_ones_or_a_full_one() -> None:
+    p = DispatchPool(4, name="test-rule", concurrency=2, slow_s=SLOW_S)
+    now = 1000.0
+    p._due = [(now, 0, False, lambda: None)]
+    p._started = {1: now - 0.01, 2: now - 0.02}
+    assert p._may_take(False, now) and not p._may_take(True, now)
+    p._started = {1: now - 0.01, 2: now - 2 * SLOW_S}  # a push to a frozen subscriber
+    assert p._may_take(True, now)
+    p._started = {1: now - 0.01, 2: now - 2 * SLOW_S, 3: now - 0.03}  # a spare took one
+    assert not p._may_take(True, now)
+    p._due = [(now, 1, True, lambda: None)]  # a full push gains nothing by waiting
+    assert p._may_take(True, now)
+
+
+def test_the_two_workers_take_every_task_while_they_are_quick(spared: DispatchPool) -> None:
+    """With no task slow, at most two run at once, however many are due."""
+    spared.start()
+    running: list[int] = []
+    most = [0]
+    lock = threading.Lock()
+    pace = threading.Event()  # never set
+
+    def task() -> None:
+        with lock:
+            running.append(1)
+            most[0] = max(most[0], len(running))
+        pace.wait(0.002)  # a quick push's round trip, well under SLOW_S
+        with lock:
+            running.pop()
+
+    done: list[int] = []
+    for _ in range(60):
+        spared.submit(lambda: (task(), done.append(1)))
+    wait_until(lambda: len(done) == 60, what="every task")
+    assert most[0] == 2
+
+
+def test_carry_on_restarts_the_clock_and_yields_to_a_task_due(spared: DispatchPool) -> None:
+    """A worker going on with more of its own work (the next push to one member) is not
+    one slow task: its clock starts again, so no spare joins it; with another task due it
+    hands its work back (to a worker that takes every task, not a spare)."""
+    spared.start()
+    answers: list[tuple[float, bool]] = []
+    pace = threading.Event()  # never set: each part of a run waits 10 ms on it
+
+    def run() -> None:
+        while (go_on := spared.carry_on()) or not answers:
+            answers.append((time.monotonic(), go_on))
+            pace.wait(0.01)
+        answers.append((time.monotonic(), go_on))
+
+    ran: list[str] = []
+    spared.submit(run)
+    spared.submit(run)
+    wait_until(lambda: len(answers) >= 4, what="two runs")
+    first = answers[0][0]
+    wait_until(lambda: answers[-1][0] >= first + 2 * SLOW_S, what="runs longer than SLOW_S")
+    with spared._cond:
+        assert spared._quick(time.monotonic()) == 2, "a run of quick parts counts as slow"
+    spared.submit(lambda: ran.append(threading.current_thread().name))
+    wait_until(lambda: len(ran) == 1, what="the task due")
+    assert ran[0] in {"test-spared-0", "test-spared-1"}, ran
+    assert any(not go_on for _, go_on in answers), "no run handed its work back"
+
+
+def test_a_full_task_goes_to_a_spare_at_once_when_every_worker_is_busy(
+    spared: DispatchPool,
+) -> None:
+    spared.start()
+    release = threading.Event()
+    started: list[float] = []
+    ran, task = recorder()
+    try:
+        spared.submit(blocker(started, release))
+        spared.submit(blocker(started, release))
+        wait_until(lambda: len(started) == 2, what="two busy workers")
+        spared.submit(task("full"), full=True)
+        wait_until(lambda: len(ran) == 1, what="a spare taking the full task")
+        assert ran[0][1] < max(started) + SLOW_S, "the full task waited for a turn"
+    finally:
+        release.set()
