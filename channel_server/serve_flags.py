@@ -270,18 +270,26 @@ def limits_from_args(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _push_concurrency(asked: int, threads: int) -> int:
+    """The default follows fewer ``--push-threads`` down; more than them, asked for, is
+    refused."""
+    if asked <= threads:
+        return asked
+    if asked == BrokerConfig().push_concurrency:
+        return threads
+    raise InvalidArgument(
+        "--push-concurrency",
+        f"{asked} is more than the --push-threads ({threads}) there are to make pushes",
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     tuning = {field: getattr(args, _dest(flag)) for flag, _, field, _ in CHANNEL_FLAGS}
     try:
         channel = replace(ChannelConfig(), **tuning, **limits_from_args(args))
     except ValueError as exc:  # the one check of ChannelConfig: room for a largest event
         raise InvalidArgument("--max-queued-bytes", str(exc)) from None
-    if args.push_concurrency > args.push_threads:
-        raise InvalidArgument(
-            "--push-concurrency",
-            f"{args.push_concurrency} is more than the --push-threads ({args.push_threads}) "
-            "there are to make pushes",
-        )
+    concurrency = _push_concurrency(args.push_concurrency, args.push_threads)
     if args.advertise is None and cc.is_unspecified(args.host):
         raise InvalidArgument(
             "--advertise",
@@ -303,7 +311,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         cpu=args.cpu,
         max_channels=args.max_channels,
         push_threads=args.push_threads,
-        push_concurrency=args.push_concurrency,
+        push_concurrency=concurrency,
         lease_s=args.lease,
         channel=channel,
         http=http_from_args(args),

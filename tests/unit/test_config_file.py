@@ -16,6 +16,7 @@ from channel_client import cli_common as cc
 from channel_server import cli, config_file
 from channel_server.config import BrokerConfig
 from channel_server.core.config import ChannelConfig, setting
+from channel_server.errors import InvalidArgument
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "broker.example.toml"
 
@@ -176,3 +177,15 @@ def test_the_push_pool_size_is_a_flag_and_a_file_key(tmp_path: Path) -> None:
     assert broker_config(tmp_path, "push-threads = 2\n").push_threads == 2
     with pytest.raises(SystemExit):
         parse(["serve", "--push-threads", "0"])
+
+
+def test_push_concurrency_is_a_flag_at_most_the_push_threads(tmp_path: Path) -> None:
+    def concurrency(*argv: str) -> int:
+        return cli.config_from_args(parse(["serve", *argv])).push_concurrency
+
+    assert concurrency() == BrokerConfig().push_concurrency == 2
+    assert concurrency("--push-concurrency", "3") == 3
+    assert concurrency("--push-threads", "1") == 1  # the default follows the threads down
+    assert broker_config(tmp_path, "push-concurrency = 4\n").push_concurrency == 4
+    with pytest.raises(InvalidArgument, match="--push-threads"):
+        concurrency("--push-threads", "4", "--push-concurrency", "5")
