@@ -63,9 +63,10 @@ class DispatchPool:
     ) -> None:
         """``concurrency``: the workers that take every task (None: all ``threads``)."""
         # The pool's lock, with two conditions: _cond, which the workers wait on, and
-        #   _spares, which the spares wait on (with a timeout: nobody notifies them but
-        #   stop). Guards _due, _timer, _started and _stopping. A leaf: taken under a
-        #   channel lock by submit, never held while a task runs or anything else is called.
+        #   _spares, which the spares wait on (with a timeout; submit wakes one for a full
+        #   task when no worker is idle). Guards _due, _timer, _idle, _started and
+        #   _stopping. A leaf: taken under a channel lock by submit, never held while a
+        #   task runs or while anything else is called.
         lock = threading.Lock()
         self._cond = threading.Condition(lock)
         self._spares = threading.Condition(lock)
@@ -109,11 +110,6 @@ class DispatchPool:
                 self._spares.notify()  # every worker is busy: a spare takes it now
             else:
                 self._cond.notify()
-
-    def due(self) -> bool:
-        """Whether a task is due and waiting for a worker."""
-        with self._cond:
-            return self._is_due(time.monotonic())
 
     def carry_on(self) -> bool:
         """For a task that could go on with more work of its own (the next push to the

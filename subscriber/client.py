@@ -310,8 +310,10 @@ class Subscriber:
         inbox = self._inbox
         now = first_at = time.monotonic()  # one clock reading per event: its end, the next's start
         for item, uid in zip(items, uids, strict=True):
-            if not self._trusted():
-                break
+            if not self._trusted_now():
+                if not self._wait_trusted():
+                    break
+                now = time.monotonic()  # it waited for its standing
             if item.session != inbox.session:
                 continue  # its session ended: the channel gave it to another member
             outcome = self._process(item, uid, uid in known or uid in handled, now)
@@ -334,13 +336,11 @@ class Subscriber:
         self._processed.add([o.uid for o in done if o.error is None])
         self._outbox.add(done, urgent=urgent)
 
-    def _trusted(self) -> bool:
-        """:meth:`_wait_trusted`, without a call when the subscriber is trusted and not
-        stopping (nearly always: it is asked before each event)."""
+    def _trusted_now(self) -> bool:
+        """Trusted and not stopping, without waiting (nearly always: it is asked before
+        each event; else :meth:`_wait_trusted`)."""
         session = self._session
-        if (session is None or session.trusted.is_set()) and not self._stopping.is_set():
-            return True
-        return self._wait_trusted()
+        return (session is None or session.trusted.is_set()) and not self._stopping.is_set()
 
     def _wait_trusted(self) -> bool:
         """Before starting an event: wait while the control thread checks our standing

@@ -5,7 +5,9 @@ not remember, and the outcomes reach the outbox in delivery order."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -74,3 +76,32 @@ def test_a_stop_that_waits_for_a_long_handler_says_so_as_a_warning(
     (record,) = [r for r in caplog.records if "finishing the event in hand" in r.getMessage()]
     assert record.levelno == logging.WARNING
     assert "its handler has run 30 s" in record.getMessage()
+
+
+class WatchedEvent(threading.Event):
+    """A trusted flag that says when someone waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited.set()
+        return super().wait(timeout)
+
+
+def test_an_event_after_a_wait_for_standing_counts_its_time_from_the_wait() -> None:
+    """After a freeze the worker waits while the control thread checks its standing; the
+    handler's clock (what a long-handler check reads) starts after that wait, not before."""
+    busy_since: list[float] = []
+    sub = Subscriber("c", "s1", lambda ev: busy_since.append(sub._busy_since or 0.0))
+    trusted = WatchedEvent()
+    sub._session = SimpleNamespace(trusted=trusted)  # type: ignore[assignment]
+    sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
+    worker = threading.Thread(target=sub._handle, args=(sub._inbox.take_all(0.0),))
+    worker.start()
+    assert trusted.waited.wait(10.0), "the worker did not wait for its standing"
+    given_at = time.monotonic()
+    trusted.set()
+    worker.join(10.0)
+    assert busy_since and busy_since[0] >= given_at
