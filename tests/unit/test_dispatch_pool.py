@@ -180,24 +180,6 @@ def blocker(started: list[float], release: threading.Event) -> Callable[[], None
     return task
 
 
-def test_spares_take_over_only_once_the_tasks_running_are_slow(spared: DispatchPool) -> None:
-    """Two frozen pushes do not stall the pool for their ack timeout: a spare takes the
-    next task once they have run SLOW_S; not before (fewer pushes at once, fuller ones)."""
-    spared.start()
-    release = threading.Event()
-    started: list[float] = []
-    ran, task = recorder()
-    try:
-        spared.submit(blocker(started, release))
-        spared.submit(blocker(started, release))
-        wait_until(lambda: len(started) == 2, what="two frozen tasks")
-        spared.submit(task("next"))
-        wait_until(lambda: len(ran) == 1, what="a spare taking the next task")
-        assert ran[0][1] >= max(started) + SLOW_S, "a spare ran a task beside quick ones"
-    finally:
-        release.set()
-
-
 def test_a_spare_may_start_a_task_only_beside_slow_ones_or_a_full_one() -> None:
     p = DispatchPool(4, name="test-rule", concurrency=2, slow_s=SLOW_S)
     now = 1000.0
@@ -263,9 +245,13 @@ def test_carry_on_restarts_the_clock_and_yields_to_a_task_due(spared: DispatchPo
     assert any(not go_on for _, go_on in answers), "no run handed its work back"
 
 
-def test_a_full_task_goes_to_a_spare_at_once_when_every_worker_is_busy(
-    spared: DispatchPool,
+@pytest.mark.parametrize("full", [False, True])
+def test_beside_two_busy_workers_a_spare_takes_a_full_task_at_once_else_after_slow_s(
+    spared: DispatchPool, full: bool
 ) -> None:
+    """Two frozen pushes do not stall the pool for their ack timeout: a spare takes the
+    next task once they have run SLOW_S, not before (fewer short pushes at once, fuller
+    ones); a full push gains nothing by waiting, so a spare takes it at once."""
     spared.start()
     release = threading.Event()
     started: list[float] = []
@@ -274,8 +260,11 @@ def test_a_full_task_goes_to_a_spare_at_once_when_every_worker_is_busy(
         spared.submit(blocker(started, release))
         spared.submit(blocker(started, release))
         wait_until(lambda: len(started) == 2, what="two busy workers")
-        spared.submit(task("full"), full=True)
-        wait_until(lambda: len(ran) == 1, what="a spare taking the full task")
-        assert ran[0][1] < max(started) + SLOW_S, "the full task waited for a turn"
+        spared.submit(task("next"), full=full)
+        wait_until(lambda: len(ran) == 1, what="a spare taking the next task")
+        if full:
+            assert ran[0][1] < max(started) + SLOW_S, "the full task waited for a turn"
+        else:
+            assert ran[0][1] >= max(started) + SLOW_S, "a spare ran a task beside quick ones"
     finally:
         release.set()
