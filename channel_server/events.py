@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Mapping
 from enum import StrEnum
+from operator import attrgetter
 from typing import Annotated, Any
 
 import msgpack
@@ -130,6 +131,15 @@ class Event(msgspec.Struct, frozen=True, gc=False, eq=False, array_like=True):
             payload=data["payload"],
             offset=data.get("offset", -1),
         )
+
+
+EVENT_ID = attrgetter("id")
+EVENT_PUBLISHER = attrgetter("publisher_id")
+EVENT_OFFSET = attrgetter("offset")
+EVENT_SIZE = attrgetter("size")
+EVENT_ACCEPTED_AT = attrgetter("accepted_at")
+"""An event's fields as functions that run in C, for ``map``, ``sum`` and ``groupby`` over
+the many events of a batch, a push or an ack."""
 
 
 def validate_batch(

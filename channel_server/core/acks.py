@@ -15,19 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import takewhile
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from channel_server.core import rebalance
 from channel_server.core.delivery import by_key, current, flights_in, give_back
 from channel_server.core.member import Flight, Member
 from channel_server.core.queues import PartitionQueue
-from channel_server.events import Event
+from channel_server.events import EVENT_ACCEPTED_AT, Event
 
 if TYPE_CHECKING:
     from channel_server.core.group import ConsumerGroup
-
-ACCEPTED_AT = attrgetter("accepted_at")
 
 
 @dataclass
@@ -98,7 +95,7 @@ def acknowledge(
     outcome.retried = [f.event for f in failed + skipped]
     outcome.done.extend(ack_owed(group, member, elsewhere))
     member.acked += len(outcome.done)
-    group.ack_latency.observe_ages(now, map(ACCEPTED_AT, outcome.done))
+    group.ack_latency.observe_ages(now, map(EVENT_ACCEPTED_AT, outcome.done))
     finish(group, member, finished)
     give_back(group, member, failed, hold=False)  # the handler failed: anyone may retry
     give_back(group, member, skipped)  # processed, maybe: they stay with the member

@@ -11,7 +11,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Set
 from itertools import accumulate, groupby
-from operator import attrgetter
 from typing import Any
 
 from msgspec.structs import replace
@@ -30,11 +29,8 @@ from channel_server.core.records import (
 )
 from channel_server.core.snapshot import ChannelSnapshot
 from channel_server.core.spill import PayloadSpill
-from channel_server.events import Event, IdScope, validate_batch
+from channel_server.events import EVENT_PUBLISHER, EVENT_SIZE, Event, IdScope, validate_batch
 from channel_server.names import DEFAULT_GROUP
-
-_SIZE = attrgetter("size")
-_PUBLISHER = attrgetter("publisher_id")
 
 
 class ChannelCore:
@@ -167,7 +163,7 @@ class ChannelCore:
         outcome = PublishOutcome()
         fresh: list[Event] = []
         seen: dict[str, set[str]] = {}
-        for publisher_id, run in groupby(events, key=_PUBLISHER):  # mostly one run
+        for publisher_id, run in groupby(events, key=EVENT_PUBLISHER):  # mostly one run
             realm = self.realm(publisher_id)
             in_batch = seen.setdefault(realm, set())
             _split_known(list(run), self.delivered.known(realm), in_batch, fresh, outcome)
@@ -193,9 +189,9 @@ class ChannelCore:
         room = max(0, self.config.capacity - self.unacked)
         byte_room = self.config.max_queued_bytes - self.queued_bytes
         counted = fresh[:room]
-        if sum(map(_SIZE, counted)) <= byte_room:
+        if sum(map(EVENT_SIZE, counted)) <= byte_room:
             return room, "events"
-        return bisect_right(list(accumulate(map(_SIZE, counted))), byte_room), "bytes"
+        return bisect_right(list(accumulate(map(EVENT_SIZE, counted))), byte_room), "bytes"
 
     def realm(self, publisher_id: str) -> str:
         """Where a publisher's ids must be unique (see :mod:`~channel_server.core.dedupe`)."""
@@ -205,7 +201,7 @@ class ChannelCore:
         """Commit accepted (and stored) events: remember their ids in the delivered
         window, order them in the global queue, then split them into every group's
         partition sub-queues."""
-        for publisher_id, run in groupby(events, key=_PUBLISHER):
+        for publisher_id, run in groupby(events, key=EVENT_PUBLISHER):
             self.delivered.add_many((ev.id for ev in run), now, self.realm(publisher_id))
         self.global_queue.add_many(events)
         ordered = self.spill.cool(self.global_queue.drain(), self.queued_bytes)
@@ -215,7 +211,7 @@ class ChannelCore:
         for group in self.groups.values():
             group.enqueue(ordered)
         self.unacked += len(ordered)
-        self.queued_bytes += sum(map(_SIZE, ordered))
+        self.queued_bytes += sum(map(EVENT_SIZE, ordered))
         self.accepted_total += len(ordered)
 
     # -- acks ----------------------------------------------------------------------------
@@ -261,7 +257,7 @@ class ChannelCore:
         """Events one more group is done with: those no group holds now are finished."""
         finished = list(events) if not self.groups_left else self._last_holders(events)
         self.unacked -= len(finished)
-        self.queued_bytes -= sum(map(_SIZE, finished))
+        self.queued_bytes -= sum(map(EVENT_SIZE, finished))
         if count_acked:
             self.acked_total += len(finished)
         return finished

@@ -167,11 +167,7 @@ class PartitionQueue:
         if not self.held_back and type(pending) is list and len(pending) <= limit:
             warm(pending)  # the usual take: all of a short list, moved rather than copied
             self.pending = []
-            if self.in_flight or not pending:
-                self._fly(pending)
-            else:  # (the usual: a ready partition has nothing in flight; _fly inlined)
-                self.in_flight = pending
-                self._count.in_flight += len(pending)
+            self._fly(pending)
             return pending, len(pending)
         if not self.held_back:
             batch = self._front(limit)
@@ -194,8 +190,9 @@ class PartitionQueue:
     def _fly(self, batch: list[Event]) -> None:
         """``batch`` (out of pending already) is in flight now, replacing what was (a ready
         partition has nothing in flight)."""
-        self._count.events -= len(self.in_flight)
-        self._count.in_flight += len(batch) - len(self.in_flight)
+        count, was = self._count, len(self.in_flight)
+        count.events -= was
+        count.in_flight += len(batch) - was
         self.in_flight = batch
         if not batch and not self.pending:
             self._note()

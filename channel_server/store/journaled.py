@@ -16,13 +16,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from operator import attrgetter
 from typing import Any
 
-from channel_server.events import Event
-
-OFFSET = attrgetter("offset")
-SIZE = attrgetter("size")
+from channel_server.events import EVENT_OFFSET, EVENT_SIZE, Event
 
 
 class _Batch:
@@ -50,10 +46,10 @@ class JournaledEvents:
         """What the events waiting hold (ids and payloads, as ``Event.size`` counts)."""
 
     def add(self, channel: str, segment: int, at: float, events: Sequence[Event]) -> None:
-        offsets = list(map(OFFSET, events))
+        offsets = list(map(EVENT_OFFSET, events))
         self._events.setdefault(channel, {}).update(zip(offsets, events, strict=True))
         self._batches.append(_Batch(channel, segment, at, offsets))
-        self.bytes += sum(map(SIZE, events))
+        self.bytes += sum(map(EVENT_SIZE, events))
 
     def count(self, channel: str) -> int:
         return len(self._events.get(channel, ()))
@@ -86,14 +82,14 @@ class JournaledEvents:
 
     def _gone(self, taken: list[Event]) -> list[Event]:
         """Events just taken out (no longer counted in ``bytes``)."""
-        self.bytes -= sum(map(SIZE, taken))
+        self.bytes -= sum(map(EVENT_SIZE, taken))
         return taken
 
     def put_back(self, channel: str, events: Iterable[Event]) -> None:
         """Events taken out by a round whose transaction failed: they wait again."""
         events = list(events)
         self._events.setdefault(channel, {}).update((ev.offset, ev) for ev in events)
-        self.bytes += sum(map(SIZE, events))
+        self.bytes += sum(map(EVENT_SIZE, events))
 
     def idle_segments(self, closed: Iterable[int]) -> list[int]:
         """Of the ``closed`` segments, those no event waits in (they may be deleted); drops

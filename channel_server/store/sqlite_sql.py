@@ -16,11 +16,16 @@ import json
 import sqlite3
 from array import array
 from collections.abc import Iterable, Sequence
-from operator import attrgetter
 
 import msgpack
 
-from channel_server.events import Event
+from channel_server.events import (
+    EVENT_ACCEPTED_AT,
+    EVENT_ID,
+    EVENT_OFFSET,
+    EVENT_PUBLISHER,
+    Event,
+)
 from channel_server.store.rows import pack, runs
 
 WINDOW_KEYS = (
@@ -41,10 +46,9 @@ steps, and getting it back can cost a thread switch while the channel lock is he
 statement per batch instead of one per row keeps the publish path off that convoy."""
 DELIVERED_ROW_WIDTH = 4
 """key, id, accepted_at, publisher_id"""
-RUN_FIELDS = (attrgetter("id"), attrgetter("publisher_id"), attrgetter("accepted_at"))
+RUN_FIELDS = (EVENT_ID, EVENT_PUBLISHER, EVENT_ACCEPTED_AT)
 """What a ``delivered_runs`` row packs beside its offsets: ids, publisher ids, accept
 times."""
-_OFFSET = attrgetter("offset")
 OWNER_ROW_WIDTH = 5
 """channel, grp, publisher_id, partition, owner"""
 CACHED_STATEMENTS = 5 * ROWS_PER_STATEMENT
@@ -207,7 +211,7 @@ def keep_journaled_ids(db: sqlite3.Connection, base: int, events: Sequence[Event
     one ``delivered_runs`` row for them all, its offsets as 64-bit integers (in ack order:
     readers sort) and their ids, publisher ids and accept times as three packed lists (a
     row per id cost a third of the broker's time, binding parameters)."""
-    offsets = array("q", map(_OFFSET, events))
+    offsets = array("q", map(EVENT_OFFSET, events))
     columns = [list(map(field, events)) for field in RUN_FIELDS]
     stored = db.execute(
         "INSERT OR IGNORE INTO delivered_runs VALUES (?, ?, ?, ?)",
