@@ -22,7 +22,7 @@ import secrets
 import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import cache
@@ -125,6 +125,10 @@ def owns_publisher_id(user: str, publisher_id: str) -> bool:
     return publisher_id.startswith(tuple(user + sep for sep in PUBLISHER_ID_SEPARATORS))
 
 
+DECISIONS_KEPT = 1024
+"""Permission answers a user keeps (per action and channel name asked about)."""
+
+
 @dataclass(frozen=True)
 class User:
     """An authenticated caller; ``broker`` may (un)register names in the name server."""
@@ -132,10 +136,21 @@ class User:
     name: str
     grants: tuple[Grant, ...]
     broker: bool = False
+    _decisions: dict[tuple[Action, str], bool] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+    """What :meth:`allows` answered: every call asks it, and the grants never change (a
+    reloaded users file makes new users). Emptied when full (a cache, not a record)."""
 
     def allows(self, action: Action, channel: str) -> bool:
         """True if some grant allows ``action`` on ``channel``."""
-        return any(grant.covers(action, channel) for grant in self.grants)
+        decision = self._decisions.get((action, channel))
+        if decision is None:
+            decision = any(grant.covers(action, channel) for grant in self.grants)
+            if len(self._decisions) >= DECISIONS_KEPT:
+                self._decisions.clear()
+            self._decisions[action, channel] = decision
+        return decision
 
     def allows_any(self, channel: str) -> bool:
         """True if some grant allows anything at all on ``channel``."""

@@ -103,6 +103,36 @@ def test_grants_add_up() -> None:
     assert User("nobody", ()).allows_any("ab") is False
 
 
+def test_a_decision_is_worked_out_once_and_answered_the_same_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every call asks for a permission: the grants' globs are matched once per action and
+    channel, and the answer stays what they say."""
+    matched: list[tuple[str, str]] = []
+
+    def counting(channel: str, pattern: str) -> bool:
+        matched.append((channel, pattern))
+        return channel.startswith("orders")
+
+    monkeypatch.setattr(um, "fnmatchcase", counting)
+    user = User("u", (Grant("orders*", frozenset({Action.PUBLISH})),))
+    for _ in range(3):
+        assert user.allows(Action.PUBLISH, "orders")
+        assert not user.allows(Action.PUBLISH, "reports")
+        assert not user.allows(Action.SUBSCRIBE, "orders")  # no grant has the action
+    assert matched == [("orders", "orders*"), ("reports", "orders*")]
+
+
+def test_a_user_keeps_a_bounded_number_of_decisions() -> None:
+    """A caller asking about ever new channel names cannot grow a user without end."""
+    user = User("u", (Grant("c*", frozenset({Action.PUBLISH})),))
+    for n in range(3 * um.DECISIONS_KEPT):
+        assert user.allows(Action.PUBLISH, f"c{n}")
+        assert not user.allows(Action.PUBLISH, f"d{n}")
+        assert len(user._decisions) <= um.DECISIONS_KEPT
+    assert user == User("u", user.grants)  # what it answered is not part of the user
+
+
 def test_owner_may_do_everything_and_is_the_broker() -> None:
     me = owner()
     assert me.name == um.OWNER and me.broker
