@@ -9,7 +9,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -172,11 +172,38 @@ def read_summaries(subs: Sequence[tuple[Proc, Path]]) -> list[dict[str, Any]]:
 
 
 def channel_proxy(ns_port: int, channel: str = CHANNEL, timeout_s: float = 10.0) -> Any:
-    """A Pyro5 proxy to the channel's RPC object, found through the name server."""
+    """A Pyro5 proxy to the channel's RPC object, found through the name server (see
+    :class:`ReopenedProxy`)."""
     from channel_client.lookup import resolve_channel
     from channel_server.wire import make_proxy
 
-    return make_proxy(resolve_channel(HOST, ns_port, channel), timeout_s)
+    uri = resolve_channel(HOST, ns_port, channel)
+    return ReopenedProxy(lambda: make_proxy(uri, timeout_s))
+
+
+class ReopenedProxy:
+    """A proxy for the bench's own calls (stats, ...) made anew when the broker closed the
+    last one's connection as idle (``serve --comm-timeout``, 60 s by default): a long run
+    publishes for longer than that between two of them. (A new proxy, not a reconnected
+    one: each connection proves the token afresh.)"""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._proxy = make()
+
+    def __getattr__(self, name: str) -> Any:
+        from channel_server.wire import closed_by_peer
+
+        if closed_by_peer(self._proxy):
+            self._proxy._pyroRelease()
+            self._proxy = self._make()
+        return getattr(self._proxy, name)
+
+    def __enter__(self) -> ReopenedProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._proxy._pyroRelease()
 
 
 class EventMaker:

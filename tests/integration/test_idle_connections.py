@@ -4,6 +4,8 @@ link to a quiet subscriber all go on without a failed call (issue 13)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from channel_server.wire import closed_by_peer
@@ -32,3 +34,20 @@ def test_idle_connections_are_closed_and_reopened_without_a_failure(cluster: Clu
     assert broker.count(r"push of \d+ events to .* failed") == 0
     (member,) = channel_stats(cluster, "jobs")["groups"]["default"]["members"]
     assert member["id"] == "s1" and member["active"]
+
+
+def test_the_benchmarks_proxy_is_made_anew_after_an_idle_close(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scripts/bench_support's channel proxy: a long run publishes for longer than the
+    broker keeps the bench's stats connection open, and its next call still answers (a
+    Pyro5 proxy cannot reconnect by itself: each connection proves the token afresh)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "scripts"))
+    from bench_support.service import channel_proxy
+
+    cluster.broker("jobs", extra=SHORT)
+    with channel_proxy(cluster.ns_port, "jobs") as channel:
+        first = channel.stats()["accepted"]
+        idle = getattr(channel, "_proxy", channel)  # the Pyro5 proxy it holds now
+        wait_until(lambda: closed_by_peer(idle), 5.0, "the broker closes the idle connection")
+        assert channel.stats()["accepted"] == first
