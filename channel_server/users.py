@@ -139,8 +139,9 @@ class User:
     _decisions: dict[tuple[Action, str], bool] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
-    """What :meth:`allows` answered: every call asks it, and the grants never change (a
-    reloaded users file makes new users). Emptied when full (a cache, not a record)."""
+    """What :meth:`allows` answered: every call asks it, and a user's grants never change
+    (users are made when the users file is read). Emptied when full (a cache, not a
+    record)."""
 
     def allows(self, action: Action, channel: str) -> bool:
         """True if some grant allows ``action`` on ``channel``."""
