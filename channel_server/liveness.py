@@ -38,8 +38,7 @@ class Liveness:
         """A client connection closed: ping the push members that spoke through it now,
         instead of waiting for them to fall silent."""
         for key in self._connections.pop(conn_id, ()):
-            grp = self._core.groups.get(key[0])
-            member = grp.members.get(key[1]) if grp else None
+            member = self._core.member(*key)
             if member is not None and member.active and not member.pull:
                 self._push.probe(key)
 

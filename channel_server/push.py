@@ -215,8 +215,7 @@ class PushDelivery:
 
     def _holding(self, key: MemberKey) -> bool:
         """Whether the member holds events it has not acknowledged."""
-        grp = self._state.core.groups.get(key[0])
-        member = grp.members.get(key[1]) if grp else None
+        member = self._state.core.member(*key)
         return member is not None and bool(member.flights)
 
     def _end_linger(self, key: MemberKey) -> None:
@@ -238,8 +237,7 @@ class PushDelivery:
     def _full(self, key: MemberKey) -> bool:
         """Whether the member has at least a push's worth queued (its next push is full:
         waiting for a turn of the pool would not fill it more)."""
-        grp = self._state.core.groups.get(key[0])
-        member = grp.members.get(key[1]) if grp else None
+        member = self._state.core.member(*key)
         return member is not None and member.queued >= member.room > 0
 
     def probe(self, key: MemberKey) -> None:

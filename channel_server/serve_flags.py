@@ -222,7 +222,7 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
         "--push-concurrency",
         broker.push_concurrency,
         "of the --push-threads, those making every push (fewer make fuller pushes: less "
-        f"CPU per event); the others make one only while a push has waited over "
+        f"CPU per event); the others make a full push, or one while a push has run over "
         f"{SLOW_TASK_S:g} s (a frozen subscriber)",
     )
     cc.add_count_flag(

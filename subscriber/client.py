@@ -362,7 +362,7 @@ class Subscriber:
         faults = self._faults if self._faults.around_events else None  # (none: no calls)
         if seen:
             log.info("%s was processed already: acknowledged again", uid)
-            return Outcome(item.session, item.seq, uid, dropped=_dropped(faults, event))
+            return _outcome(item, uid, faults, event)
         if faults is not None:
             faults.before(event)
         if self._stopping.is_set():
@@ -380,14 +380,14 @@ class Subscriber:
         self.processed += 1
         if self._recorder is not None:
             self._recorder.write(event)
-        if faults is None:
-            return Outcome(item.session, item.seq, uid)
-        return Outcome(item.session, item.seq, uid, dropped=_dropped(faults, event))
+        return _outcome(item, uid, faults, event)
 
 
-def _dropped(faults: Faults | None, event: dict[str, Any]) -> bool:
-    """Whether the drop-acks fault leaves this processed event's ack out."""
-    return faults is not None and faults.drop_ack(event)
+def _outcome(item: Item, uid: str, faults: Faults | None, event: dict[str, Any]) -> Outcome:
+    """A processed event's outcome: the drop-acks fault may leave its ack out."""
+    if faults is None:
+        return Outcome(item.session, item.seq, uid)
+    return Outcome(item.session, item.seq, uid, dropped=faults.drop_ack(event))
 
 
 def nack_text(exc: Exception) -> str:

@@ -19,6 +19,7 @@ from channel_server.core import restore, roster
 from channel_server.core.config import ChannelConfig
 from channel_server.core.dedupe import CHANNEL_REALM, DeliveredIds
 from channel_server.core.group import AckOutcome, ConsumerGroup
+from channel_server.core.member import Member
 from channel_server.core.queues import GlobalQueue
 from channel_server.core.records import (
     ChannelKind,
@@ -192,6 +193,11 @@ class ChannelCore:
         if sum(map(EVENT_SIZE, counted)) <= byte_room:
             return room, "events"
         return bisect_right(list(accumulate(map(EVENT_SIZE, counted))), byte_room), "bytes"
+
+    def member(self, group: str, member_id: str) -> Member | None:
+        """A group's member, if the group and the member exist."""
+        grp = self.groups.get(group)
+        return grp.members.get(member_id) if grp else None
 
     def realm(self, publisher_id: str) -> str:
         """Where a publisher's ids must be unique (see :mod:`~channel_server.core.dedupe`)."""
