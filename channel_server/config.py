@@ -65,9 +65,9 @@ class BrokerConfig:
     push_concurrency: int = 2
     """Of the ``push_threads``, those that make every push; the others are spares that
     make a push that is full, or one while a push has run longer than
-    ``dispatch.SLOW_TASK_S`` (a frozen subscriber). Fewer pushes at once make fuller ones: 2 against 4 at 64 subscribers
-    1.22-1.32x the throughput with lower latency, the same at 4 subscribers
-    (docs/benchmarks.md); 4 against 8 had made 1.7-2.0x."""
+    ``dispatch.SLOW_TASK_S`` (a frozen subscriber). Fewer pushes at once make fuller
+    ones: 2 against 4 at 64 subscribers 1.22-1.32x the throughput with lower latency, the
+    same at 4 subscribers (docs/benchmarks.md); 4 against 8 had made 1.7-2.0x."""
     max_channels: int = 1000
     """Most channels the broker hosts (those its store restores always come back); one
     more raises LimitReached."""
