@@ -71,6 +71,17 @@ def redis(python: str, peers: Path, workload: str, events: int, workdir: Path) -
     return float(found.group(1).replace(",", ""))
 
 
+def workloads(text: str) -> list[str]:
+    """``--only``'s names, each one of TARGETS (a workload and its store)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TARGETS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown workload {', '.join(unknown) or repr(text)}; choose from {', '.join(TARGETS)}"
+        )
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=5, help="service/Redis pairs (5)")
@@ -80,12 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=100_000, help="batched events")
     parser.add_argument("--batch1-events", type=int, default=5_000, help="batch-1 events")
     parser.add_argument("--submit1-events", type=int, default=20_000, help="submit1 events")
-    parser.add_argument("--only", default=",".join(TARGETS), help="workloads (all)")
+    parser.add_argument(
+        "--only",
+        type=workloads,
+        default=list(TARGETS),
+        help=f"comma-separated workloads (default all: {','.join(TARGETS)})",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-peer"))
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name in args.only.split(","):
+    for name in args.only:
         workload, store = name.split("/")
         events = {"batch1": args.batch1_events, "submit1": args.submit1_events}.get(
             workload, args.events

@@ -1,0 +1,28 @@
+"""scripts/bench_peer.py's ``--only`` names (the benchmark itself runs by hand)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+@pytest.fixture
+def peer(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    return importlib.import_module("bench_peer")
+
+
+def test_only_takes_workloads_with_their_store(peer: ModuleType) -> None:
+    assert peer.workloads("batch1/sqlite, batched/memory") == ["batch1/sqlite", "batched/memory"]
+
+
+@pytest.mark.parametrize("bad", ["batch1", "batched/redis", ",", ""])
+def test_a_name_without_its_store_is_refused_with_the_choices(peer: ModuleType, bad: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="choose from batched/sqlite"):
+        peer.workloads(bad)
