@@ -231,7 +231,7 @@ class Outbox:
                     self._interrupted = False
                     return []
                 wait = deadline - now
-                if self._pending:
+                if self._pending and not self._answering:  # else the answer's end wakes it
                     wait = min(wait, self._oldest + ACK_LINGER_S - now)
                 self._cond.wait(max(wait, 0.0))
 

@@ -104,7 +104,10 @@ def test_ack_messages_cover_ranges_that_follow_on_once_answers_are_offered() -> 
     assert outbox.drain() == [AckMessage(6, 3, 3, ["p/3"], {})]
 
 
-def test_a_push_thread_answers_with_the_outcomes_of_its_push_and_the_control_thread_waits() -> None:
+def test_a_push_thread_answers_with_the_outcomes_of_its_push_and_the_control_thread_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(inbox_module, "ANSWER_WAIT_MAX_S", 30.0)  # it waits past wait(0.05)
     outbox = Outbox()
     outbox.add(done(5, 1), urgent=True)  # the worker is part way through the push
     answers: list[AckMessage | None] = []
@@ -120,6 +123,37 @@ def test_a_push_thread_answers_with_the_outcomes_of_its_push_and_the_control_thr
     assert answers == [AckMessage(5, 0, 2, ["p/1", "p/2"], {})]
     assert woken == []  # and the answer left nothing for it
     assert outbox.drain() == []
+
+
+def test_the_control_thread_sleeps_while_a_push_thread_waits_to_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outcomes older than the linger, held for a push's answer: the control thread has
+    nothing to send until the answer ends, and waits for that (it spun on wait(0), with
+    the GIL, for as long as the push thread waited)."""
+    monkeypatch.setattr(inbox_module, "ANSWER_WAIT_MAX_S", 30.0)
+    outbox = Outbox()
+    outbox.add(done(5, 1), urgent=True)
+    outbox._oldest -= 1.0  # they have waited long past ACK_LINGER_S
+    answers: list[AckMessage | None] = []
+    thread = threading.Thread(target=lambda: answers.append(outbox.answer(5, 2, 10.0)))
+    thread.start()
+    try:
+        wait_until(lambda: outbox._answering == 1, what="the push thread waiting")
+        waits: list[float] = []
+        inner = outbox._cond.wait
+
+        def counted(timeout: float | None = None) -> bool:
+            waits.append(-1.0 if timeout is None else timeout)
+            return inner(timeout)
+
+        outbox._cond.wait = counted  # type: ignore[method-assign]
+        assert outbox.wait(0.2) == []
+        assert len(waits) <= 2, f"{len(waits)} waits, {sum(w == 0 for w in waits)} of 0 s"
+    finally:
+        outbox.add(done(5, 2), urgent=True)
+        thread.join(10.0)
+    assert answers == [AckMessage(5, 0, 2, ["p/1", "p/2"], {})]
 
 
 def test_an_answer_gives_up_after_its_wait_and_leaves_another_sessions_outcomes() -> None:
