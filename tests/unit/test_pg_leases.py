@@ -132,9 +132,9 @@ def test_release_frees_the_lease_and_a_handoff_reserves_it(stores, pg_dsn) -> No
 
 def test_a_take_over_waits_for_a_write_in_flight(stores, pg_dsn) -> None:
     a, b = stores
-    assert a.acquire("c", SHORT_S) is not None
-    with psycopg.connect(pg_dsn) as writer:  # A's write transaction, fence taken
-        assert writer.execute(FENCE, ("c", "A", 1)).fetchone()
+    with psycopg.connect(pg_dsn) as writer:  # connected first: the lease lasts SHORT_S
+        assert a.acquire("c", SHORT_S) is not None
+        assert writer.execute(FENCE, ("c", "A", 1)).fetchone()  # A's write, fence taken
         wait_until(lambda: a.leases()[0].expires_in_s < 0, WAIT_S, "A's lease to expire")
         result: list = []
         taker = threading.Thread(target=lambda: result.append(b.acquire("c", LONG_S)))
