@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
 
 @pytest.fixture
-def peer(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    return importlib.import_module("bench_peer")
+def peer(import_script: Callable[[str], ModuleType]) -> ModuleType:
+    return import_script("bench_peer")
 
 
 def test_only_takes_workloads_with_their_store(peer: ModuleType) -> None:

@@ -4,19 +4,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
 
 @pytest.fixture
-def scale(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    return importlib.import_module("bench_scale")
+def scale(import_script: Callable[[str], ModuleType]) -> ModuleType:
+    return import_script("bench_scale")
 
 
 def test_values_are_comma_separated_integers(scale: ModuleType) -> None:
@@ -118,11 +115,10 @@ def test_the_open_sweep_warms_the_runs_own_partitions(
 
 
 def test_bench_subscribers_leave_out_warm_up_events_under_any_publisher(
-    monkeypatch: pytest.MonkeyPatch,
+    import_script: Callable[[str], ModuleType],
 ) -> None:
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    service = importlib.import_module("bench_support.service")
-    sub = importlib.import_module("bench_support.sub")
+    service = import_script("bench_support.service")
+    sub = import_script("bench_support.sub")
     recorder = sub.Recorder(service.WARMUP_PUBLISHER, max_samples=10)
     own = service.EventMaker(service.WARMUP_PUBLISHER, 4, 10, id_prefix="warmup").batch(2)
     as_run = service.EventMaker("run1", 4, 10, id_prefix="warmup").batch(3)
