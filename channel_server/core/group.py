@@ -131,11 +131,17 @@ class ConsumerGroup:
         return [m for m in self.members.values() if m.active]
 
     def has_ready(self, member_id: str) -> bool:
-        """Whether the member is active, has room and owns a partition ready to send."""
+        """Whether the member is active and :meth:`take_batch` has something for it: a
+        ready partition and room, or a ready partition holding events it owes (sent
+        whatever its room). A member may owe events of a partition still in flight: that
+        partition is not ready, and another's events need room (the push loop asked
+        again at once, for as long as the flights lasted)."""
         member = self.members.get(member_id)
         if member is None or not member.active or not member.ready:
             return False
-        return member.room > 0 or member.owed > 0
+        if member.room > 0:
+            return True
+        return member.owed > 0 and any(self.partitions[key].held_back for key in member.ready)
 
     def shortfall(self, member_id: str) -> tuple[int, int] | None:
         """``(ready, room)`` when the member could be sent a batch now, but not a full one

@@ -142,6 +142,26 @@ def test_take_batch_respects_prefetch_and_room_comes_back_with_acks() -> None:
     check_group(d.g)
 
 
+def test_a_full_member_owing_events_in_flight_has_nothing_ready_for_another_partition() -> None:
+    """The member owes an event whose ack was skipped, but its partition still has events
+    in flight (not ready), and another partition's events need room it lacks: nothing to
+    take, so nothing ready (a push task asked again at once while the flights lasted)."""
+    d = Driver()
+    d.join("a", prefetch=4)
+    d.g.enqueue([make_event(i, partition=0) for i in range(4)])
+    first = d.take("a")
+    d.g.enqueue([make_event(10, partition=1)])
+    out = d.ack(first, acked=[], through=first.first_seq)  # the first event's ack was lost
+    member = d.g.members["a"]
+    assert (out.missing, member.owed, member.room, list(member.ready)) == (1, 1, 0, [P1])
+    assert d.g.take_batch("a", d.now) is None
+    assert not d.g.has_ready("a")
+    d.ack(first, acked=uids(first.events[1:]), through=first.first_seq + 3)
+    assert d.g.has_ready("a")  # room again, and the owed event's partition is ready
+    assert sorted(ids(d.take("a").events)) == ["e0", "e10"]
+    check_group(d.g)
+
+
 def test_one_delivery_per_partition_until_every_event_is_resolved() -> None:
     d = Driver()
     d.join("a", prefetch=10)
