@@ -284,6 +284,7 @@ class ChannelSession:
                 continue
             except ChannelError as exc:
                 log.error("%s refused by the channel: %s", method, exc)
+                self._contact()  # it answered: the next heartbeat waits its interval
                 return None
             self._contact()
             return result

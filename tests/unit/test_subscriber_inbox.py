@@ -6,10 +6,12 @@ when it stops."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 
+from channel_server.errors import NotAuthorized
 from subscriber import inbox as inbox_module
 from subscriber.client import Subscriber
 from subscriber.control import ChannelSession, Identity
@@ -59,6 +61,49 @@ class _Channel:
 
     def release(self) -> None:
         pass
+
+
+HEARTBEAT_S = 0.3
+
+
+class _RefusingChannel(_Channel):
+    """A channel that refuses every call (an expired certificate, a user no longer let
+    in), noting when each came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[float] = []
+
+    def call(self, method: str, *args: Any) -> dict[str, str]:
+        super().call(method, *args)
+        self.at.append(time.monotonic())
+        raise NotAuthorized(f"refused {method}")
+
+
+def test_a_refused_heartbeat_waits_its_interval_before_the_next(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refusal is an answer: the next heartbeat comes a heartbeat later (a refused one
+    left the last contact as it was, so the control thread sent another at once, over
+    and over: 33,947 calls in 0.2 s)."""
+    who = Identity("127.0.0.1", 1, "c", "s1", "PYRO:x@127.0.0.1:2", "secret", "g", None, 1.0, 1.0)
+    session = ChannelSession(who, Inbox(), Outbox(), ProcessedIds(), lambda: 0.0, lambda _: 0)
+    session._heartbeat_s = HEARTBEAT_S
+    channel = _RefusingChannel()
+    session._remote = channel  # type: ignore[assignment]
+    session.session = 1
+    session._last_contact = time.monotonic() - 10.0  # a heartbeat is due
+    thread = threading.Thread(target=session._serve)
+    thread.start()
+    try:
+        wait_until(lambda: len(channel.at) >= 2, 10 * HEARTBEAT_S, "a second heartbeat")
+    finally:
+        session.finish(unsubscribe=False)
+        thread.join(10.0)
+    first, second = channel.at[:2]
+    assert [method for method, _ in channel.calls[:2]] == ["heartbeat", "heartbeat"]
+    assert second - first >= HEARTBEAT_S, f"the next heartbeat {second - first:.6f} s later"
+    assert "heartbeat refused by the channel" in caplog.text
 
 
 def test_a_stop_sends_every_outcome_left_not_only_one_message_of_them() -> None:
