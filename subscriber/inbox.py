@@ -207,6 +207,10 @@ class Outbox:
                     self._cond.notify()  # the control thread sends what is left
 
     def _done_through(self, session: int, last_seq: int) -> bool:
+        """Whether the outcomes through ``last_seq`` are in, or were sent already (the
+        control thread took them before this push's thread began to wait)."""
+        if self._covered[0] == session and self._covered[1] >= last_seq:
+            return True
         last = self._pending[-1] if self._pending else None
         return last is not None and last.session == session and last.seq >= last_seq
 

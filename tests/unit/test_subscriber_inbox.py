@@ -201,6 +201,22 @@ def test_the_control_thread_sleeps_while_a_push_thread_waits_to_answer(
     assert answers == [AckMessage(5, 0, 2, ["p/1", "p/2"], {})]
 
 
+def test_a_push_thread_does_not_wait_for_outcomes_sent_already(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker finished the push and the control thread sent its acks before the
+    push's thread began to answer: it answers without acks at once (it waited its whole
+    wait for outcomes that would never come)."""
+    monkeypatch.setattr(inbox_module, "ANSWER_WAIT_MAX_S", 30.0)
+    outbox = Outbox()
+    outbox.add(done(5, 1, 2), urgent=True)
+    assert outbox.wait(0.0) == [AckMessage(5, None, 2, ["p/1", "p/2"], {})]
+    waits: list[float | None] = []
+    outbox._answerable.wait = lambda timeout=None: bool(waits.append(timeout))  # type: ignore[method-assign]
+    assert outbox.answer(5, 2, 10.0) is None
+    assert waits == []
+
+
 def test_an_answer_gives_up_after_its_wait_and_leaves_another_sessions_outcomes() -> None:
     outbox = Outbox()
     outbox.add(done(5, 1), urgent=False)
