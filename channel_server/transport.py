@@ -32,7 +32,7 @@ from Pyro5 import protocol, serializers
 
 from channel_server import after_reply, strict_calls
 from channel_server.connection_shares import ConnectionShares
-from channel_server.errors import ChannelError, InvalidArgument
+from channel_server.errors import ChannelError, InvalidArgument, NotAuthorized
 from channel_server.frames import (
     HANDSHAKE_KINDS,
     HANDSHAKE_MAX_BYTES,
@@ -45,6 +45,7 @@ from channel_server.frames import (
     read_header,
 )
 from channel_server.log_throttle import Throttle
+from channel_server.tls_sockets import PLAIN_REFUSED
 from channel_server.wire import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,9 @@ class _Waiting:
     draining: bool = False
     """Refused: what the peer still sends is read and dropped until it closes or the
     deadline, so what we sent it last (a TLS alert) is not lost to a reset."""
+    plain: bool = False
+    """A plain Pyro client of a TLS daemon whose handshake came in pieces: its bytes are
+    read here, under the TLS layer, until it is whole and refused (``_tls_ready``)."""
 
 
 DRAIN_S = 0.2
@@ -208,10 +212,12 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             if _read_what_is_there(sock):
                 self._drop(sock)
             return
-        if getattr(sock, "handshake_pending", False) and not self._tls_ready(sock, waiting):
+        pending = getattr(sock, "handshake_pending", False) and not waiting.plain
+        if pending and not self._tls_ready(sock, waiting):
             return
+        limit = HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received)
         try:
-            chunk = _recv_ready(sock, HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received))
+            chunk = socket.socket.recv(sock, limit) if waiting.plain else _recv_ready(sock, limit)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
@@ -237,16 +243,27 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             throttle.warning(
                 "handshake", "refused a connection from %s: %s", _host(waiting.address), exc
             )
-            self._refuse(sock, exc.frame, exc.reason)
+            self._refuse(sock, None if waiting.plain else exc.frame, exc.reason)
             return
-        if len(waiting.received) >= HEADER_BYTES + frame.size:
+        if len(waiting.received) < HEADER_BYTES + frame.size:
+            return
+        if waiting.plain:
+            throttle.warning(
+                "plain",
+                "refused a plain-text connection from %s: TLS is required",
+                _host(waiting.address),
+            )
+            self._refuse(sock, frame, str(NotAuthorized(PLAIN_REFUSED)), plain=True)
+        else:
             self._hand_over(sock, waiting, frame)
 
     def _tls_ready(self, sock: Any, waiting: _Waiting) -> bool:
         """Take a TLS connection's handshake a step further, here in the lobby, so a
         client that trickles it holds no worker thread; True once it is done. A client
         speaking plain Pyro goes to a worker once its whole message is here, to be told
-        that TLS is required (``tls_sockets``)."""
+        that TLS is required (``tls_sockets``); one whose message comes in pieces is read
+        here (``plain``: bytes only peeked at would keep the socket readable, and this loop
+        spinning, until the rest came), and refused here once it is whole."""
         try:
             head = socket.socket.recv(sock, HEADER_BYTES + HANDSHAKE_MAX_BYTES, socket.MSG_PEEK)
         except BlockingIOError:
@@ -262,6 +279,9 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
                 self._hand_over(sock, waiting)
             elif whole is None:
                 self._drop(sock)
+            else:  # no TLS handshake starts so: read on as plain Pyro
+                waiting.plain = True
+                return True
             return False
         try:
             done = sock.handshake_step()
@@ -292,10 +312,13 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             busy = f"busy: all {limits.max_connections} connections are in use, retry later"
             self._refuse(sock, frame, busy)
 
-    def _refuse(self, sock: socket.socket, frame: Frame | None, reason: str) -> None:
-        """Answer a handshake with its refusal if it can be sent at once, then close."""
+    def _refuse(
+        self, sock: socket.socket, frame: Frame | None, reason: str, plain: bool = False
+    ) -> None:
+        """Answer a handshake with its refusal if it can be sent at once, then close
+        (``plain``: in plain Pyro, under the TLS layer of a socket that never used it)."""
         self._forget(sock)
-        if frame is not None and not isinstance(sock, ssl.SSLSocket):
+        if frame is not None and (plain or not isinstance(sock, ssl.SSLSocket)):
             serializer = serializers.serializers_by_id.get(frame.serializer)
             serializer = serializer or serializers.serializers_by_id[MSGPACK_ID]
             reply = protocol.SendingMessage(
@@ -307,7 +330,7 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             )
             with contextlib.suppress(OSError):
                 sock.setblocking(False)
-                sock.send(reply.data)
+                socket.socket.send(sock, reply.data)
         _close(sock)
 
     def _expire(self, now: float) -> None:

@@ -3,16 +3,25 @@ daemon: frames are built with Pyro5's own SendingMessage and read over a socketp
 
 from __future__ import annotations
 
+import contextlib
+import selectors
 import socket
+import ssl
 import struct
+import time
 from collections.abc import Iterator
 
 import msgpack
+import Pyro5
+import Pyro5.svr_threads
 import pytest
+import trustme
 from Pyro5 import protocol
 from Pyro5.serializers import MarshalSerializer, SerpentSerializer
+from Pyro5.socketutil import SocketConnection
 
-from channel_server.errors import InvalidArgument
+from channel_server import transport
+from channel_server.errors import InvalidArgument, NotAuthorized
 from channel_server.frames import (
     CALL_KINDS,
     HANDSHAKE_KINDS,
@@ -26,8 +35,10 @@ from channel_server.frames import (
     read_header,
 )
 from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
-from channel_server.transport import LobbyServer
+from channel_server.tls_sockets import PLAIN_REFUSED, PyroTlsSocket
+from channel_server.transport import LobbyServer, _Waiting
 from channel_server.unpacking import MAX_CONTAINERS
+from tests.integration.procs import wait_until
 
 LIMIT = 1 << 20
 
@@ -263,3 +274,133 @@ def test_the_lobby_skips_a_socket_dropped_since_its_select() -> None:
     finally:
         left.close()
         right.close()
+
+
+# -- the lobby of a TLS daemon: a real TLS listening socket, its loop turned by the test --------
+@pytest.fixture(scope="module")
+def tls_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def tls_lobby(tls_ca: trustme.CA, monkeypatch: pytest.MonkeyPatch) -> Iterator[LobbyServer]:
+    """A lobby as a TLS daemon has it (no worker pool: what is tested here stays in the
+    lobby). Its select waits at most POLL_S, so a lobby with nothing to do turns a few
+    times in a tenth of a second, and one that spins, thousands of times."""
+    monkeypatch.setattr(transport, "_config", transport.TransportConfig())
+    monkeypatch.setattr(Pyro5.config, "POLLTIMEOUT", POLL_S)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls_ca.issue_cert("127.0.0.1").configure_cert(context)
+    context.sslsocket_class = PyroTlsSocket
+    listener = context.wrap_socket(socket.create_server(("127.0.0.1", 0)), server_side=True)
+    lobby = LobbyServer.__new__(LobbyServer)
+    Pyro5.svr_threads.SocketServer_Threadpool.__init__(lobby)
+    lobby._waiting, lobby.sock = {}, listener
+    lobby._selector.register(listener, selectors.EVENT_READ, lobby)
+    try:
+        yield lobby
+    finally:
+        for sock in list(lobby._waiting):
+            lobby._drop(sock)
+        lobby._selector.close()
+        listener.close()
+        lobby.sock = None
+
+
+POLL_S = 0.02
+
+
+def turn(lobby: LobbyServer) -> None:
+    lobby.events([lobby.sock])
+
+
+def turns_within(lobby: LobbyServer, seconds: float) -> int:
+    turns, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        turn(lobby)
+        turns += 1
+    return turns
+
+
+def accepted(lobby: LobbyServer) -> tuple[socket.socket, _Waiting]:
+    """The lobby's one waiting connection, once its loop has accepted it."""
+
+    def one() -> bool:
+        turn(lobby)
+        return len(lobby._waiting) == 1
+
+    wait_until(one, timeout_s=5, what="the lobby to accept the connection")
+    return next(iter(lobby._waiting.items()))
+
+
+HELLO = frame(kind=protocol.MSG_CONNECT, data=msgpack.packb({"handshake": "hi"}))
+
+
+@pytest.mark.parametrize("sent", [1, 2, len(b"PYRO"), 10, HEADER_BYTES + 1])
+def test_a_plain_client_that_stops_midway_does_not_spin_a_tls_lobby(
+    tls_lobby: LobbyServer, sent: int
+) -> None:
+    """The TLS lobby peeked at a plain Pyro client's first bytes, waiting for its whole
+    handshake to tell it TLS is required: bytes left unread keep a socket readable, so a
+    client that sent part of one and stopped had the lobby's loop spin at full CPU (holding
+    the GIL against the daemon's workers) until its handshake deadline."""
+    with socket.create_connection(tls_lobby.sock.getsockname()) as client:
+        client.sendall(HELLO[:sent])
+        sock, waiting = accepted(tls_lobby)
+        turns = turns_within(tls_lobby, 0.2)
+        assert turns < 0.2 / POLL_S * 3, f"the lobby turned {turns} times in 0.2 s: it spins"
+        assert tls_lobby._waiting == {sock: waiting}  # still waiting, until its deadline
+        assert not waiting.draining
+
+
+def test_a_plain_client_whose_handshake_comes_in_pieces_is_told_tls_is_required(
+    tls_lobby: LobbyServer,
+) -> None:
+    with socket.create_connection(tls_lobby.sock.getsockname()) as client:
+        client.sendall(HELLO[:10])
+        sock, _ = accepted(tls_lobby)
+        turns_within(tls_lobby, 0.05)
+        client.sendall(HELLO[10:])
+
+        def refused() -> bool:
+            turn(tls_lobby)
+            return sock not in tls_lobby._waiting
+
+        wait_until(refused, timeout_s=5, what="the lobby to refuse the plain client")
+        client.settimeout(5)
+        reply = protocol.recv_stub(SocketConnection(client), [protocol.MSG_CONNECTFAIL])
+    assert reply.seq == 7
+    assert msgpack.unpackb(reply.data) == str(NotAuthorized(PLAIN_REFUSED))
+
+
+def test_a_tls_client_hello_in_pieces_is_not_refused(
+    tls_lobby: LobbyServer, tls_ca: trustme.CA
+) -> None:
+    """The first bytes of a TLS handshake are no plain Pyro: the lobby takes the handshake
+    a step at a time as its pieces arrive, and the connection then waits for its Pyro one."""
+    context = ssl.create_default_context()
+    tls_ca.configure_trust(context)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello = outgoing.read()
+    with socket.create_connection(tls_lobby.sock.getsockname()) as client:
+        client.sendall(hello[:3])
+        sock, waiting = accepted(tls_lobby)
+        turns_within(tls_lobby, 0.05)
+        assert tls_lobby._waiting == {sock: waiting} and not waiting.draining
+        client.sendall(hello[3:])
+        client.setblocking(False)
+
+        def handshaken() -> bool:
+            turn(tls_lobby)
+            with contextlib.suppress(BlockingIOError):
+                incoming.write(client.recv(65536))
+            with contextlib.suppress(ssl.SSLWantReadError):
+                tls.do_handshake()
+            client.sendall(outgoing.read())
+            return not getattr(sock, "handshake_pending", True)
+
+        wait_until(handshaken, timeout_s=5, what="the TLS handshake")
+        assert tls_lobby._waiting == {sock: waiting} and not waiting.draining
