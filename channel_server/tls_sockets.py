@@ -148,9 +148,9 @@ def _refuse_plain_pyro(sock: ssl.SSLSocket) -> None:
     with contextlib.suppress(Exception):
         msg = protocol.recv_stub(_RawConnection(sock), [protocol.MSG_CONNECT])
         serializer = serializers.serializers_by_id[msg.serializer_id]
-        reason = str(NotAuthorized(PLAIN_REFUSED))
+        reason = serializer.dumps(plain_refusal())
         reply = protocol.SendingMessage(
-            protocol.MSG_CONNECTFAIL, 0, msg.seq, msg.serializer_id, serializer.dumps(reason)
+            protocol.MSG_CONNECTFAIL, 0, msg.seq, msg.serializer_id, reason
         )
         socket.socket.sendall(sock, reply.data)
     raise ConnectionRefusedError(f"plain-text client {peer} on a TLS daemon")
@@ -162,6 +162,12 @@ PLAIN_REFUSED = (
     "TLS: this daemon accepts TLS connections only: give --tls-ca (and --tls-cert/--tls-key)"
 )
 """What a plain-text client of a TLS daemon is told."""
+
+
+def plain_refusal() -> str:
+    """The refusal a plain-text client of a TLS daemon gets, as its handshake's reply
+    carries it (from a worker, or from the lobby when its handshake came in pieces)."""
+    return str(NotAuthorized(PLAIN_REFUSED))
 
 
 class _RawConnection:

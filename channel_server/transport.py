@@ -32,7 +32,7 @@ from Pyro5 import protocol, serializers
 
 from channel_server import after_reply, strict_calls
 from channel_server.connection_shares import ConnectionShares
-from channel_server.errors import ChannelError, InvalidArgument, NotAuthorized
+from channel_server.errors import ChannelError, InvalidArgument
 from channel_server.frames import (
     HANDSHAKE_KINDS,
     HANDSHAKE_MAX_BYTES,
@@ -45,7 +45,7 @@ from channel_server.frames import (
     read_header,
 )
 from channel_server.log_throttle import Throttle
-from channel_server.tls_sockets import PLAIN_REFUSED
+from channel_server.tls_sockets import plain_refusal
 from channel_server.wire import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
                 "refused a plain-text connection from %s: TLS is required",
                 _host(waiting.address),
             )
-            self._refuse(sock, frame, str(NotAuthorized(PLAIN_REFUSED)), plain=True)
+            self._refuse(sock, frame, plain_refusal(), plain=True)
         else:
             self._hand_over(sock, waiting, frame)
 

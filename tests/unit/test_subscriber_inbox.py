@@ -49,6 +49,12 @@ def test_counts_are_per_session() -> None:
     assert (inbox.count(3), inbox.count(2), outbox.count(3), outbox.count(2)) == (2, 0, 1, 1)
 
 
+def channel_session(outbox: Outbox) -> ChannelSession:
+    """A control thread's session of subscriber s1, not connected (the test sets _remote)."""
+    who = Identity("127.0.0.1", 1, "c", "s1", "PYRO:x@127.0.0.1:2", "secret", "g", None, 1.0, 1.0)
+    return ChannelSession(who, Inbox(), outbox, ProcessedIds(), lambda: 0.0, lambda _: 0)
+
+
 class _Channel:
     """What the session calls, recorded (a stand-in for the channel's RemoteChannel)."""
 
@@ -86,8 +92,7 @@ def test_a_refused_heartbeat_waits_its_interval_before_the_next(
     """A refusal is an answer: the next heartbeat comes a heartbeat later (a refused one
     left the last contact as it was, so the control thread sent another at once, over
     and over: 33,947 calls in 0.2 s)."""
-    who = Identity("127.0.0.1", 1, "c", "s1", "PYRO:x@127.0.0.1:2", "secret", "g", None, 1.0, 1.0)
-    session = ChannelSession(who, Inbox(), Outbox(), ProcessedIds(), lambda: 0.0, lambda _: 0)
+    session = channel_session(Outbox())
     session._heartbeat_s = HEARTBEAT_S
     channel = _RefusingChannel()
     session._remote = channel  # type: ignore[assignment]
@@ -112,8 +117,7 @@ def test_a_stop_sends_every_outcome_left_not_only_one_message_of_them() -> None:
     outbox = Outbox()
     outcomes = [Outcome(7, seq, f"p/{seq}") for seq in range(1, 2 * ACK_BATCH_MAX + 101)]
     outbox.add(outcomes, urgent=False)
-    who = Identity("127.0.0.1", 1, "c", "s1", "PYRO:x@127.0.0.1:2", "secret", "g", None, 1.0, 1.0)
-    session = ChannelSession(who, Inbox(), outbox, ProcessedIds(), lambda: 0.0, lambda _: 0)
+    session = channel_session(outbox)
     channel = _Channel()
     session._remote = channel  # type: ignore[assignment]
     session.finish(unsubscribe=True)
