@@ -40,8 +40,9 @@ PENDING_MAX_BYTES = 64 << 20
 """Events, and their payloads' bytes, submitted and not yet sent: ``submit`` waits for
 room beyond either (the channel being full, or slower than the caller, holds the caller
 back instead of its memory). A submission larger than that alone goes when none waits."""
-WAIT_SLICE_S = 0.5
-"""The longest a wait of the pipeline's threads sleeps before looking again."""
+WAIT_SLICE_S = 5.0
+"""The longest the sender sleeps with nothing submitted: a submission or a close wakes it
+(an idle publisher's thread costs no CPU)."""
 
 
 @dataclass(eq=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Any
@@ -315,3 +316,29 @@ def test_closing_while_full_gives_each_submission_its_own_counts() -> None:
         (1, ["a2"]),
         (0, ["b1"]),
     ]
+
+
+WOKEN_WITHIN_S = 3.0
+"""Well under the sender's idle wait: a wake that came only when the wait ended fails."""
+
+
+def test_an_idle_sender_sleeps_until_a_submission_or_a_close_wakes_it() -> None:
+    """With nothing submitted the sender waits long, and is woken at once by a
+    submission, then by a close: well before its wait would end."""
+    pipeline = SendPipeline(FakeChannel(), "test-sender")
+    waits: list[float | None] = []
+    wait = pipeline._cond.wait
+
+    def watched(timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        return wait(timeout)
+
+    pipeline._cond.wait = watched  # type: ignore[method-assign]
+    pipeline.submit([ev("a")], None).result(timeout=WAIT_S)
+    wait_until(lambda: waits, WAIT_S, "the sender never went idle")
+    second = pipeline.submit([ev("b")], None)
+    assert second.result(timeout=WOKEN_WITHIN_S)["accepted"] == 1
+    started = time.monotonic()
+    pipeline.close(WAIT_S)
+    assert time.monotonic() - started < WOKEN_WITHIN_S, "the close did not wake the sender"
+    assert all(w is not None and w >= WOKEN_WITHIN_S + 1.0 for w in waits)

@@ -105,3 +105,33 @@ def test_an_event_after_a_wait_for_standing_counts_its_time_from_the_wait() -> N
     trusted.set()
     worker.join(10.0)
     assert busy_since and busy_since[0] >= given_at
+
+
+WOKEN_WITHIN_S = 3.0
+"""Well under the worker's idle wait: a wake that came only when the wait ended fails."""
+
+
+def test_an_idle_worker_sleeps_until_a_push_or_a_stop_wakes_it() -> None:
+    """With nothing pushed the worker waits long (an idle subscriber costs no CPU), and
+    is woken at once by a push, then by a stop: well before its wait would end."""
+    handled = threading.Event()
+    sub = Subscriber("c", "s1", lambda ev: handled.set())
+    waits: list[float] = []
+    take_all = sub._inbox.take_all
+
+    def watched(timeout_s: float) -> Any:
+        waits.append(timeout_s)
+        return take_all(timeout_s)
+
+    sub._inbox.take_all = watched  # type: ignore[method-assign]
+    worker = threading.Thread(target=sub._work)
+    worker.start()
+    try:
+        sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
+        assert handled.wait(WOKEN_WITHIN_S), "the push did not wake the worker"
+    finally:
+        sub._stopping.set()
+        sub._inbox.close()
+        worker.join(WOKEN_WITHIN_S)
+    assert not worker.is_alive(), "the stop did not wake the worker"
+    assert waits and min(waits) >= WOKEN_WITHIN_S + 1.0  # each wait is longer than that
