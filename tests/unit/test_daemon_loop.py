@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import Pyro5.api
 
+from channel_server import transport
 from channel_server.daemon_loop import DaemonLoop
 
 
@@ -23,3 +25,19 @@ def test_a_loop_never_started_still_closes_its_daemon() -> None:
     daemon = Pyro5.api.Daemon(host="127.0.0.1", port=0)
     assert DaemonLoop(daemon, "never-started").stop(timeout_s=1.0) is True
     assert daemon.transportServer is None  # Daemon.close let go of its sockets
+
+
+class Hardened(transport.HardenedDaemon, Pyro5.api.Daemon):
+    """A daemon on the lobby transport, as every daemon of the service is."""
+
+
+def test_an_idle_daemon_polls_rarely_and_still_stops_at_once() -> None:
+    """An idle daemon's accept loop and housekeeper wake only every IDLE_POLL_S (an idle
+    subscriber then costs no CPU); a stop wakes them at once."""
+    daemon = Hardened(host="127.0.0.1", port=0)
+    assert Pyro5.config.POLLTIMEOUT == transport.IDLE_POLL_S >= 10.0
+    serving = DaemonLoop(daemon, "test-loop")
+    serving.start()
+    started = time.monotonic()
+    assert serving.stop(timeout_s=5.0) is True
+    assert time.monotonic() - started < 3.0, "the stop waited for the loop's poll"
