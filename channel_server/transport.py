@@ -20,6 +20,7 @@ import logging
 import selectors
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -167,22 +168,47 @@ class _Waiting:
 
 
 DRAIN_S = 0.2
+LOOP_END_WAIT_S = 5.0
+"""How long a closing server waits for its accept loop to end before closing the sockets
+the loop selects on."""
 
 
 class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
     """Pyro5's thread-pool transport with a lobby for connections still handshaking."""
 
-    def init(self, daemon: Any, host: Any, port: Any, unixsocket: Any = None) -> None:
+    def __init__(self) -> None:
+        super().__init__()
         self._waiting: dict[socket.socket, _Waiting] = {}
-        super().init(daemon, host, port, unixsocket)
+        self._wake_r, self._wake_w = socket.socketpair()
+        """What ends the loop's wait at once (:meth:`wakeup`)."""
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)  # a wake-up never waits (one byte is enough)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._loop_thread: threading.Thread | None = None
+        self._loop_ended = threading.Event()
+
+    def loop(self, loopCondition: Any = lambda: True) -> None:
+        self._loop_thread = threading.current_thread()
+        try:
+            super().loop(loopCondition)
+        finally:
+            self._loop_ended.set()
 
     def events(self, eventsockets: Any) -> None:
         for key, _ in self._selector.select(self._select_timeout()):
             if key.fileobj is self.sock:
                 self._accept()
+            elif key.fileobj is self._wake_r:
+                _read_what_is_there(self._wake_r)
             else:
                 self._read(cast(socket.socket, key.fileobj))
         self._expire(time.monotonic())
+
+    def wakeup(self) -> None:
+        """End the loop's wait at once. (Pyro5 connects to the daemon's own port for it,
+        which a listening socket closed or with a full backlog does not let through.)"""
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"!")
 
     def _select_timeout(self) -> float:
         poll = Pyro5.config.POLLTIMEOUT
@@ -370,9 +396,20 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
                 self._selector.unregister(sock)
 
     def close(self) -> None:
-        for sock in list(getattr(self, "_waiting", ())):
+        """End the loop, then close its sockets. Pyro5 closes them 50 ms after waking the
+        loop: a loop thread that had not run by then (a loaded machine) lost the listening
+        socket from its selector, and waited out its whole poll."""
+        self.shutting_down = True
+        loop = self._loop_thread
+        if loop is not None and loop is not threading.current_thread():
+            self.wakeup()
+            if not self._loop_ended.wait(LOOP_END_WAIT_S):
+                log.warning("the accept loop did not end within %g s", LOOP_END_WAIT_S)
+        for sock in list(self._waiting):
             self._drop(sock)
         super().close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 class HardenedDaemon:

@@ -6,6 +6,8 @@ import threading
 import time
 
 import Pyro5.api
+import Pyro5.socketutil
+import pytest
 
 from channel_server import transport
 from channel_server.daemon_loop import DaemonLoop
@@ -36,6 +38,21 @@ def test_an_idle_daemon_polls_rarely_and_still_stops_at_once() -> None:
     subscriber then costs no CPU); a stop wakes them at once."""
     daemon = Hardened(host="127.0.0.1", port=0)
     assert Pyro5.config.POLLTIMEOUT == transport.IDLE_POLL_S >= 10.0
+    serving = DaemonLoop(daemon, "test-loop")
+    serving.start()
+    started = time.monotonic()
+    assert serving.stop(timeout_s=5.0) is True
+    assert time.monotonic() - started < 3.0, "the stop waited for the loop's poll"
+
+
+def test_a_stop_does_not_need_a_connection_to_the_daemon_to_end_its_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pyro5 wakes its loop by connecting to the daemon's port, then closes the listening
+    socket 50 ms later. A connection that does not get through (a full backlog), or a loop
+    thread that had not run by then, left the loop selecting until its poll ended."""
+    monkeypatch.setattr(Pyro5.socketutil, "interrupt_socket", lambda address: None)
+    daemon = Hardened(host="127.0.0.1", port=0)
     serving = DaemonLoop(daemon, "test-loop")
     serving.start()
     started = time.monotonic()

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import msgpack
 import Pyro5
-import Pyro5.svr_threads
 import pytest
 import trustme
 from Pyro5 import protocol
@@ -293,9 +292,8 @@ def tls_lobby(tls_ca: trustme.CA, monkeypatch: pytest.MonkeyPatch) -> Iterator[L
     tls_ca.issue_cert("127.0.0.1").configure_cert(context)
     context.sslsocket_class = PyroTlsSocket
     listener = context.wrap_socket(socket.create_server(("127.0.0.1", 0)), server_side=True)
-    lobby = LobbyServer.__new__(LobbyServer)
-    Pyro5.svr_threads.SocketServer_Threadpool.__init__(lobby)
-    lobby._waiting, lobby.sock = {}, listener
+    lobby = LobbyServer()  # no daemon, pool or housekeeper: only its lobby and loop's turns
+    lobby.sock = listener
     lobby._selector.register(listener, selectors.EVENT_READ, lobby)
     try:
         yield lobby
@@ -304,6 +302,8 @@ def tls_lobby(tls_ca: trustme.CA, monkeypatch: pytest.MonkeyPatch) -> Iterator[L
             lobby._drop(sock)
         lobby._selector.close()
         listener.close()
+        lobby._wake_r.close()
+        lobby._wake_w.close()
         lobby.sock = None
 
 
