@@ -148,9 +148,9 @@ def _refuse_plain_pyro(sock: ssl.SSLSocket) -> None:
     with contextlib.suppress(Exception):
         msg = protocol.recv_stub(_RawConnection(sock), [protocol.MSG_CONNECT])
         serializer = serializers.serializers_by_id[msg.serializer_id]
-        reason = serializer.dumps(plain_refusal())
+        refusal = serializer.dumps(plain_refusal())
         reply = protocol.SendingMessage(
-            protocol.MSG_CONNECTFAIL, 0, msg.seq, msg.serializer_id, reason
+            protocol.MSG_CONNECTFAIL, 0, msg.seq, msg.serializer_id, refusal
         )
         socket.socket.sendall(sock, reply.data)
     raise ConnectionRefusedError(f"plain-text client {peer} on a TLS daemon")

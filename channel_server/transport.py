@@ -93,9 +93,10 @@ class TransportConfig:
 
 IDLE_POLL_S = 30.0
 """How often a daemon's accept loop and Pyro5's housekeeper wake with nothing to do (Pyro5's
-``POLLTIMEOUT``, 2 s by default). A connection, a handshake's deadline and a shutdown each
-wake them (the shutdown by connecting to the daemon), so waking more often only costs an
-idle process CPU: about 0.2 ms a second for the two, which 256 subscribers pay 256 times."""
+``POLLTIMEOUT``, 2 s by default). A connection, a handshake's deadline and a stop each
+wake them (the stop through the loop's own socket pair, :meth:`LobbyServer.wakeup`), so
+waking more often only costs an idle process CPU: about 0.2 ms a second for the two,
+which 256 subscribers pay 256 times."""
 
 _config: TransportConfig | None = None
 
@@ -395,8 +396,13 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self._selector.unregister(sock)
 
+    def shutdown(self) -> None:
+        """:meth:`close` wakes the loop and waits for its end itself (Pyro5's shutdown woke
+        it, slept 50 ms, then closed)."""
+        self.close()
+
     def close(self) -> None:
-        """End the loop, then close its sockets. Pyro5 closes them 50 ms after waking the
+        """End the loop, then close its sockets. Pyro5 closed them 50 ms after waking the
         loop: a loop thread that had not run by then (a loaded machine) lost the listening
         socket from its selector, and waited out its whole poll."""
         self.shutting_down = True

@@ -134,8 +134,7 @@ def test_an_idle_worker_sleeps_until_a_push_or_a_stop_wakes_it(
         sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
         assert handled.wait(30.0), "the push did not wake the worker"
     finally:
-        sub._stopping.set()
-        sub._inbox.close()
+        sub.stop()
         worker.join(30.0)
     assert not worker.is_alive(), "the stop did not wake the worker"
     assert waits and set(waits) == {IDLE_FOR_S}
