@@ -19,6 +19,7 @@ import Pyro5.client
 import Pyro5.errors
 
 from channel_client.lookup import resolve_channel
+from channel_client.reply_spin import spin_for_replies
 from channel_server.errors import BrokerUnavailable, InvalidArgument, UnknownChannel
 from channel_server.wire import as_refusal, check_name, closed_by_peer, make_proxy
 
@@ -95,9 +96,12 @@ class RemoteChannel:
         kind: str = "queue",
         id_scope: str | None = None,
         pause_s: float = DEFAULT_PAUSE_S,
+        spin_s: float = 0.0,
     ) -> None:
         """``options``: the name server and the tries, each ``options.timeout_s`` long;
-        ``create``, ``kind``, ``id_scope``: see :func:`~channel_client.lookup.resolve_channel`."""
+        ``create``, ``kind``, ``id_scope``: see :func:`~channel_client.lookup.resolve_channel`;
+        ``spin_s``: how long a reply may be waited for awake (:mod:`~channel_client.reply_spin`;
+        0: never), for a caller that has nothing else to do meanwhile."""
         self.channel = check_name("channel", channel)
         self._ns = (options.ns_host, options.ns_port)
         self._create, self._kind, self._id_scope = create, kind, id_scope
@@ -105,6 +109,7 @@ class RemoteChannel:
         self._attempts = max(1, options.attempts)
         self._pause_s = pause_s
         self._drop_replies = options.drop_replies
+        self._spin_s = spin_s
         self._proxy: Pyro5.client.Proxy | None = None
         self.retries = 0
 
@@ -113,7 +118,9 @@ class RemoteChannel:
         last: Exception | None = None
         for attempt in range(1, self._attempts + 1):
             try:
-                result = getattr(self._connect(), method)(*args)
+                proxy = self._connect()
+                result = getattr(proxy, method)(*args)
+                spin_for_replies(proxy, self._spin_s)
                 self._maybe_drop(method)
                 if attempt > 1:
                     log.info(

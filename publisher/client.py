@@ -48,6 +48,11 @@ file is written (and synced) once per this many ids instead of before every batc
 each on this kind of machine: as much as a one-event publish). A publisher that dies
 without closing skips at most this many ids on its next run; none is ever reused."""
 RETRY_PAUSE_S = 0.2
+REPLY_SPIN_S = 0.0005
+"""How long ``publish`` (the caller's own thread) may wait for a reply awake before it
+sleeps (:mod:`~channel_client.reply_spin`): a one-event publish takes a few hundred µs;
+larger batches take longer and never spin. The ``submit`` sender does not spin: its wait
+overlaps the caller's own work."""
 STOP_CHECK_S = 0.2
 """How often ``submit_all`` looks at its stop event while it waits (for room, for sends)."""
 DEFAULT_PARTITIONS = 16
@@ -167,6 +172,7 @@ class Publisher:
             kind=kind,
             id_scope=id_scope,
             pause_s=RETRY_PAUSE_S,
+            spin_s=REPLY_SPIN_S,
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
         self._packing = _Packing(channel)

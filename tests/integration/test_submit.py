@@ -12,7 +12,9 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from Pyro5 import socketutil
 
+from channel_client.reply_spin import SpinningConnection
 from channel_server.errors import InvalidEvent, QueueFull
 from publisher import Publisher
 from subscriber import Subscriber
@@ -228,3 +230,18 @@ def test_a_signal_stops_publish_submit_on_a_full_channel_with_what_was_done(
     assert "Traceback" not in pub.output()
     figures = json.loads([line for line in pub.lines if line.startswith("{")][-1])
     assert (figures["accepted"], figures["refused"], figures["interrupted"]) == (10, 90, True)
+
+
+def test_publish_waits_for_its_quick_replies_awake_and_the_sender_asleep(cluster: Cluster) -> None:
+    """The caller's own publishes spin for their replies; the submit sender, whose waits
+    overlap the caller's work, never does."""
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        pub.publish([pub.event(1)])
+        pub.submit([pub.event(2)]).result(timeout=WAIT_S)
+        assert pub._sender is not None
+        foreground = pub._remote._proxy._pyroConnection
+        sender = pub._sender[1]._proxy._pyroConnection
+    assert type(foreground) is SpinningConnection
+    assert foreground._round_trip_s is not None
+    assert type(sender) is socketutil.SocketConnection
