@@ -1,54 +1,113 @@
-"""Waiting for a quick reply awake: a short spin before the blocking read.
+"""Waiting for a quick reply awake: a short spin before the blocking read, where it pays.
 
-A caller blocked in ``recv`` sleeps, and the broker's reply must wake it. Where an idle CPU
-halts (a VM without guest halt polling, as this project's benchmark machines are), that
-wake costs tens of µs on both sides: two threads handing a turn back and forth across CPUs
-took 110 µs a round, against 14 on one CPU. A one-event publish pays it on every call.
+A caller blocked in ``recv`` sleeps, and the reply has to wake it. Where an idle CPU halts
+(a VM without guest halt polling, as this project's benchmark machines are), that wake
+costs tens of µs on both sides: two threads handing a turn back and forth across CPUs took
+110 µs a round there, against 14 on one CPU and 21 with halt polling on. A one-event
+publish pays it on every call.
 
-A connection made here, after sending a request, polls its socket without blocking for
-about as long as its recent replies took (SPIN_FACTOR times the smoothed round trip, at most
-the caller's ``max_s``) and only then blocks: the reply usually finds it running. A caller
-whose replies take longer than ``max_s`` (large batches, a busy broker) never spins, so
-the CPU it would burn is spent only where the wait is short; the GIL is let go at every
-look. Measured on batch-1 publishes (``bench.py --only batch1``): 1.3-1.4x the events/s,
-and the broker's CPU per event down by a quarter (its reply no longer wakes anybody).
+A connection made here, after sending a request, may poll its socket without blocking for
+about as long as its replies take (SPIN_FACTOR times the typical round trip, at most the
+caller's ``max_s``), and block only then: the reply finds it running, and the sender's
+write wakes nobody. Whether it does is learnt from its own round trips
+(:class:`SpinPolicy`): it spins while replies take less than ``max_s`` and the quickest of
+those waited for awake come back MIN_GAIN quicker than the quickest waited for asleep; one
+call in PROBE_EVERY waits the other way, so a change is seen. Where waking is cheap, or
+replies are slow (large batches, a busy broker), it sleeps as any client does. One thread
+of a process spins at a time (the others sleep), and the GIL is let go at every look.
 """
 
 from __future__ import annotations
 
 import select
+import threading
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 import Pyro5.client
 from Pyro5 import socketutil
 
 SPIN_FACTOR = 2.0
-"""A spin lasts up to this many times the smoothed round trip: most replies come within."""
-SMOOTHING = 0.2
-"""Weight of the latest round trip in the smoothed one."""
+"""A spin lasts up to this many times the typical round trip: most replies come within."""
+WINDOW = 31
+"""The latest round trips of each kind that are looked at."""
+FAST_SHARE = 8
+"""The gain is judged on the quickest eighth of each kind's round trips: what waking
+costs shows there, while the broker's own pauses (a store's write, a push) spread the
+rest (on this project's VMs, the medians of both kinds overlap, their quickest do not)."""
+MIN_GAIN = 0.15
+"""Spin only while the quick replies waited for asleep take this much longer than those
+waited for awake: 25-60 % longer on this project's VMs (a one-event publish), no longer
+with guest halt polling on (a one-event publisher spun on 90 % of its calls there, on
+12-19 % here: the probes, and the quick ends' noise)."""
+PROBE_EVERY = 16
+"""One call in this many waits the way the policy does not choose, to keep both kinds
+current."""
 
 
-def spin_budget(smoothed_s: float | None, max_s: float) -> float:
-    """How long to poll for the next reply: none when replies take ``max_s`` or more,
-    ``max_s`` before the first reply, else SPIN_FACTOR times the smoothed round trip."""
-    if smoothed_s is None:
-        return max_s
-    if smoothed_s >= max_s:
-        return 0.0
-    return min(max_s, SPIN_FACTOR * smoothed_s)
+@dataclass(frozen=True)
+class RoundTrips:
+    """What the latest round trips of one kind took: their quick end and their median."""
+
+    quick_s: float
+    typical_s: float
+
+    @classmethod
+    def of(cls, seen: deque[float]) -> RoundTrips:
+        ordered = sorted(seen)
+        return cls(ordered[len(ordered) // FAST_SHARE], ordered[len(ordered) // 2])
 
 
-def smoothed(previous_s: float | None, latest_s: float) -> float:
-    return latest_s if previous_s is None else previous_s + SMOOTHING * (latest_s - previous_s)
+@dataclass
+class SpinPolicy:
+    """How long the next reply is waited for awake (0: asleep), from the round trips seen."""
+
+    max_s: float
+    awake: RoundTrips | None = None
+    """Replies waited for awake (the spin included)."""
+    asleep: RoundTrips | None = None
+    """Replies waited for asleep from the start."""
+    calls: int = 0
+    _seen: tuple[deque[float], deque[float]] = field(
+        default_factory=lambda: (deque(maxlen=WINDOW), deque(maxlen=WINDOW)), repr=False
+    )
+
+    def budget(self) -> float:
+        """Seconds to spin before blocking on the next reply: none while replies take
+        ``max_s`` or more (no probes either: every reply measures that)."""
+        self.calls += 1
+        awake, asleep = self.awake, self.asleep
+        if asleep is None or not self._quick():
+            return 0.0
+        if awake is None:
+            return self.max_s  # what waiting awake takes is measured next
+        spin = asleep.quick_s >= awake.quick_s * (1 + MIN_GAIN)
+        if self.calls % PROBE_EVERY == 0:
+            spin = not spin
+        return min(self.max_s, SPIN_FACTOR * awake.typical_s) if spin else 0.0
+
+    def _quick(self) -> bool:
+        """Whether replies typically take less than ``max_s``, waited for either way."""
+        known = [trips.typical_s for trips in (self.awake, self.asleep) if trips is not None]
+        return min(known) < self.max_s
+
+    def record(self, round_trip_s: float, spun: bool) -> None:
+        seen = self._seen[spun]
+        seen.append(round_trip_s)
+        if spun:
+            self.awake = RoundTrips.of(seen)
+        else:
+            self.asleep = RoundTrips.of(seen)
 
 
 class SpinningConnection(socketutil.SocketConnection):
-    """A Pyro5 client connection whose first read after a send spins (see the module)."""
+    """A Pyro5 client connection whose first read after a send may spin (see the module)."""
 
-    max_s: float = 0.0
+    policy: SpinPolicy | None = None
+    """Set by :func:`spin_for_replies` (None: never spins)."""
     _sent_at: float | None = None
-    _round_trip_s: float | None = None
     _poller: Any = None
 
     def send(self, data: bytes) -> None:
@@ -57,35 +116,49 @@ class SpinningConnection(socketutil.SocketConnection):
 
     def recv(self, size: int) -> bytes:
         sent_at, self._sent_at = self._sent_at, None
-        if sent_at is None:  # the rest of a reply whose first bytes were read
+        policy = self.policy
+        if sent_at is None or policy is None:  # (None: the rest of a reply begun)
             return super().recv(size)
-        self._spin(sent_at + spin_budget(self._round_trip_s, self.max_s))
+        budget = policy.budget()
+        spun = budget > 0 and self._spin(sent_at + budget)
         data = super().recv(size)
-        self._round_trip_s = smoothed(self._round_trip_s, time.perf_counter() - sent_at)
+        policy.record(time.perf_counter() - sent_at, spun)
         return data
 
-    def _spin(self, deadline: float) -> None:
+    def _spin(self, deadline: float) -> bool:
         """Poll until the reply is readable or ``deadline`` passed (each poll lets the GIL
-        go). TLS bytes already decrypted need no poll."""
-        if time.perf_counter() >= deadline or getattr(self.sock, "pending", _none)():
-            return
-        if self._poller is None:
-            self._poller = select.poll()
-            self._poller.register(self.sock, select.POLLIN)
-        poll = self._poller.poll
-        while not poll(0) and time.perf_counter() < deadline:
-            pass
+        go); False when another thread spins already (this one sleeps then). TLS bytes
+        already decrypted need no poll."""
+        if getattr(self.sock, "pending", _nothing_pending)():
+            return True
+        if not _SPINNER.acquire(blocking=False):
+            return False
+        try:
+            if self._poller is None:
+                self._poller = select.poll()
+                self._poller.register(self.sock, select.POLLIN)
+            poll = self._poller.poll
+            while not poll(0) and time.perf_counter() < deadline:
+                pass
+        finally:
+            _SPINNER.release()
+        return True
 
 
-def _none() -> int:
+_SPINNER = threading.Lock()
+"""Held by the thread spinning: one at a time per process, so threads publishing at once
+do not spend a CPU each, nor pass the GIL around among themselves."""
+
+
+def _nothing_pending() -> int:
     return 0
 
 
 def spin_for_replies(proxy: Pyro5.client.Proxy, max_s: float) -> None:
-    """Make the proxy's connection (once it has one) wait for replies as above. Pyro5
+    """Let the proxy's connection (once it has one) wait for replies as above. Pyro5
     makes its connection itself, as a plain ``SocketConnection``; that class is swapped
     for the subclass (no state of its own is lost: the subclass only adds some)."""
     conn: Any = getattr(proxy, "_pyroConnection", None)  # None until it connects
     if max_s > 0 and type(conn) is socketutil.SocketConnection:
         conn.__class__ = SpinningConnection
-        conn.max_s = max_s
+        conn.policy = SpinPolicy(max_s)

@@ -49,10 +49,11 @@ each on this kind of machine: as much as a one-event publish). A publisher that 
 without closing skips at most this many ids on its next run; none is ever reused."""
 RETRY_PAUSE_S = 0.2
 REPLY_SPIN_S = 0.0005
-"""How long ``publish`` (the caller's own thread) may wait for a reply awake before it
-sleeps (:mod:`~channel_client.reply_spin`): a one-event publish takes a few hundred µs;
-larger batches take longer and never spin. The ``submit`` sender does not spin: its wait
-overlaps the caller's own work."""
+"""The longest ``publish`` (the caller's own thread) waits for a reply awake before it
+sleeps (:mod:`~channel_client.reply_spin`: only where its replies are quicker than this
+and waiting awake is seen to make them quicker still, as for one-event publishes on a VM
+whose idle CPUs halt). The ``submit`` sender never does: its wait overlaps the caller's
+own work."""
 STOP_CHECK_S = 0.2
 """How often ``submit_all`` looks at its stop event while it waits (for room, for sends)."""
 DEFAULT_PARTITIONS = 16
