@@ -29,6 +29,11 @@ from typing import Any
 import Pyro5.client
 from Pyro5 import socketutil
 
+CALLER_SPIN_S = 0.0005
+"""The longest a caller's own thread, which has nothing to do but wait, waits for a reply
+awake: ``Publisher.publish`` and ``PullClient.get`` (a one-event publish or a get takes a
+few hundred µs here). Threads whose waits overlap other work (``submit``'s sender, a push
+subscriber's control thread, the broker) do not spin."""
 SPIN_FACTOR = 2.0
 """A spin lasts up to this many times the typical round trip: most replies come within."""
 WINDOW = 31

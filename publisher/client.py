@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from channel_client.remote import ClientOptions, RemoteChannel, polling
+from channel_client.reply_spin import CALLER_SPIN_S
 from channel_client.statefile import default_state_dir
 from channel_server.errors import (
     ClientError,
@@ -48,12 +49,6 @@ file is written (and synced) once per this many ids instead of before every batc
 each on this kind of machine: as much as a one-event publish). A publisher that dies
 without closing skips at most this many ids on its next run; none is ever reused."""
 RETRY_PAUSE_S = 0.2
-REPLY_SPIN_S = 0.0005
-"""The longest ``publish`` (the caller's own thread) waits for a reply awake before it
-sleeps (:mod:`~channel_client.reply_spin`: only where its replies are quicker than this
-and waiting awake is seen to make them quicker still, as for one-event publishes on a VM
-whose idle CPUs halt). The ``submit`` sender never does: its wait overlaps the caller's
-own work."""
 STOP_CHECK_S = 0.2
 """How often ``submit_all`` looks at its stop event while it waits (for room, for sends)."""
 DEFAULT_PARTITIONS = 16
@@ -173,7 +168,7 @@ class Publisher:
             kind=kind,
             id_scope=id_scope,
             pause_s=RETRY_PAUSE_S,
-            spin_s=REPLY_SPIN_S,
+            spin_s=CALLER_SPIN_S,  # the caller's own thread; the sender's does not spin
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
         self._packing = _Packing(channel)

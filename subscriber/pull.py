@@ -19,6 +19,7 @@ import Pyro5.errors
 
 from channel_client.per_topic import PerTopic
 from channel_client.remote import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, ClientOptions, RemoteChannel
+from channel_client.reply_spin import CALLER_SPIN_S
 from channel_client.statefile import StateFile, state_path
 from channel_server.private_files import default_state_dir
 from channel_server.wire import (
@@ -52,7 +53,7 @@ class PullClient:
 
     def _make(self, topic: str, drop_replies: int, create: bool) -> RemoteChannel:
         options = dataclasses.replace(self.options, drop_replies=drop_replies)
-        return RemoteChannel(options, topic, create=create, kind=TOPIC_KIND)
+        return RemoteChannel(options, topic, create=create, kind=TOPIC_KIND, spin_s=CALLER_SPIN_S)
 
     def _remote(self, topic: str, create: bool = False) -> RemoteChannel:
         return self._remotes.get(topic, create)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from channel_client.reply_spin import SpinningConnection
 from channel_server.errors import (
     BrokerUnavailable,
     InvalidArgument,
@@ -174,6 +175,8 @@ def test_topics_from_the_library_put_subscribe_and_get_in_order(
         assert [g["event"]["payload"] for g in got[:3]] == ["m0", "m1", "m2"]
         assert got[3]["status"] == "empty"
         assert [t["channel"] for t in reader.topics()] == ["news"]
+        got_with = reader._remote("news")._proxy._pyroConnection
+        assert type(got_with) is SpinningConnection  # gets wait awake where that pays
         assert reader.unsubscribe("news") is True
 
 
