@@ -44,9 +44,10 @@ costs shows there, while the broker's own pauses (a store's write, a push) sprea
 rest (on this project's VMs, the medians of both kinds overlap, their quickest do not)."""
 MIN_GAIN = 0.15
 """Spin only while the quick replies waited for asleep take this much longer than those
-waited for awake: 25-60 % longer on this project's VMs (a one-event publish), no longer
-with guest halt polling on (a one-event publisher spun on 90 % of its calls there, on
-12-19 % here: the probes, and the quick ends' noise)."""
+waited for awake: about half again as long for a one-event publish on this project's VMs,
+no longer with guest halt polling on. Measured with this bound, a one-event publisher spun
+on 90 % of its calls on those VMs and on 12-19 % with halt polling on (the probes, and the
+quick ends' noise)."""
 PROBE_EVERY = 16
 """One call in this many waits the way the policy does not choose, to keep both kinds
 current."""
