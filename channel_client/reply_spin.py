@@ -163,8 +163,9 @@ def _nothing_pending() -> int:
 def spin_for_replies(proxy: Pyro5.client.Proxy, max_s: float) -> None:
     """Let the proxy's connection (once it has one) wait for replies as above. Pyro5
     makes its connection itself, as a plain ``SocketConnection``; that class is swapped
-    for the subclass (no state of its own is lost: the subclass only adds some)."""
+    for the subclass (no state of its own is lost: the subclass only adds some). Where
+    ``select.poll`` is missing (Windows) nothing spins."""
     conn: Any = getattr(proxy, "_pyroConnection", None)  # None until it connects
-    if max_s > 0 and type(conn) is socketutil.SocketConnection:
+    if max_s > 0 and type(conn) is socketutil.SocketConnection and hasattr(select, "poll"):
         conn.__class__ = SpinningConnection
         conn.policy = SpinPolicy(max_s)

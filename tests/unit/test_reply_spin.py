@@ -4,6 +4,7 @@ or see a closed peer, on real sockets."""
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 from collections.abc import Iterator
@@ -203,6 +204,18 @@ def test_only_a_plain_pyro5_connection_is_made_to_spin() -> None:
         spin_for_replies(_HasConnection(off), 0.0)  # type: ignore[arg-type]
         assert type(off) is socketutil.SocketConnection
         spin_for_replies(_HasConnection(None), MAX_S)  # type: ignore[arg-type]  # not connected
+    finally:
+        mine.close()
+        theirs.close()
+
+
+def test_nothing_spins_where_there_is_no_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(select, "poll")  # as on Windows
+    mine, theirs = socket.socketpair()
+    try:
+        plain = socketutil.SocketConnection(mine)
+        spin_for_replies(_HasConnection(plain), MAX_S)  # type: ignore[arg-type]
+        assert type(plain) is socketutil.SocketConnection
     finally:
         mine.close()
         theirs.close()
