@@ -232,9 +232,9 @@ def test_a_signal_stops_publish_submit_on_a_full_channel_with_what_was_done(
     assert (figures["accepted"], figures["refused"], figures["interrupted"]) == (10, 90, True)
 
 
-def test_publish_waits_for_its_quick_replies_awake_and_the_sender_asleep(cluster: Cluster) -> None:
-    """The caller's own publishes spin for their replies; the submit sender, whose waits
-    overlap the caller's work, never does."""
+def test_publish_may_wait_for_its_replies_awake_and_the_sender_never(cluster: Cluster) -> None:
+    """The caller's own publishes may spin for their replies (where that pays); the submit
+    sender, whose waits overlap the caller's work, never does."""
     cluster.broker("jobs")
     with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
         pub.publish([pub.event(1)])
