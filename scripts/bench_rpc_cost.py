@@ -8,8 +8,10 @@ servers, each in a process of its own, the server's CPU per call read from /proc
   broker      ``channel_server serve`` (authentication, bounded connections, strict
               decoding, the channel), called by the library's ``Publisher``: the service
 
-No subscribers: what is measured is one publish round trip, not a push or an ack. Each
-row is the median of ``--runs`` runs of ``--calls`` calls.
+No subscribers: what is measured is one publish round trip, not a push or an ack. Every
+row's caller waits for its replies as ``Publisher.publish`` does (awake where that pays:
+``channel_client/reply_spin.py``). Each row is the median of ``--runs`` runs of
+``--calls`` calls.
 Run it with the project's venv:  .venv/bin/python scripts/bench_rpc_cost.py  (see --help).
 """
 
@@ -25,6 +27,8 @@ from typing import Any
 
 from bench_support.procs import ProcGroup, cpu_seconds, load_average
 from bench_support.service import CHANNEL, start_broker
+
+from channel_client.reply_spin import CALLER_SPIN_S, spin_for_replies
 
 READY = r"^serving (\S+)$"
 PUBLISHER_ID = "rpc-cost"
@@ -94,6 +98,8 @@ def run_plain(procs: ProcGroup, kind: str, calls: int, python: str) -> dict[str,
     child = procs.start(kind, [python, __file__, "--serve", kind, "--data-dir", data_dir], READY)
     uri = child.wait_ready().group(1)
     with Pyro5.api.Proxy(uri) as proxy:
+        proxy._pyroBind()  # connected: its replies are waited for as Publisher.publish's are
+        spin_for_replies(proxy, CALLER_SPIN_S)
         return timed(proxy.publish, events(calls), child.pid)
 
 
