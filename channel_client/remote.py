@@ -19,7 +19,7 @@ import Pyro5.client
 import Pyro5.errors
 
 from channel_client.lookup import resolve_channel
-from channel_client.reply_spin import spin_for_replies
+from channel_client.reply_spin import CALLER_SPIN_S, spin_for_replies
 from channel_server.errors import BrokerUnavailable, InvalidArgument, UnknownChannel
 from channel_server.wire import as_refusal, check_name, closed_by_peer, make_proxy
 
@@ -42,6 +42,14 @@ class ClientOptions:
     attempts: int = DEFAULT_ATTEMPTS
     timeout_s: float = DEFAULT_TIMEOUT_S
     drop_replies: int = 0
+    reply_spin_s: float = CALLER_SPIN_S
+    """The longest the caller's own calls wait for a quick reply awake, where that pays
+    (:mod:`~channel_client.reply_spin`; 0: never). Threads whose waits overlap other work
+    make their connections with no spin, whatever this says."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.reply_spin_s, int | float) and 0 <= self.reply_spin_s < 1):
+            raise InvalidArgument("reply_spin_s", "must be a number of seconds in [0, 1)")
 
     @classmethod
     def from_args(cls, args: Any) -> ClientOptions:

@@ -123,6 +123,7 @@ class Publisher:
         state: PublisherState | None = None,
         retry_for_s: float = 0.0,
         drop_replies: int = 0,
+        reply_spin_s: float = CALLER_SPIN_S,
     ) -> None:
         """``create``: host the channel (a ``kind`` ``queue`` or ``topic``) if nobody
         does yet; ``id_scope`` (``publisher`` or ``channel``): where the channel's ids must
@@ -134,7 +135,9 @@ class Publisher:
         overrides the stored sequence; ``state``: an open PublisherState instead of
         ``state_dir`` (the CLI shares one with its put journal); ``retry_for_s`` > 0
         retries a batch through the name server for that long when the broker is
-        unreachable (safe: a batch that did arrive comes back duplicate).
+        unreachable (safe: a batch that did arrive comes back duplicate); ``reply_spin_s``:
+        the longest ``publish`` waits for a quick reply awake, where that is seen to pay
+        (:mod:`~channel_client.reply_spin`; 0: never).
 
         Raises UnknownChannel (no such channel and not ``create``), BrokerUnavailable,
         InvalidArgument (a bad name or ``partitions``), StoreError (an unusable state
@@ -160,7 +163,9 @@ class Publisher:
         gives numbers back below it."""
         self._warned_duplicates = False
         attempts = 1 + int(retry_for_s / RETRY_PAUSE_S)
-        self._options = ClientOptions(ns_host, ns_port, attempts, timeout_s, drop_replies)
+        self._options = ClientOptions(
+            ns_host, ns_port, attempts, timeout_s, drop_replies, reply_spin_s
+        )
         self._remote = RemoteChannel(
             self._options,
             channel,
@@ -168,7 +173,7 @@ class Publisher:
             kind=kind,
             id_scope=id_scope,
             pause_s=RETRY_PAUSE_S,
-            spin_s=CALLER_SPIN_S,  # the caller's own thread; the sender's does not spin
+            spin_s=self._options.reply_spin_s,  # the caller's thread; the sender's never spins
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
         self._packing = _Packing(channel)

@@ -13,6 +13,7 @@ from typing import Any
 
 from channel_client.per_topic import PerTopic
 from channel_client.remote import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, ClientOptions
+from channel_client.reply_spin import CALLER_SPIN_S
 from channel_server.private_files import default_state_dir
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.client import Publisher
@@ -45,6 +46,7 @@ class Putter:
             state=self.state,
             retry_for_s=(o.attempts - 1) * 0.2,
             drop_replies=drop_replies,
+            reply_spin_s=o.reply_spin_s,
         )
 
     def _publisher(self, topic: str) -> Publisher:
@@ -92,13 +94,16 @@ class Putter:
         state_dir: str | os.PathLike[str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         attempts: int = DEFAULT_ATTEMPTS,
+        reply_spin_s: float = CALLER_SPIN_S,
     ) -> Putter:
         """The library's way in (docs/api.md): ``state_dir`` keeps the publisher's id
         sequence and the put in flight (None: this user's state dir), so a put a crash
-        interrupted is sent again by ``resend_pending`` and stored once."""
+        interrupted is sent again by ``resend_pending`` and stored once; ``reply_spin_s``:
+        as ``Publisher``'s."""
+        options = ClientOptions(ns_host, ns_port, attempts, timeout_s, reply_spin_s=reply_spin_s)
         where = Path(state_dir) if state_dir is not None else default_state_dir()
         state = PublisherState(where, check_name("publisher_id", publisher_id))
-        return cls(publisher_id, state, ClientOptions(ns_host, ns_port, attempts, timeout_s))
+        return cls(publisher_id, state, options)
 
     def __enter__(self) -> Putter:
         return self

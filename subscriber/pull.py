@@ -53,7 +53,8 @@ class PullClient:
 
     def _make(self, topic: str, drop_replies: int, create: bool) -> RemoteChannel:
         options = dataclasses.replace(self.options, drop_replies=drop_replies)
-        return RemoteChannel(options, topic, create=create, kind=TOPIC_KIND, spin_s=CALLER_SPIN_S)
+        spin_s = options.reply_spin_s
+        return RemoteChannel(options, topic, create=create, kind=TOPIC_KIND, spin_s=spin_s)
 
     def _remote(self, topic: str, create: bool = False) -> RemoteChannel:
         return self._remotes.get(topic, create)
@@ -101,12 +102,16 @@ class PullClient:
         state_dir: str | os.PathLike[str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         attempts: int = DEFAULT_ATTEMPTS,
+        reply_spin_s: float = CALLER_SPIN_S,
     ) -> PullClient:
         """The library's way in (docs/api.md): ``state_dir`` keeps the last message
         received per topic (None: this user's state dir), so a restarted client neither
-        loses nor repeats one; a call that gets no answer is tried ``attempts`` times."""
+        loses nor repeats one; a call that gets no answer is tried ``attempts`` times;
+        ``reply_spin_s``: the longest a call waits for a quick reply awake, where that is
+        seen to pay (:mod:`~channel_client.reply_spin`; 0: never)."""
         where = Path(state_dir) if state_dir is not None else default_state_dir()
-        return cls(subscriber_id, where, ClientOptions(ns_host, ns_port, attempts, timeout_s))
+        options = ClientOptions(ns_host, ns_port, attempts, timeout_s, reply_spin_s=reply_spin_s)
+        return cls(subscriber_id, where, options)
 
     def __enter__(self) -> PullClient:
         return self

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from Pyro5.socketutil import SocketConnection
 
 from channel_client.reply_spin import SpinningConnection
 from channel_server.errors import (
@@ -178,6 +179,22 @@ def test_topics_from_the_library_put_subscribe_and_get_in_order(
         got_with = reader._remote("news")._proxy._pyroConnection
         assert type(got_with) is SpinningConnection  # gets wait awake where that pays
         assert reader.unsubscribe("news") is True
+
+
+def test_topic_clients_told_not_to_spin_wait_for_their_replies_asleep(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.broker()
+    with (
+        PullClient.open("r", ns_port=cluster.ns_port, state_dir=tmp_path, reply_spin_s=0) as r,
+        Putter.open("w", ns_port=cluster.ns_port, state_dir=tmp_path, reply_spin_s=0) as w,
+    ):
+        r.subscribe("news")
+        w.put("news", "m0")
+        assert r.get("news")["event"]["payload"] == "m0"
+        got_with = r._remote("news")._proxy._pyroConnection
+        put_with = w._publishers.get("news")._remote._proxy._pyroConnection
+    assert type(got_with) is type(put_with) is SocketConnection
 
 
 def test_a_subscriber_with_no_broker_says_what_to_start() -> None:

@@ -245,3 +245,11 @@ def test_publish_may_wait_for_its_replies_awake_and_the_sender_never(cluster: Cl
     assert type(foreground) is SpinningConnection
     assert foreground.policy.calls > 0
     assert type(sender) is socketutil.SocketConnection
+
+
+def test_a_publisher_told_not_to_spin_waits_for_its_replies_asleep(cluster: Cluster) -> None:
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None, reply_spin_s=0) as pub:
+        for n in range(3):
+            pub.publish([pub.event(n)])
+        assert type(pub._remote._proxy._pyroConnection) is socketutil.SocketConnection

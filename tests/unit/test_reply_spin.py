@@ -14,7 +14,9 @@ import pytest
 from Pyro5 import socketutil
 
 from channel_client import reply_spin
+from channel_client.remote import ClientOptions
 from channel_client.reply_spin import (
+    CALLER_SPIN_S,
     MIN_GAIN,
     PROBE_EVERY,
     SPIN_FACTOR,
@@ -24,6 +26,7 @@ from channel_client.reply_spin import (
     SpinPolicy,
     spin_for_replies,
 )
+from channel_server.errors import InvalidArgument
 
 MAX_S = 0.0005
 PEER_WAIT_S = 30.0
@@ -219,3 +222,10 @@ def test_nothing_spins_where_there_is_no_poll(monkeypatch: pytest.MonkeyPatch) -
     finally:
         mine.close()
         theirs.close()
+
+
+@pytest.mark.parametrize("bad", [-0.001, 1.0, float("nan"), "0.5"])
+def test_a_spin_bound_that_is_not_a_fraction_of_a_second_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidArgument, match="reply_spin_s"):
+        ClientOptions("127.0.0.1", 9090, reply_spin_s=bad)  # type: ignore[arg-type]
+    assert ClientOptions("127.0.0.1", 9090).reply_spin_s == CALLER_SPIN_S
