@@ -104,12 +104,12 @@ class RemoteChannel:
         kind: str = "queue",
         id_scope: str | None = None,
         pause_s: float = DEFAULT_PAUSE_S,
-        spin_s: float = 0.0,
+        awake: bool = False,
     ) -> None:
         """``options``: the name server and the tries, each ``options.timeout_s`` long;
         ``create``, ``kind``, ``id_scope``: see :func:`~channel_client.lookup.resolve_channel`;
-        ``spin_s``: how long a reply may be waited for awake (:mod:`~channel_client.reply_spin`;
-        0: never), for a caller that has nothing else to do meanwhile."""
+        ``awake``: the caller has nothing else to do while it waits, so its replies may be
+        waited for awake, up to ``options.reply_spin_s`` (:mod:`~channel_client.reply_spin`)."""
         self.channel = check_name("channel", channel)
         self._ns = (options.ns_host, options.ns_port)
         self._create, self._kind, self._id_scope = create, kind, id_scope
@@ -117,7 +117,7 @@ class RemoteChannel:
         self._attempts = max(1, options.attempts)
         self._pause_s = pause_s
         self._drop_replies = options.drop_replies
-        self._spin_s = spin_s
+        self._spin_s = options.reply_spin_s if awake else 0.0
         self._proxy: Pyro5.client.Proxy | None = None
         self.retries = 0
 

@@ -20,6 +20,7 @@ of a process spins at a time (the others sleep), and the GIL is let go at every 
 from __future__ import annotations
 
 import select
+import ssl
 import threading
 import time
 from collections import deque
@@ -135,7 +136,7 @@ class SpinningConnection(socketutil.SocketConnection):
         """Poll until the reply is readable or ``deadline`` passed (each poll lets the GIL
         go); False when another thread spins already (this one sleeps then). TLS bytes
         already decrypted need no poll."""
-        if getattr(self.sock, "pending", _nothing_pending)():
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
             return True
         if not _SPINNER.acquire(blocking=False):
             return False
@@ -154,10 +155,6 @@ class SpinningConnection(socketutil.SocketConnection):
 _SPINNER = threading.Lock()
 """Held by the thread spinning: one at a time per process, so threads publishing at once
 do not spend a CPU each, nor pass the GIL around among themselves."""
-
-
-def _nothing_pending() -> int:
-    return 0
 
 
 def spin_for_replies(proxy: Pyro5.client.Proxy, max_s: float) -> None:

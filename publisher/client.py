@@ -173,7 +173,7 @@ class Publisher:
             kind=kind,
             id_scope=id_scope,
             pause_s=RETRY_PAUSE_S,
-            spin_s=self._options.reply_spin_s,  # the caller's thread; the sender's never spins
+            awake=True,  # the caller's own thread; the sender's waits overlap its work
         )
         self._remote.call("ping")  # fail fast on a wrong name or a missing broker
         self._packing = _Packing(channel)

@@ -53,8 +53,7 @@ class PullClient:
 
     def _make(self, topic: str, drop_replies: int, create: bool) -> RemoteChannel:
         options = dataclasses.replace(self.options, drop_replies=drop_replies)
-        spin_s = options.reply_spin_s
-        return RemoteChannel(options, topic, create=create, kind=TOPIC_KIND, spin_s=spin_s)
+        return RemoteChannel(options, topic, create=create, kind=TOPIC_KIND, awake=True)
 
     def _remote(self, topic: str, create: bool = False) -> RemoteChannel:
         return self._remotes.get(topic, create)
