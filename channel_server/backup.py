@@ -38,6 +38,12 @@ class ChannelBackup:
         with _no_gc():  # millions of new objects: no collections until they are all in place
             return self.store.load(self._name, self._payload_budget())
 
+    def claim_sessions(self) -> int:
+        """This life's first session, from the store (see Store.claim_sessions): at least
+        the clock's seed the core began with. Read without the lock, before any session is
+        given out."""
+        return self.store.claim_sessions(self._name, self._state.core.next_session)
+
     def restore(self, snapshot: ChannelSnapshot) -> None:
         """Under the lock: put what the store kept into the core, and its groups back in
         the store (a restored group keeps the offset it was created at)."""

@@ -50,13 +50,15 @@ from channel_server.outcomes import Outcomes
 from channel_server.publishing import Publishing
 from channel_server.pull import PullSide
 from channel_server.push import PushDelivery
+from channel_server.steady_clock import steady_time
 from channel_server.store.base import Store
 from channel_server.strict_calls import checked_arity
 from channel_server.upkeep import Upkeep
 from channel_server.users import Action
 
 SESSION_SEED_SCALE = 1_000_000
-"""Sessions start at the clock in microseconds: each life of a channel uses new ones."""
+"""Sessions start at the clock in microseconds, or past those of the channel's earlier
+lives on its store if that is more (Store.claim_sessions): each life uses new ones."""
 
 
 @checked_arity
@@ -76,7 +78,7 @@ class EventChannel:
         pool: DispatchPool,
         access: Access | None = None,
         kind: ChannelKind = ChannelKind.QUEUE,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = steady_time,
         id_scope: IdScope = IdScope.PUBLISHER,
         cpu_clock: Callable[[], float] = time.process_time,
         machine_clock: Callable[[], CpuTimes | None] = unknown_machine,

@@ -52,7 +52,8 @@ class ChannelState:
     config: ChannelConfig
     core: ChannelCore
     now: Callable[[], float]
-    """The clock (``time.time`` but in tests); read under the lock, passed to the core."""
+    """The clock (:func:`~channel_server.steady_clock.steady_time` but in tests); read
+    under the lock, passed to the core."""
     # The channel lock: one mutex per channel, like CPython queue.Queue's.
     # Guards: the core (groups, members, partition queues, counters, dead letters, the
     #   dedupe window) and the state every part of this channel keeps (push scheduling

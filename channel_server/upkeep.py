@@ -42,7 +42,9 @@ class Upkeep:
         """See EventChannel.restore. The store is read outside the lock."""
         started = time.perf_counter()
         snapshot = self._backup.load()
+        first_session = self._backup.claim_sessions()
         with self._state.lock:
+            self._state.core.start_sessions_at(first_session)
             self._backup.restore(snapshot)
             self._members.resume()
             self._push.changed()

@@ -45,8 +45,10 @@ class ChannelCore:
         first_session: int = 1,
         id_scope: IdScope = IdScope.PUBLISHER,
     ) -> None:
-        """``first_session`` should differ between lives of the channel (the facade seeds
-        it from the clock), so that an ack of a session from before a restart is stale.
+        """``first_session`` should exceed every session of the channel's earlier lives
+        (the facade seeds it from the clock, then from what the store claimed, see
+        :meth:`start_sessions_at`), so that an ack of a session from before a restart is
+        stale.
         ``id_scope``: where ids must be unique (what the delivered-ID window holds)."""
         self.name = name
         self.config = config
@@ -109,6 +111,15 @@ class ChannelCore:
     def forget_member(self, group_name: str, member_id: str, force: bool = False) -> Forgotten:
         """Remove a member now, an operator's ``forget`` (see :func:`roster.forget`)."""
         return roster.forget(self, group_name, member_id, force)
+
+    @property
+    def next_session(self) -> int:
+        return self._next_session
+
+    def start_sessions_at(self, first: int) -> None:
+        """Give out sessions from ``first`` on (the store's claim for this life), never
+        going back to one given out already."""
+        self._next_session = max(self._next_session, first)
 
     def new_session(self) -> int:
         session = self._next_session

@@ -39,11 +39,29 @@ class ChannelRecord:
     scopes existed reads back as ``channel`` (what its delivered window holds)."""
 
 
+SESSIONS_PER_LIFE = 1 << 32
+"""Session numbers one life of a channel claims (:meth:`Store.claim_sessions`): a new one
+per subscribe, so a life would need four billion subscribes to run out."""
+SESSIONS_KEY = "sessions claimed by "
+"""The SQL stores' ``meta`` key of a channel (its name follows): where the numbers its
+lives claimed end. (A file or database an older broker wrote has none; an older broker
+passes it by.)"""
+
+
 class Store(ABC):
     """Home of channels, groups, members, unacknowledged events and dead letters."""
 
     durable: bool = False
     """Whether what is written survives the process (and so a restart restores it)."""
+
+    @abstractmethod
+    def claim_sessions(self, channel: str, at_least: int) -> int:
+        """The first of SESSIONS_PER_LIFE session numbers for a new life of ``channel``:
+        ``at_least`` (the clock), or past the numbers its earlier lives on this store
+        claimed if that is more; claimed durably before it returns. A subscriber refuses
+        pushes of a session older than one it saw, so a life's numbers must exceed every
+        earlier life's, whatever the clocks of the brokers (set back, or another machine's)
+        say."""
 
     @abstractmethod
     def save_channel(self, record: ChannelRecord) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from channel_server.core.queues import DELIVERY_ORDER
 from channel_server.events import Event, PartitionKey
 from channel_server.store.base import (
+    SESSIONS_PER_LIFE,
     ChannelRecord,
     ChannelSnapshot,
     DeadLetterRecord,
@@ -41,9 +42,17 @@ class MemoryStore(Store):
         self._lock = threading.Lock()
         self._channels: dict[str, ChannelRecord] = {}
         self._data: dict[str, _ChannelData] = {}
+        self._sessions: dict[str, int] = {}
+        """channel -> the session numbers its lives in this process claimed end here"""
 
     def _of(self, channel: str) -> _ChannelData:
         return self._data.setdefault(channel, _ChannelData())
+
+    def claim_sessions(self, channel: str, at_least: int) -> int:
+        with self._lock:
+            first = max(at_least, self._sessions.get(channel, 0))
+            self._sessions[channel] = first + SESSIONS_PER_LIFE
+        return first
 
     def save_channel(self, record: ChannelRecord) -> None:
         with self._lock:

@@ -93,6 +93,13 @@ FENCE_CTE = (
     "AND owner = %(me)s AND epoch = %(epoch)s AND expires_at > now() FOR SHARE) "
 )
 """FENCE for a statement that is its own transaction: it writes only ``FROM fence``."""
+CLAIM_SESSIONS = (
+    "INSERT INTO meta AS m VALUES (%(key)s, (%(at_least)s::bigint + %(n)s)::text) "
+    "ON CONFLICT (key) DO UPDATE "
+    "SET value = (GREATEST(m.value::bigint, %(at_least)s) + %(n)s)::text "
+    "RETURNING m.value::bigint - %(n)s"
+)
+"""Store.claim_sessions in one statement: two brokers claiming at once both get new ones."""
 STILL_OURS = "SELECT 1 FROM channel_leases WHERE channel = %s AND owner = %s AND epoch = %s"
 LEASES = (
     "SELECT c.name, l.owner, COALESCE(l.epoch, 0), "

@@ -27,7 +27,13 @@ from typing import Any
 
 from channel_server.errors import LeaseLost, StoreError
 from channel_server.store import pg_schema as sql
-from channel_server.store.base import ChannelRecord, ChannelSnapshot, Store
+from channel_server.store.base import (
+    SESSIONS_KEY,
+    SESSIONS_PER_LIFE,
+    ChannelRecord,
+    ChannelSnapshot,
+    Store,
+)
 from channel_server.store.deferred import DeferredWrites, PendingWrites, write_in_background
 from channel_server.store.dsn import describe
 from channel_server.store.leases import Lease
@@ -265,6 +271,12 @@ class PostgresStore(PgWrites, Store):
         return [Lease(*row) for row in rows]
 
     # -- channels ------------------------------------------------------------------------
+    def claim_sessions(self, channel: str, at_least: int) -> int:
+        args = {"key": SESSIONS_KEY + channel, "at_least": at_least, "n": SESSIONS_PER_LIFE}
+        with self._tx() as (cur, _):
+            (first,) = cur.execute(sql.CLAIM_SESSIONS, args).fetchone()
+        return int(first)
+
     def save_channel(self, record: ChannelRecord) -> None:
         """A new channel is created with its lease taken by this broker (epoch 1) in the
         same transaction; an existing one is left as it is (idempotent)."""

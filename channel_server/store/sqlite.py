@@ -32,6 +32,8 @@ from channel_server.errors import StoreError
 from channel_server.events import Event, PartitionKey
 from channel_server.private_files import open_private_append
 from channel_server.store.base import (
+    SESSIONS_KEY,
+    SESSIONS_PER_LIFE,
     ChannelRecord,
     ChannelSnapshot,
     DeadLetterRecord,
@@ -363,6 +365,15 @@ class SQLiteStore(Store):
             return self._db.execute(sql, args).fetchall()
 
     # -- channels, groups, members -------------------------------------------------------
+    def claim_sessions(self, channel: str, at_least: int) -> int:
+        key = SESSIONS_KEY + channel
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            first = max(at_least, int(row[0]) if row else 0)
+            claimed = first + SESSIONS_PER_LIFE
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, claimed))
+        return first
+
     def save_channel(self, record: ChannelRecord) -> None:
         base = self._base(record.name)
         with self._tx() as db:

@@ -168,8 +168,11 @@ class Cluster:
         this test's tmp dir, as this process does while the cluster lives."""
         return dict(os.environ, PYTHONUNBUFFERED="1", PUBSUB_STATE_DIR=str(self.tmp / "state"))
 
-    def start(self, name: str, argv: list[str], ready: str | None) -> Proc:
-        proc = Proc(name, argv, self.env)
+    def start(
+        self, name: str, argv: list[str], ready: str | None, env: dict[str, str] | None = None
+    ) -> Proc:
+        """``env`` overrides some of the cluster's environment for this process."""
+        proc = Proc(name, argv, self.env | (env or {}))
         self.procs.append(proc)
         if ready:
             try:
@@ -179,7 +182,13 @@ class Cluster:
                 raise
         return proc
 
-    def broker(self, *channels: str, extra: tuple[str, ...] = (), name: str = "broker") -> Proc:
+    def broker(
+        self,
+        *channels: str,
+        extra: tuple[str, ...] = (),
+        name: str = "broker",
+        env: dict[str, str] | None = None,
+    ) -> Proc:
         """A broker process; its store lives in this test's tmp dir unless ``--memory`` or
         ``--store``."""
         argv = ["-m", "channel_server", "serve", *self.ns, *extra]
@@ -187,7 +196,7 @@ class Cluster:
             argv += ["--data-dir", str(self.data_dir(name))]
         for channel in channels:
             argv += ["--channel", channel]
-        return self.start(name, argv, r"broker \S+ ready at")
+        return self.start(name, argv, r"broker \S+ ready at", env)
 
     def subscriber(self, channel: str, sub_id: str, *extra: str) -> Proc:
         argv = ["-m", "subscriber", "run", *self.ns, "--channel", channel, "--id", sub_id]

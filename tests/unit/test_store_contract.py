@@ -12,7 +12,12 @@ import pytest
 from channel_server.core.spill import COLD
 from channel_server.events import Event, IdScope, validate_batch
 from channel_server.store import MemoryStore, Store, pg_reads, sqlite_reads
-from channel_server.store.base import ChannelRecord, DeadLetterRecord, MemberRecord
+from channel_server.store.base import (
+    SESSIONS_PER_LIFE,
+    ChannelRecord,
+    DeadLetterRecord,
+    MemberRecord,
+)
 from channel_server.store.postgres import PostgresStore
 from channel_server.store.sqlite import SQLiteStore
 
@@ -210,6 +215,21 @@ def test_a_durable_store_reads_back_everything_after_reopening(opener: Opener) -
     assert snap.delivered == [("pub", "id-1", 50.0), ("pub", "id-2", 60.0)]
     assert snap.next_offset == 3
     assert [m.member_id for m in snap.members] == ["s1"]
+
+
+def test_each_life_of_a_channel_claims_sessions_past_the_earlier_ones_whatever_the_clock(
+    opener: Opener,
+) -> None:
+    store = opener()
+    store.save_channel(ChannelRecord("c", "queue"))
+    first = store.claim_sessions("c", 5_000)
+    assert first == 5_000  # the clock's seed, the first time
+    restarted = opener()  # a restart whose clock was set back
+    second = restarted.claim_sessions("c", 1_000)
+    assert second == first + SESSIONS_PER_LIFE
+    ahead = second + 10 * SESSIONS_PER_LIFE  # a clock that moved on: the clock again
+    assert restarted.claim_sessions("c", ahead) == ahead
+    assert restarted.claim_sessions("other", 7) == 7  # each channel has its own
 
 
 def test_deferred_acks_and_deletes_are_seen_by_every_reader(store: Store) -> None:
