@@ -80,7 +80,7 @@ class Access:
             raise NotAuthorized(
                 "the token itself was sent, not a proof of it: upgrade the client"
                 if sent_token
-                else "wrong credential for user 'owner'"
+                else self._owner_proofs.refusal(data, "wrong credential for user 'owner'")
             )
         return self._owner, proofs.answer(self._token, SERVER_ROLE, nonce)
 

@@ -68,8 +68,9 @@ def secret_gate(secret: str, what: str, clock: Callable[[], float] = time.time) 
     def admit(conn: Any, data: Any) -> dict[str, str]:
         nonce = checks.admit(data)
         if nonce is None:
-            log.warning("%s: refused a connection from %s", what, peer_of(conn))
-            raise NotAuthorized(f"{what} admits only the broker it subscribed with")
+            reason = checks.refusal(data, f"{what} admits only the broker it subscribed with")
+            log.warning("%s: refused a connection from %s: %s", what, peer_of(conn), reason)
+            raise NotAuthorized(reason)
         return proofs.answer(secret, SUBSCRIBER_ROLE, nonce)
 
     return admit

@@ -72,15 +72,11 @@ class Proofs:
     def admit(self, data: Any) -> str | None:
         """The nonce of a proof made with the secret within the window and not used
         before (then remembered); None otherwise."""
-        if not isinstance(data, dict) or data.get("user") != self._user:
+        if (made := self._made(data)) is None:
             return None
-        nonce, made_at, proof = data.get("nonce"), data.get("time"), data.get("proof")
-        if not (isinstance(nonce, str) and len(nonce) == NONCE_CHARS and isinstance(proof, str)):
-            return None
+        nonce, made_at = made
         now = self._clock()
-        if type(made_at) is not float or abs(now - made_at) > PROOF_WINDOW_S:
-            return None
-        if not hmac.compare_digest(proof, mac(self._secret, self._user, nonce, repr(made_at))):
+        if abs(now - made_at) > PROOF_WINDOW_S:
             return None
         with self._lock:
             while self._seen:  # oldest first (insertion order): drop the expired ones
@@ -92,3 +88,31 @@ class Proofs:
                 return None
             self._seen[nonce] = now
         return nonce
+
+    def refusal(self, data: Any, otherwise: str) -> str:
+        """Why ``data`` was not admitted: ``otherwise``, unless it proves the secret and
+        only its time was off, when the two machines' clocks differ by more than the
+        window (which a user would not guess from "wrong credential")."""
+        if (made := self._made(data)) is None:
+            return otherwise
+        gap = made[1] - self._clock()
+        if abs(gap) <= PROOF_WINDOW_S:
+            return otherwise
+        return (
+            f"the proof was made {abs(gap):,.0f} s {'ahead of' if gap > 0 else 'behind'} "
+            f"this daemon's clock (at most {PROOF_WINDOW_S:.0f} s apart): the clocks of the "
+            "two machines differ"
+        )
+
+    def _made(self, data: Any) -> tuple[str, float] | None:
+        """(nonce, time) of a well-formed proof made with the secret, whenever made."""
+        if not isinstance(data, dict) or data.get("user") != self._user:
+            return None
+        nonce, made_at, proof = data.get("nonce"), data.get("time"), data.get("proof")
+        if not (isinstance(nonce, str) and len(nonce) == NONCE_CHARS and isinstance(proof, str)):
+            return None
+        if type(made_at) is not float:
+            return None
+        if not hmac.compare_digest(proof, mac(self._secret, self._user, nonce, repr(made_at))):
+            return None
+        return nonce, made_at

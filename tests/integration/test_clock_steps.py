@@ -14,6 +14,9 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
+from channel_server.errors import NotAuthorized
 from tests.integration.conftest import publisher_for
 from tests.integration.procs import Cluster
 
@@ -71,3 +74,12 @@ def test_a_clock_stepped_forward_does_not_make_the_window_forget_ids(cluster: Cl
         again = pub.publish([pub.event(0)])  # the first event's id, sent again
     assert again["accepted"] == 0
     assert again["duplicates"] == ["PUB-1"]
+
+
+def test_a_client_whose_clock_is_far_off_the_brokers_is_told_so(cluster: Cluster) -> None:
+    clock = ShiftedClock(cluster.tmp)
+    clock.step(600.0)  # the broker's machine ten minutes ahead of this one
+    broker = cluster.broker("steps", env=clock.env)
+    with pytest.raises(NotAuthorized, match=r"made 600 s behind this daemon's clock .*differ"):
+        publisher_for(cluster, "steps").publish([])
+    broker.wait_for(r"refused a connection from .*: the proof was made 600 s behind")

@@ -69,12 +69,24 @@ def test_anything_but_a_proof_of_the_secret_is_refused(handshake: object) -> Non
         gate(Conn(), handshake)
 
 
-@pytest.mark.parametrize("skew_s", [PROOF_WINDOW_S + 1, -PROOF_WINDOW_S - 1])
-def test_a_proof_made_too_long_ago_or_ahead_is_refused(skew_s: float) -> None:
+@pytest.mark.parametrize(
+    "skew_s, said", [(PROOF_WINDOW_S + 1, "301 s behind"), (-PROOF_WINDOW_S - 1, "301 s ahead of")]
+)
+def test_a_proof_made_too_long_ago_or_ahead_is_refused_saying_the_clocks_differ(
+    skew_s: float, said: str
+) -> None:
     handshake = callback_credential(SECRET).handshake()
     gate, _ = gate_at(handshake["time"] + skew_s)
-    with pytest.raises(NotAuthorized):
+    with pytest.raises(NotAuthorized, match=f"made {said} this daemon's clock .*clocks of the"):
         gate(Conn(), handshake)
+
+
+def test_a_wrong_proof_from_a_clock_far_off_is_still_only_a_wrong_one() -> None:
+    handshake = callback_credential("another-secret").handshake()
+    gate, _ = gate_at(handshake["time"] + 3600.0)
+    with pytest.raises(NotAuthorized) as refused:
+        gate(Conn(), handshake)
+    assert refused.value.reason == "subscriber s1 admits only the broker it subscribed with"
 
 
 def test_a_replay_stays_refused_until_its_proof_is_too_old_anyway() -> None:
