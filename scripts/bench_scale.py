@@ -449,7 +449,8 @@ def markdown(report: dict[str, list[dict[str, Any]]]) -> str:
         for r in rows:
             cells = [_cell(r.get(k), fmt) for k, fmt in columns]
             lines.append("| " + " | ".join(cells) + " |")
-        lines += _push_costs(rows)
+        if name == "prefetch":  # the sweep that varies only the push size
+            lines += _push_costs(rows)
     return "\n".join(lines)
 
 
@@ -462,7 +463,8 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def _push_costs(rows: list[dict[str, Any]]) -> list[str]:
-    """The per-event and per-push parts of the CPU, for a sweep whose push sizes vary."""
+    """The per-event and per-push parts of the CPU, for the prefetch sweep (where only
+    the push size varies: a line through another sweep's rows means nothing)."""
     lines = []
     for column, who in (("cpu_us_per_event", "broker"), ("subs_cpu_us_per_event", "subscribers")):
         if (fit := push_cost(rows, column)) is not None:
