@@ -129,6 +129,18 @@ class Report:
         return "\n".join(lines)
 
 
+STALE_PUSH = re.compile(r"refused a push: session (\d+) is older than")
+
+
+def refused_again(lines: Iterable[str]) -> list[str]:
+    """Sessions whose pushes one subscriber refused as older than one it saw, more than
+    once. A dead broker's late push is refused once; the same session refused again is a
+    live broker retrying its pushes in a session older than the subscriber's (a new life
+    of the channel that gave out older sessions): its work would never reach it."""
+    refused = Counter(m.group(1) for line in lines if (m := STALE_PUSH.search(line)))
+    return sorted(session for session, times in refused.items() if times > 1)
+
+
 def declared_dead_events(
     stamped_lines: Iterable[tuple[float, str]], channel: str
 ) -> list[tuple[float, str]]:

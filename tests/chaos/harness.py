@@ -21,9 +21,9 @@ from typing import Any
 
 from channel_client.lookup import resolve_channel
 from channel_server.wire import make_proxy
-from tests.chaos.checker import Report, check, declared_dead_events
-from tests.chaos.nemesis import BROKER, Fault, Nemesis, schedule
-from tests.integration.procs import Cluster, Proc, wait_until
+from tests.chaos.checker import Report, check, declared_dead_events, refused_again
+from tests.chaos.nemesis import BROKER, Fault, Nemesis, clock_steps, schedule
+from tests.integration.procs import Cluster, Proc, ShiftedClock, wait_until
 
 CHANNEL = "chaos"
 SUBSCRIBERS = ("s1", "s2", "s3")
@@ -78,6 +78,8 @@ class ChaosWorld:
         self.broker_args = broker_args
         """Added to every start of the broker (``--broker-arg``)."""
         self.sub_state = cluster.tmp / "sub-state"
+        self.clock = ShiftedClock(cluster.tmp)
+        """The broker's wall clock, which the nemesis steps (its every start reads it)."""
         self.brokers: list[Proc] = []
         self._procs: dict[str, Proc] = {}
         self._lock = threading.Lock()
@@ -97,6 +99,7 @@ class ChaosWorld:
                     proc = self.cluster.broker(
                         CHANNEL,
                         extra=("--data-dir", str(self.cluster.data_dir(BROKER)), *self.broker_args),
+                        env=self.clock.env,
                     )
                 else:
                     wait_until(self.channel_answers, RESTART_TIMEOUT_S, f"{CHANNEL} answering")
@@ -113,6 +116,9 @@ class ChaosWorld:
             if target == BROKER:
                 self.brokers.append(proc)
         return proc
+
+    def step_clock(self, seconds: float) -> None:
+        self.clock.step(seconds)
 
     def stop_subscribers(self) -> None:
         with self._lock:
@@ -229,7 +235,9 @@ def run_once(
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f"chaos-seed{seed}-", dir=workdir))
     say(f"chaos seed {seed}: tmp dir {tmp}")
-    faults = schedule(seed, stream_s, SUBSCRIBERS)
+    faults = sorted(
+        schedule(seed, stream_s, SUBSCRIBERS) + clock_steps(seed, stream_s), key=lambda f: f.at
+    )
     cluster = Cluster(tmp)
     world = ChaosWorld(cluster, broker_args)
     nemesis = Nemesis(world, faults, seed, say)
@@ -285,8 +293,19 @@ def _run(
     declared = declared_dead_events(world.broker_lines(), CHANNEL)
     report = check(published, records(), nemesis.log, declared, PREFETCH)
     report.inactive_alive = inactive
-    report.errors = errors
+    report.errors = errors + stale_sessions(cluster)
     return report
+
+
+def stale_sessions(cluster: Cluster) -> list[str]:
+    """A subscriber that refused a live broker's pushes as of an older session (every
+    life of its process: their output is read to the end)."""
+    errors = []
+    for sub in SUBSCRIBERS:
+        lines = [line for proc in cluster.procs if proc.name == sub for line in proc.lines]
+        if sessions := refused_again(lines):
+            errors.append(f"{sub} refused the pushes of session(s) {sessions} again and again")
+    return errors
 
 
 def _save(tmp: Path, cluster: Cluster, faults: list[Fault], nemesis: Nemesis) -> None:

@@ -22,6 +22,13 @@ from tests.integration.procs import Proc
 
 KINDS = ("sub-kill", "sub-stop", "sub-term", "broker-kill", "drop-acks", "crash-after")
 BROKER = "broker"
+CLOCK = "broker-clock"
+"""The kind and target of a step of the broker's wall clock (:func:`clock_steps`)."""
+CLOCK_STEPS_MAX = 2
+CLOCK_STEP_S = (30.0, 250.0)
+"""How far a step sets the broker's clock off the true time, back or forward: within the
+300 s a proof of the token or of a callback secret may be off (proofs.PROOF_WINDOW_S), as
+between two machines whose clocks are set."""
 DROP_ACKS = "drop-acks:0.2"
 RESTART_MARGIN_S = 3.0
 """Reserved after each fault for the restart, so faults on one target do not overlap."""
@@ -42,12 +49,16 @@ class Fault:
     """Pause before the restart (kills), stop length, drop-acks phase, crash-after wait cap."""
     count: int = 0
     """crash-after: exit when this event arrives."""
+    shift: float = 0.0
+    """broker-clock: seconds the broker's wall clock reads off from then on."""
 
     @property
     def busy(self) -> tuple[float, float]:
         return self.at, self.at + self.duration + RESTART_MARGIN_S
 
     def __str__(self) -> str:
+        if self.kind == CLOCK:
+            return f"+{self.at:.2f}s {self.kind} ({self.shift:+.1f}s off)"
         extra = f" N={self.count}" if self.kind == "crash-after" else ""
         return f"+{self.at:.2f}s {self.kind} {self.target} ({self.duration:.2f}s{extra})"
 
@@ -85,6 +96,20 @@ def schedule(
     return sorted(faults, key=lambda f: (f.at, f.target))
 
 
+def clock_steps(seed: int, stream_s: float) -> list[Fault]:
+    """0-2 steps of the broker's wall clock at random times within the stream, drawn apart
+    from :func:`schedule` (a seed keeps the process faults it drew before these existed).
+    A step holds until the next, across the broker's restarts: a broker killed then
+    starts with its clock off."""
+    rng = random.Random(f"clock steps {seed}")
+    steps = []
+    for _ in range(rng.randint(0, CLOCK_STEPS_MAX)):
+        at = rng.uniform(0.05, 0.7) * stream_s
+        shift = rng.choice((-1, 1)) * rng.uniform(*CLOCK_STEP_S)
+        steps.append(Fault(CLOCK, CLOCK, round(at, 3), 0.0, shift=round(shift, 1)))
+    return sorted(steps, key=lambda f: f.at)
+
+
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
@@ -98,6 +123,10 @@ class World(Protocol):
 
     def restart(self, target: str, *extra: str) -> Proc:
         """Start the target's command again (with ``extra`` flags) and wait until ready."""
+        ...
+
+    def step_clock(self, seconds: float) -> None:
+        """Set the broker's wall clock ``seconds`` off the true time from now on."""
         ...
 
 
@@ -168,6 +197,11 @@ class Nemesis:
         self._pause(fault.duration)
         self.world.restart(fault.target)
         return {"pid": proc.popen.pid, "start": start, "end": time.time(), "fired": True}
+
+    def _broker_clock(self, fault: Fault, _: int) -> dict[str, Any]:
+        at = time.time()
+        self.world.step_clock(fault.shift)
+        return {"start": at, "end": at, "shift": fault.shift, "fired": True}
 
     def _sub_stop(self, fault: Fault, _: int) -> dict[str, Any]:
         proc = self.world.proc(fault.target)

@@ -18,6 +18,7 @@ SHORT = {
     "broker-kill": "bkill",
     "drop-acks": "drop",
     "crash-after": "crash",
+    "broker-clock": "clock",
 }
 ROW = "{:>8}  {:<34} {:>6} {:>7} {:>9} {:>5} {:>5} {:<12} {:>6}  {}"
 HEADER = ROW.format(

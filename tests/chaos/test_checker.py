@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.chaos.checker import Report, check, declared_dead_events
+from tests.chaos.checker import Report, check, declared_dead_events, refused_again
 
 PARTITIONS = 2
 
@@ -212,3 +212,10 @@ def test_a_death_during_a_broker_outage_explains_everything_processed_before_it(
     assert run(records, during, prefetch=2).ok
     after = [outage, kill("s1", 100, 6.0 + 2.5)]  # it had time to send its acks again
     assert [d.id for d in run(records, after, prefetch=2).unexplained] == ["P-2"]
+
+
+def test_a_session_refused_again_is_a_live_broker_pushing_in_an_older_session() -> None:
+    late = "WARNING subscriber.client: refused a push: session 17 is older than 20"
+    again = "WARNING subscriber.client: refused a push: session 18 is older than 20"
+    assert refused_again([late, "something else", again]) == []  # each once: late pushes
+    assert refused_again([late, again, again, again]) == ["18"]

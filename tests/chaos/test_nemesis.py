@@ -7,7 +7,15 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.chaos.nemesis import BROKER, KINDS, schedule
+from tests.chaos.nemesis import (
+    BROKER,
+    CLOCK,
+    CLOCK_STEP_S,
+    CLOCK_STEPS_MAX,
+    KINDS,
+    clock_steps,
+    schedule,
+)
 
 SUBS = ("s1", "s2", "s3")
 STREAM_S = 12.0
@@ -49,3 +57,21 @@ def test_seeds_differ_and_every_kind_is_drawn() -> None:
     schedules = [schedule(seed, STREAM_S, SUBS) for seed in range(50)]
     assert len({tuple(s) for s in schedules}) == 50
     assert {f.kind for s in schedules for f in s} == set(KINDS)
+
+
+@given(st.integers(min_value=0, max_value=2**32))
+def test_clock_steps_are_a_pure_function_of_the_seed_within_the_proof_window(seed: int) -> None:
+    steps = clock_steps(seed, STREAM_S)
+    assert steps == clock_steps(seed, STREAM_S)
+    assert len(steps) <= CLOCK_STEPS_MAX
+    assert steps == sorted(steps, key=lambda f: f.at)
+    for step in steps:
+        assert (step.kind, step.target) == (CLOCK, CLOCK)
+        assert CLOCK_STEP_S[0] - 0.1 <= abs(step.shift) <= CLOCK_STEP_S[1] + 0.1
+        assert 0.05 * STREAM_S - 0.001 <= step.at <= 0.7 * STREAM_S + 0.001
+
+
+def test_some_seeds_step_the_clock_back_and_some_forward() -> None:
+    shifts = [step.shift for seed in range(50) for step in clock_steps(seed, STREAM_S)]
+    assert min(shifts) < 0 < max(shifts)
+    assert any(not clock_steps(seed, STREAM_S) for seed in range(50))  # and some do not

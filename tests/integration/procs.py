@@ -27,6 +27,8 @@ READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.02
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CLOCK_SHIFT_DIR = Path(__file__).parent / "clock_shift"
+"""On the ``PYTHONPATH`` of a process whose wall clock a test steps (:class:`ShiftedClock`)."""
 
 
 def free_port() -> int:
@@ -248,3 +250,22 @@ class Cluster:
             os.environ.pop(STATE_DIR_ENV, None)
         else:
             os.environ[STATE_DIR_ENV] = self._state_env
+
+
+class ShiftedClock:
+    """The wall clock of the processes started with :attr:`env`: off by what :meth:`step`
+    last set (seconds; negative: behind), from the step on."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.file = tmp / "clock-shift"
+        self.step(0.0)
+
+    def step(self, seconds: float) -> None:
+        new = self.file.with_suffix(".new")
+        new.write_text(repr(seconds))
+        new.replace(self.file)  # at once: a reader never sees half of it
+
+    @property
+    def env(self) -> dict[str, str]:
+        paths = os.pathsep.join(filter(None, [str(CLOCK_SHIFT_DIR), os.environ.get("PYTHONPATH")]))
+        return {"PYTHONPATH": paths, "CLOCK_SHIFT_FILE": str(self.file)}

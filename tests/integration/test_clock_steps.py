@@ -10,36 +10,13 @@ read again when it changes) from its first line of Python on
 
 from __future__ import annotations
 
-import os
 import signal
-from pathlib import Path
 
 import pytest
 
 from channel_server.errors import NotAuthorized
 from tests.integration.conftest import publisher_for
-from tests.integration.procs import Cluster
-
-CLOCK_SHIFT_DIR = Path(__file__).parent / "clock_shift"
-
-
-class ShiftedClock:
-    """The wall clock of the processes started with :attr:`env`: off by what :meth:`step`
-    last set (seconds; negative: behind), from the step on."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.file = tmp / "clock-shift"
-        self.step(0.0)
-
-    def step(self, seconds: float) -> None:
-        new = self.file.with_suffix(".new")
-        new.write_text(repr(seconds))
-        new.replace(self.file)  # at once: a reader never sees half of it
-
-    @property
-    def env(self) -> dict[str, str]:
-        paths = os.pathsep.join(filter(None, [str(CLOCK_SHIFT_DIR), os.environ.get("PYTHONPATH")]))
-        return {"PYTHONPATH": paths, "CLOCK_SHIFT_FILE": str(self.file)}
+from tests.integration.procs import Cluster, ShiftedClock
 
 
 def test_a_broker_restarted_with_its_clock_set_back_reaches_a_subscriber_that_kept_running(
