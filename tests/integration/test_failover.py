@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.chaos.harness import read_records
-from tests.integration.procs import Cluster, Proc, wait_until
+from tests.integration.procs import Cluster, Proc, ShiftedClock, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 LEASE_S = 1.5
@@ -27,9 +27,11 @@ FROZEN_TERMS = 6
 """Lease terms the subscribers stay frozen in the frozen-subscribers test."""
 
 
-def pg_broker(cluster: Cluster, dsn: str, name: str, *channels: str) -> Proc:
+def pg_broker(
+    cluster: Cluster, dsn: str, name: str, *channels: str, env: dict[str, str] | None = None
+) -> Proc:
     extra = ("--store", dsn, "--lease", str(LEASE_S), "--broker-id", name)
-    return cluster.broker(*channels, extra=extra, name=name)
+    return cluster.broker(*channels, extra=extra, name=name, env=env)
 
 
 def lease_of(dsn: str, channel: str) -> tuple[str, int] | None:
@@ -127,6 +129,28 @@ def test_a_standby_takes_over_when_the_owner_dies_freezes_or_stops(
     # a duplicate only of what the old owner had pushed and not seen acknowledged: at
     # most a prefetch window per subscriber
     assert_all_once_in_order(received(cluster, "fo", "s1", "s2"), 2 * PREFETCH)
+
+
+def test_a_standby_whose_clock_is_behind_takes_over_with_newer_sessions(
+    cluster: Cluster, pg_dsn: str
+) -> None:
+    """Its sessions start past the owner's claim (Store.claim_sessions): from its clock,
+    they would have been older than the owner's, and both subscribers, which saw those,
+    would have refused every push of the new owner."""
+    cluster.start("ns", ["-m", "channel_server", "nameserver", *cluster.ns], "ready at")
+    owner = pg_broker(cluster, pg_dsn, "b1", "sk")
+    behind = ShiftedClock(cluster.tmp)
+    behind.step(-250.0)  # its machine's clock four minutes behind the owner's
+    standby = pg_broker(cluster, pg_dsn, "b2", env=behind.env)
+    for sub in ("s1", "s2"):
+        cluster.subscriber("sk", sub)
+    pub = publish(cluster, "sk", rate=100.0)
+    wait_until(lambda: len(received(cluster, "sk", "s1", "s2")) >= EVENTS // 4, 30, "flowing")
+    owner.popen.send_signal(signal.SIGKILL)
+    standby.wait_for(r"taking over channel sk from b1", TAKE_OVER_S)
+    assert pub.popen.wait(90) == 0, pub.output()
+    wait_for_every_event(cluster, "sk", "every event after the take-over")
+    assert_all_once_in_order(received(cluster, "sk", "s1", "s2"), 2 * PREFETCH)
 
 
 def test_frozen_subscribers_do_not_cost_the_owner_its_lease(cluster: Cluster, pg_dsn: str) -> None:
