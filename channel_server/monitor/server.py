@@ -3,7 +3,8 @@ server the broker owns.
 
 Threads: one accept loop (``serve_forever``), started by :meth:`MonitorServer.start` and
 stopped by :meth:`MonitorServer.stop`, and one short-lived thread per request, at most
-``max_connections`` at once (one more is answered 503 by the accept loop, at once). Every
+``max_connections`` at once (one more is answered 503 by the accept loop, after waiting
+``BUSY_GRACE_S`` for a slot). Every
 request authenticates (see ``http_auth``) and sees only the channels its user has some
 permission on; dead letters need ``admin`` on the channel, as over Pyro5. A GET has no
 body; a POST (the page's replay) a small one sized by its Content-Length; a request is
@@ -35,6 +36,11 @@ log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
 POLL_S = 0.2
 """How often the accept loop checks for shutdown (stop lags at most this)."""
+BUSY_GRACE_S = 0.1
+"""How long a connection past the cap waits for a slot before its 503 (in the accept loop,
+which takes no other connection meanwhile): the thread of a request whose reply was read
+may still hold its slot when the same client's next request arrives (with room for one
+at once, some of 100 requests one after another got a 503)."""
 REALM = "pubsub-channels"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -175,9 +181,10 @@ class _Slots:
         self._busy = 0
         self._cond = threading.Condition(threading.Lock())
 
-    def try_enter(self) -> bool:
+    def try_enter(self, wait_s: float) -> bool:
+        """Take a slot, waiting up to ``wait_s`` for one to free."""
         with self._cond:
-            if self._busy >= self._limit:
+            if not self._cond.wait_for(lambda: self._busy < self._limit, wait_s):
                 return False
             self._busy += 1
             return True
@@ -225,7 +232,7 @@ class _HttpServer(ThreadingHTTPServer):
         self.server_name, self.server_port = self.config.host, self.server_address[1]
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.try_enter():
+        if not self.slots.try_enter(BUSY_GRACE_S):
             log.warning("HTTP monitor busy: refused %s", client_address[0])
             try:
                 request.settimeout(POLL_S)

@@ -17,8 +17,9 @@ class HttpConfig:
     port: int = 0
     """0 picks a free port (the broker logs and prints the address it got)."""
     max_connections: int = 16
-    """Requests served at once, a thread each; one more gets 503 at once. Small: the
-    monitor is for a few operators, a page and a Prometheus scraper, not for traffic."""
+    """Requests served at once, a thread each; one more gets 503 (after waiting 0.1 s for
+    a slot). Small: the monitor is for a few operators, a page and a Prometheus scraper,
+    not for traffic."""
     request_timeout_s: float = 5.0
     """A connection must have sent its whole request within this, and each send or
     receive on it must progress within this (a slow or silent client is dropped)."""

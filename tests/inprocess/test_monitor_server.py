@@ -38,8 +38,7 @@ def serving(config: HttpConfig) -> Iterator[MonitorServer]:
 
 @pytest.fixture
 def server() -> Iterator[MonitorServer]:
-    """Room for a test's requests one after another: a finished request's thread may
-    still hold its slot when the next one arrives (the cap's own test has ``capped``)."""
+    """Room for 16 requests at once (the cap's own tests have ``capped`` and 1)."""
     yield from serving(dataclasses.replace(CONFIG, max_connections=16))
 
 
@@ -231,3 +230,11 @@ def test_with_the_brokers_certificate_the_monitor_speaks_https_only(tmp_path) ->
         strange.close()
     finally:
         monitor.stop()
+
+
+def test_requests_one_after_another_are_never_refused_as_busy() -> None:
+    """The thread of a request whose reply was read may still hold its slot when the
+    client's next request arrives: that request waits for the slot instead of a 503."""
+    for monitor in serving(dataclasses.replace(CONFIG, max_connections=1)):
+        statuses = [get(monitor, "/", basic("owner", TOKEN)).status for _ in range(100)]
+        assert set(statuses) == {200}
