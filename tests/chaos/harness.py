@@ -22,7 +22,7 @@ from typing import Any
 from channel_client.lookup import resolve_channel
 from channel_server.wire import make_proxy
 from tests.chaos.checker import Report, check, declared_dead_events, refused_again
-from tests.chaos.nemesis import BROKER, Fault, Nemesis, clock_steps, schedule
+from tests.chaos.nemesis import BROKER, Fault, Nemesis, broker_stops, clock_steps, schedule
 from tests.integration.procs import Cluster, Proc, ShiftedClock, wait_until
 
 CHANNEL = "chaos"
@@ -235,9 +235,8 @@ def run_once(
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f"chaos-seed{seed}-", dir=workdir))
     say(f"chaos seed {seed}: tmp dir {tmp}")
-    faults = sorted(
-        schedule(seed, stream_s, SUBSCRIBERS) + clock_steps(seed, stream_s), key=lambda f: f.at
-    )
+    faults = schedule(seed, stream_s, SUBSCRIBERS) + clock_steps(seed, stream_s)
+    faults = sorted(faults + broker_stops(seed, stream_s, faults), key=lambda f: f.at)
     cluster = Cluster(tmp)
     world = ChaosWorld(cluster, broker_args)
     nemesis = Nemesis(world, faults, seed, say)

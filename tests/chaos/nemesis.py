@@ -24,6 +24,7 @@ KINDS = ("sub-kill", "sub-stop", "sub-term", "broker-kill", "drop-acks", "crash-
 BROKER = "broker"
 CLOCK = "broker-clock"
 """The kind and target of a step of the broker's wall clock (:func:`clock_steps`)."""
+BROKER_STOP_S = (1.0, 6.0)
 CLOCK_STEPS_MAX = 2
 CLOCK_STEP_S = (30.0, 250.0)
 """How far a step sets the broker's clock off the true time, back or forward: within the
@@ -108,6 +109,18 @@ def clock_steps(seed: int, stream_s: float) -> list[Fault]:
         shift = rng.choice((-1, 1)) * rng.uniform(*CLOCK_STEP_S)
         steps.append(Fault(CLOCK, CLOCK, round(at, 3), 0.0, shift=round(shift, 1)))
     return sorted(steps, key=lambda f: f.at)
+
+
+def broker_stops(seed: int, stream_s: float, faults: Sequence[Fault]) -> list[Fault]:
+    """A SIGSTOP of the broker for 1-6 s (a process pause: a long GC, a VM migrated, a
+    laptop lid), drawn apart from :func:`schedule` as clock steps are; none where it would
+    overlap one of the broker's ``faults``."""
+    rng = random.Random(f"broker stops {seed}")
+    at = round(rng.uniform(0.05, 0.7) * stream_s, 3)
+    stop = Fault("broker-stop", BROKER, at, round(rng.uniform(*BROKER_STOP_S), 3))
+    if any(f.target == BROKER and _overlap(f.busy, stop.busy) for f in faults):
+        return []
+    return [stop]
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -202,6 +215,9 @@ class Nemesis:
         at = time.time()
         self.world.step_clock(fault.shift)
         return {"start": at, "end": at, "shift": fault.shift, "fired": True}
+
+    def _broker_stop(self, fault: Fault, n: int) -> dict[str, Any]:
+        return self._sub_stop(fault, n)
 
     def _sub_stop(self, fault: Fault, _: int) -> dict[str, Any]:
         proc = self.world.proc(fault.target)

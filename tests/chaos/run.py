@@ -19,6 +19,7 @@ SHORT = {
     "drop-acks": "drop",
     "crash-after": "crash",
     "broker-clock": "clock",
+    "broker-stop": "bstop",
 }
 ROW = "{:>8}  {:<34} {:>6} {:>7} {:>9} {:>5} {:>5} {:<12} {:>6}  {}"
 HEADER = ROW.format(

@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 
 from tests.chaos.nemesis import (
     BROKER,
+    BROKER_STOP_S,
     CLOCK,
     CLOCK_STEP_S,
     CLOCK_STEPS_MAX,
     KINDS,
+    broker_stops,
     clock_steps,
     schedule,
 )
@@ -75,3 +77,21 @@ def test_some_seeds_step_the_clock_back_and_some_forward() -> None:
     shifts = [step.shift for seed in range(50) for step in clock_steps(seed, STREAM_S)]
     assert min(shifts) < 0 < max(shifts)
     assert any(not clock_steps(seed, STREAM_S) for seed in range(50))  # and some do not
+
+
+@given(st.integers(min_value=0, max_value=2**32))
+def test_a_broker_stop_never_overlaps_the_brokers_other_faults(seed: int) -> None:
+    faults = schedule(seed, STREAM_S, SUBS)
+    stops = broker_stops(seed, STREAM_S, faults)
+    assert stops == broker_stops(seed, STREAM_S, faults)
+    for stop in stops:
+        assert (stop.kind, stop.target) == ("broker-stop", BROKER)
+        assert BROKER_STOP_S[0] - 0.001 <= stop.duration <= BROKER_STOP_S[1] + 0.001
+        for f in faults:
+            if f.target == BROKER:
+                assert f.busy[1] <= stop.busy[0] or stop.busy[1] <= f.busy[0]
+
+
+def test_many_runs_stop_the_broker() -> None:
+    runs = [broker_stops(seed, STREAM_S, schedule(seed, STREAM_S, SUBS)) for seed in range(50)]
+    assert 10 <= sum(map(len, runs)) < 50  # (some would overlap a broker kill)
