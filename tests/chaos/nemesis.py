@@ -216,10 +216,13 @@ class Nemesis:
         self.world.step_clock(fault.shift)
         return {"start": at, "end": at, "shift": fault.shift, "fired": True}
 
-    def _broker_stop(self, fault: Fault, n: int) -> dict[str, Any]:
-        return self._sub_stop(fault, n)
-
     def _sub_stop(self, fault: Fault, _: int) -> dict[str, Any]:
+        return self._stop_and_resume(fault)
+
+    def _broker_stop(self, fault: Fault, _: int) -> dict[str, Any]:
+        return self._stop_and_resume(fault)
+
+    def _stop_and_resume(self, fault: Fault) -> dict[str, Any]:
         proc = self.world.proc(fault.target)
         start = time.time()
         proc.popen.send_signal(signal.SIGSTOP)

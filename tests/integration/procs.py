@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from channel_server.credentials import STATE_DIR_ENV
+from channel_server.private_files import write_private
 from subscriber.record import read_records
 
 READY_TIMEOUT_S = 20.0
@@ -261,9 +262,7 @@ class ShiftedClock:
         self.step(0.0)
 
     def step(self, seconds: float) -> None:
-        new = self.file.with_suffix(".new")
-        new.write_text(repr(seconds))
-        new.replace(self.file)  # at once: a reader never sees half of it
+        write_private(self.file, repr(seconds))  # replaced whole: no reader sees half of it
 
     @property
     def env(self) -> dict[str, str]:
