@@ -44,12 +44,14 @@ from channel_server.lease_keeper import LeaseKeeper
 from channel_server.machine_cpu import MachineCpu
 from channel_server.monitor.app import BrokerHandle
 from channel_server.monitor.server import MonitorServer
+from channel_server.names_keeper import Entry, NamesKeeper
 from channel_server.nameservice import NameService
 from channel_server.store import ChannelRecord, Store
 from channel_server.store.leases import LeaseStore
 from channel_server.strict_calls import CHANNEL_OBJECT_PREFIX
 from channel_server.transport import bind_failure
 from channel_server.wire import (
+    NS_CHANNEL_PREFIX,
     broker_ns_name,
     channel_ns_name,
     check_name,
@@ -85,6 +87,8 @@ class Broker:
         self.uri: str = ""
         self.monitor: MonitorServer | None = None
         """The HTTP monitor (``config.http``), started last and stopped first."""
+        self.names_keeper: NamesKeeper | None = None
+        """With a name server of another process: puts back the entries it lost."""
         self.leases: LeaseKeeper | None = None
         """With a store shared by several brokers: the channel leases this one holds."""
         if isinstance(store, LeaseStore):
@@ -150,6 +154,11 @@ class Broker:
             self._note_kept_scope(name)
         self._serving.start()
         self._pool.submit(self._housekeep, self.config.housekeeping_s)
+        if not self.ns.embedded:
+            self.names_keeper = NamesKeeper(
+                self.ns, self._entries, self._unless_dropped, self.config.names_check_s
+            )
+            self.names_keeper.start()
         if self.config.http is not None:
             handle = BrokerHandle(self.config.broker_id, self.access, self.channel_table)
             self.monitor = MonitorServer(self.config.http, handle)
@@ -169,6 +178,23 @@ class Broker:
                 log.exception("%s: housekeeping failed", channel.name)
         if not self._stopping:
             self._pool.submit(self._housekeep, self.config.housekeeping_s)
+
+    def _entries(self) -> dict[str, Entry]:
+        """This broker's entries in the name server: its own and its channels'."""
+        entries = {broker_ns_name(self.config.broker_id): Entry(self.uri, frozenset({"broker"}))}
+        daemon = self._served()
+        for channel in self._hosted.all():
+            tags = self._claims.tags(channel.kind, channel.id_scope)
+            entries[channel_ns_name(channel.name)] = Entry(str(daemon.uriFor(channel)), tags)
+        return entries
+
+    def _unless_dropped(self, registered: list[str]) -> None:
+        """Of the names the keeper just put back, remove those of channels dropped since it
+        listed them (a lost lease: the new owner's entry must win)."""
+        hosted = {channel_ns_name(name) for name in self._hosted.names()}
+        for ns_name in registered:
+            if ns_name.startswith(NS_CHANNEL_PREFIX) and ns_name not in hosted:
+                self._claims.give_up_if_ours(ns_name[len(NS_CHANNEL_PREFIX) :])
 
     def _take_over(self, name: str) -> None:
         """Host a channel of the database whose owner stopped renewing its lease: restored
@@ -204,6 +230,8 @@ class Broker:
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
         self._stopping = True
+        if self.names_keeper is not None:  # before the names go: it would put them back
+            self.names_keeper.stop(STOP_TIMEOUT_S)
         if self.monitor is not None:
             self.monitor.stop()
         channels = self._hosted.close()

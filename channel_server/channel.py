@@ -123,6 +123,11 @@ class EventChannel:
         return self._name
 
     @property
+    def kind(self) -> ChannelKind:
+        """A queue (one group) or a topic (a group per subscriber), fixed at creation."""
+        return self._state.core.kind
+
+    @property
     def id_scope(self) -> IdScope:
         """Where its event ids must be unique (fixed at creation)."""
         return self._state.core.id_scope

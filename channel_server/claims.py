@@ -36,10 +36,16 @@ class ChannelClaims:
         self._ours = BROKER_TAG_PREFIX + broker_id
         self._leased = leased
 
+    def tags(self, kind: ChannelKind, id_scope: IdScope) -> frozenset[str]:
+        """A channel's tags in the name server: this broker, its kind and id scope."""
+        return frozenset(
+            {self._ours, KIND_TAG_PREFIX + kind.value, IDS_TAG_PREFIX + id_scope.value}
+        )
+
     def claim(self, name: str, uri: str, kind: ChannelKind, id_scope: IdScope) -> str:
         """Register ``uri`` for the channel; returns the URI that holds the name now (the
         other broker's, when it won the race)."""
-        tags = {self._ours, KIND_TAG_PREFIX + kind.value, IDS_TAG_PREFIX + id_scope.value}
+        tags = set(self.tags(kind, id_scope))
         ns_name, ns = channel_ns_name(name), self._names()
         if self._leased:  # the lease is ours: an entry of an earlier owner goes
             ns.register(ns_name, uri, False, tags)

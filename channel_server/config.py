@@ -75,6 +75,10 @@ class BrokerConfig:
     """With a store shared by several brokers (PostgreSQL): the term of this broker's
     channel leases. A channel whose owner stops renewing is taken over by another broker
     within about this long; at most ``MAX_LEASE_S``."""
+    names_check_s: float = 5.0
+    """With a name server of another process: how often the broker checks that its
+    entries are there, registering again those it lost (a restarted name server knows
+    none). A client looking a channel up meanwhile retries (``--retry-for``)."""
     housekeeping_s: float = 1.0
     """Cadence of the broker's housekeeping: liveness pings, handler and pull timeouts,
     idle partitions, the dedupe window, the queue invariant."""

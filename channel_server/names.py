@@ -15,8 +15,10 @@ from channel_server.errors import InvalidArgument
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_NS_PORT = 9090
 NS_OBJECT = "Pyro.NameServer"
-NS_CHANNEL_PREFIX = "pubsub.channel."
-NS_BROKER_PREFIX = "pubsub.broker."
+NS_PREFIX = "pubsub."
+"""What every name-server entry of this service starts with."""
+NS_CHANNEL_PREFIX = NS_PREFIX + "channel."
+NS_BROKER_PREFIX = NS_PREFIX + "broker."
 BROKER_TAG_PREFIX = "broker:"
 IDS_TAG_PREFIX = "ids:"
 """A channel's name-server tag that says its id scope (``ids:publisher``, ``ids:channel``)."""

@@ -158,6 +158,15 @@ def add_serve_command(sub: Any) -> None:
         help="use an existing name server that does not authenticate (a stock pyro5-ns): "
         "any local process could then rewrite its names",
     )
+    serve.add_argument(
+        "--names-check",
+        type=cc.positive_float,
+        default=BrokerConfig().names_check_s,
+        metavar="SECONDS",
+        help="with a name server of another process: how often to check that this "
+        "broker's names are there and register again those it lost (a restarted name "
+        "server knows none; default %(default)s)",
+    )
     cc.add_bind_flags(serve, "host", "ns_host")  # it may embed a name server on --ns-host
     add_limit_flags(serve)
     add_http_flags(serve)
@@ -313,6 +322,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         push_threads=args.push_threads,
         push_concurrency=concurrency,
         lease_s=args.lease,
+        names_check_s=args.names_check,
         channel=channel,
         http=http_from_args(args),
     )

@@ -1,0 +1,57 @@
+"""A name server that restarts knows none of the brokers' names: each broker puts its
+own back (``--names-check``), so clients starting afterwards find the channels again
+without a broker restart. Real processes on 127.0.0.1; the name servers really SIGKILLed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.procs import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+CLI = ["-m", "channel_server"]
+CHECK = ("--names-check", "0.2")
+FOUND_S = 10.0
+"""Longer than a check (0.2 s) and a broker's round trips to the name server, by far."""
+
+
+def listed(cluster: Cluster) -> str:
+    """`channel_server list`'s output ('' when the name server does not answer)."""
+    result = cluster.run([*CLI, "list", *cluster.ns])
+    return result.stdout if result.returncode == 0 else ""
+
+
+def publish(cluster: Cluster, channel: str, publisher: str, count: int) -> str:
+    argv = ["publish", *cluster.ns, "--channel", channel, "--id", publisher]
+    result = cluster.run(["-m", "publisher", *argv, "--count", str(count), "--retry-for", "5"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_a_restarted_name_server_finds_the_channels_again(cluster: Cluster) -> None:
+    ns = cluster.start("ns", [*CLI, "nameserver", *cluster.ns], "ready at")
+    broker = cluster.broker("orders", extra=CHECK)
+    cluster.subscriber("orders", "s1")
+    assert "10 accepted" in publish(cluster, "orders", "P1", 10)
+    ns.kill()
+    cluster.start("ns2", [*CLI, "nameserver", *cluster.ns], "ready at")
+    wait_until(lambda: "orders" in listed(cluster), FOUND_S, "orders listed again")
+    assert broker.count(r"had lost 2 of this broker's names") == 1, broker.output()
+    assert "10 accepted" in publish(cluster, "orders", "P2", 10)  # a client new to it
+    got = cluster.wait_for_records("orders", ("s1",), 20)["s1"]
+    assert sorted(r["publisher_id"] for r in got) == ["P1"] * 10 + ["P2"] * 10
+
+
+def test_a_broker_puts_its_names_back_in_another_brokers_embedded_name_server(
+    cluster: Cluster,
+) -> None:
+    """The first broker embeds the name server; the second registers in it. When the
+    first restarts, its name server starts empty: the second's channel comes back."""
+    first = cluster.broker("one", name="b1", extra=("--broker-id", "b1"))
+    cluster.broker("two", name="b2", extra=("--broker-id", "b2", *CHECK))
+    assert "two" in listed(cluster)
+    first.kill()
+    again = ("--broker-id", "b1", "--data-dir", str(cluster.data_dir("b1")))
+    cluster.broker(name="b1again", extra=again)
+    wait_until(lambda: {"one", "two"} <= set(listed(cluster).split()), FOUND_S, "both listed")
+    assert "5 accepted" in publish(cluster, "two", "P", 5)
