@@ -161,6 +161,13 @@ def locate_ns(
     return ns
 
 
+NS_NOT_REACHABLE = (
+    "not reachable (no name server answers there: start a broker, `python -m channel_server "
+    "serve`, which embeds one, or pass the --ns-host/--ns-port of yours)"
+)
+"""What a client is told when nothing answers at the name server's address: the usual
+first step forgotten is the broker."""
+
 BUSY_MARK = "rejected: busy: "
 """How a connection refused for want of a free worker reads (``transport``)."""
 
@@ -172,7 +179,7 @@ def _why_unreachable(text: str) -> str:
         return "busy: " + text.split(BUSY_MARK, 1)[1]
     if PROOF_MISSING in text:
         return text
-    return "not reachable"
+    return NS_NOT_REACHABLE
 
 
 def closed_by_peer(proxy: Pyro5.client.Proxy) -> bool:

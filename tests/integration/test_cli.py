@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from channel_server.wire import NS_NOT_REACHABLE
 from tests.integration.conftest import channel_stats
 from tests.integration.procs import Cluster, wait_until
 
@@ -80,8 +81,9 @@ def test_no_name_server_is_a_clear_one_line_error(cluster: Cluster) -> None:
     result = cluster.run(["-m", "channel_server", "list", *cluster.ns])
     assert result.returncode == 3
     assert result.stderr.strip().splitlines() == [
-        f"error: name server 127.0.0.1:{cluster.ns_port}: not reachable"
+        f"error: name server 127.0.0.1:{cluster.ns_port}: {NS_NOT_REACHABLE}"
     ]
+    assert "start a broker, `python -m channel_server serve`" in result.stderr
 
 
 def test_an_address_in_use_is_named(cluster: Cluster) -> None:
