@@ -9,11 +9,13 @@ only, not ``Pyro5.api``, which brings the name server and sqlite3 along.
 from __future__ import annotations
 
 import select
+import socket
 from typing import Any
 
 import Pyro5.client
 import Pyro5.core
 import Pyro5.errors
+from Pyro5.callcontext import current_context
 from Pyro5.serializers import SerializerBase
 
 from channel_server import credentials, proofs, tls
@@ -60,6 +62,7 @@ __all__ = [
     "as_refusal",
     "broker_ns_name",
     "broker_tag",
+    "caller_gave_up",
     "channel_ns_name",
     "check_name",
     "closed_by_peer",
@@ -187,10 +190,23 @@ def closed_by_peer(proxy: Pyro5.client.Proxy) -> bool:
     idle for its comm timeout): on an idle Pyro5 connection the server sends nothing, so
     anything to read means it is closing. One poll, no waiting."""
     conn = proxy._pyroConnection
-    if conn is None:
-        return False
+    return conn is not None and _closing(conn.sock)
+
+
+def caller_gave_up() -> bool:
+    """Whether the caller of the request this thread serves has closed its connection
+    already: it stopped waiting for the answer (a timeout) while the request sat unread
+    (this process frozen, say). A Pyro5 caller sends one request at a time on a
+    connection, so anything to read before the answer means it is closing."""
+    sock = getattr(current_context.client, "sock", None)
+    return sock is not None and _closing(sock)
+
+
+def _closing(sock: socket.socket) -> bool:
+    """Anything to read on a connection whose peer should be silent: it is closing. One
+    poll, no waiting."""
     try:
-        readable, _, _ = select.select([conn.sock], [], [], 0)
+        readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):  # already closed here
         return True
     return bool(readable)

@@ -36,7 +36,13 @@ from channel_server.errors import BrokerUnavailable, ChannelError, InvalidArgume
 from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
 from channel_server.strict_calls import checked_arity
-from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name, register_errors
+from channel_server.wire import (
+    DEFAULT_HOST,
+    DEFAULT_NS_PORT,
+    caller_gave_up,
+    check_name,
+    register_errors,
+)
 from subscriber.control import ChannelSession, Identity
 from subscriber.faults import Faults
 from subscriber.inbox import ACK_LINGER_S, Inbox, Item, Outbox, Outcome, StaleSession
@@ -57,6 +63,11 @@ WORKER_IDLE_WAIT_S = 5.0
 """The longest the worker sleeps with nothing pushed: a push or a stop wakes it (each
 wake of an idle process costs about 0.2 ms of CPU here: 256 subscribers waking twice a
 second took a tenth of a CPU)."""
+FREEZE_GAP_S = 0.75
+"""No thread of the process ran for longer than this while it held events: it may have
+been frozen (SIGSTOP, a paused VM, a machine too busy to run it) long enough for the
+channel to hand its events on, which it does only after a ping or a push went unanswered
+for its ping timeout (1 s). A handler longer than this costs one check of our standing."""
 TRUST_WAIT_S = 0.5
 """How often a worker waiting for its standing looks at the stop flag."""
 CALLBACK_SECRET_BYTES = 32
@@ -87,6 +98,8 @@ class _Receiver:
 
     @Pyro5.api.expose
     def ping(self) -> str:
+        self._subscriber.given_up_on("a ping")
+        self._subscriber.ran_for_request()
         return self._subscriber.subscriber_id
 
 
@@ -142,9 +155,11 @@ class Subscriber:
         self._inbox = Inbox()
         self._outbox = Outbox()
         self._busy_since: float | None = None
+        """When the handler in hand started (monotonic), None when idle."""
         self._working = False
         """The worker has events taken from the inbox in hand (not yet in the outbox)."""
-        """When the handler in hand started (monotonic), None when idle."""
+        self._ran_at = time.monotonic()
+        """When a thread of this process last noted that it ran (see :meth:`_ran`)."""
         self._serving: DaemonLoop | None = None
         self._threads: dict[str, threading.Thread] = {}
         self._session: ChannelSession | None = None
@@ -280,6 +295,9 @@ class Subscriber:
         session, seq, events = _parse_delivery(delivery)
         if self._stopping.is_set():  # it will acknowledge what it did and unsubscribe
             return {"queued": 0, "leaving": True}
+        if self.given_up_on("a push"):  # its events may be another member's by now
+            raise InvalidArgument("session", "the push was read after the channel gave up")
+        self.ran_for_request()
         self._faults.on_arrival(events)
         try:
             reply: dict[str, Any] = {"queued": self._inbox.put(session, seq, events)}
@@ -293,6 +311,22 @@ class Subscriber:
                 self._processed.flush()  # on disk before the channel forgets these events
                 reply["acks"] = done.as_answer()
         return reply
+
+    def given_up_on(self, request: str) -> bool:
+        """Whether the channel stopped waiting for the answer to ``request`` before this
+        process read it (a freeze): then the channel may have declared this subscriber
+        dead, so no new event starts until it confirms the subscriber's standing."""
+        if not caller_gave_up():
+            return False
+        log.warning("%s was read after the channel gave up on it: checking our standing", request)
+        if self._session is not None:
+            self._session.distrust()
+        return True
+
+    def ran_for_request(self) -> None:
+        """A push or ping is read: see :meth:`_ran` (events are held when the inbox holds
+        some or the worker has a chunk in hand)."""
+        self._ran(holding=self._working or not self._inbox.empty())
 
     # -- the worker ----------------------------------------------------------------------
     def _work(self) -> None:
@@ -319,7 +353,7 @@ class Subscriber:
                 if not self._wait_trusted():
                     break
                 now = time.monotonic()  # it waited for its standing
-            if item.session != inbox.session:
+            if not inbox.current(item.session):
                 continue  # its session ended: the channel gave it to another member
             outcome = self._process(item, uid, uid in known or uid in handled, now)
             if outcome is None:
@@ -344,8 +378,21 @@ class Subscriber:
     def _trusted_now(self) -> bool:
         """Trusted and not stopping, without waiting (nearly always: it is asked before
         each event; else :meth:`_wait_trusted`)."""
+        self._ran(holding=True)
         session = self._session
         return (session is None or session.trusted.is_set()) and not self._stopping.is_set()
+
+    def _ran(self, holding: bool) -> None:
+        """A thread of this process runs now: the worker before each event, a push or ping
+        as it is read. A gap of over FREEZE_GAP_S since one last did, while events were
+        held, may be a freeze (or one long handler): then no new event starts before the
+        channel confirms our standing. Checked before the time is noted, and read before
+        the flag, so whichever thread runs first after a freeze, the worker sees it."""
+        now = time.monotonic()
+        if holding and now - self._ran_at > FREEZE_GAP_S and self._session is not None:
+            log.debug("no thread ran for %.2f s: checking our standing", now - self._ran_at)
+            self._session.distrust()
+        self._ran_at = now
 
     def _wait_trusted(self) -> bool:
         """Before starting an event: wait while the control thread checks our standing

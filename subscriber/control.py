@@ -123,6 +123,7 @@ class ChannelSession:
             if time.monotonic() > due:
                 log.warning("this process was frozen for a while: checking its standing")
                 self.trusted.clear()
+            if not self.trusted.is_set():  # (or another thread saw a freeze)
                 self._check_standing = True
             if outcomes:
                 self._send(outcomes)
@@ -136,6 +137,13 @@ class ChannelSession:
         if self._unsubscribe_at_end:
             self._ack_recent()
             self._call("unsubscribe", self._who.subscriber_id, self.group)
+
+    def distrust(self) -> None:
+        """Start no new event until the channel confirms this subscriber's standing (the
+        control thread asks at once): another thread saw that the process may have been
+        frozen, and its events may be another member's by now."""
+        self.trusted.clear()
+        self._outbox.interrupt()
 
     def _ack_recent(self) -> None:
         """Acknowledge the events processed last once more (by uid). A broker that crashed
@@ -235,11 +243,13 @@ class ChannelSession:
             log.info("the channel resumed this subscriber in session %s", reply["session"])
             self.session = reply["session"]
             self._inbox.adopt(self.session)
-        elif status in ("moved", "inactive", "unknown"):
-            self._rejoin(status, reply)
+        elif status in ("moved", "inactive", "unknown") and not self._rejoin(status, reply):
+            self._inbox.end(session)  # the channel handed its events on: none is ours now
         self.trusted.set()
 
-    def _rejoin(self, status: str, reply: dict[str, Any]) -> None:
+    def _rejoin(self, status: str, reply: dict[str, Any]) -> bool:
+        """Subscribe again after the channel dropped this subscriber; False when it could
+        not (yet): tried again at the next heartbeat."""
         stuck = self._stuck_s()
         if stuck > self.handler_timeout_s:
             log.error(
@@ -248,7 +258,7 @@ class ChannelSession:
                 status,
                 stuck,
             )
-            return
+            return False
         why = reply.get("reason") or {"moved": "its id is used from elsewhere"}.get(status, status)
         first = why != self._last_drop
         if first:
@@ -263,8 +273,9 @@ class ChannelSession:
         except (ChannelError, *UNREACHABLE) as exc:
             if first:
                 log.warning("subscribing again failed: %s (retried at each heartbeat)", exc)
-        else:
-            self._last_drop = None
+            return False
+        self._last_drop = None
+        return True
 
     # -- calls ---------------------------------------------------------------------------
     def _call(self, method: str, *args: Any) -> Any:

@@ -59,13 +59,18 @@ class Inbox:
         self._cond = threading.Condition()
         self._items: deque[Item] = deque()
         self.session: int | None = None
+        self.ended: int | None = None
+        """A session the channel said is over while no newer one was adopted: none of its
+        events may be handled (the channel handed them to another member)."""
         self._closed = False
 
     def put(self, session: int, seq: int, events: list[dict[str, Any]]) -> int:
-        """Queue a push's events; raises StaleSession for an older session's push."""
+        """Queue a push's events; raises StaleSession for an older or ended session's push."""
         with self._cond:
             if self.session is not None and session < self.session:
                 raise StaleSession(f"session {session} is older than {self.session}")
+            if session == self.ended:
+                raise StaleSession(f"session {session} is over")
             self._switch(session)
             self._items.extend(Item(session, seq + i, ev) for i, ev in enumerate(events))
             self._cond.notify()
@@ -77,6 +82,24 @@ class Inbox:
         with self._cond:
             if self.session is None or session > self.session:
                 self._switch(session)
+
+    def end(self, session: int) -> None:
+        """The channel says ``session`` is over (its id taken from elsewhere, or declared
+        dead) and no new one could be had yet: its queued events are dropped, and a late
+        push of it is refused."""
+        with self._cond:
+            if self.session is not None and session < self.session:
+                return  # a newer one is current already
+            self._switch(session)
+            if self._items:
+                log.info("session %s is over: %d queued events dropped", session, len(self._items))
+                self._items.clear()
+            self.ended = session
+
+    def current(self, session: int) -> bool:
+        """Whether events of ``session`` may be handled: it is the inbox's, and not over
+        (read without the lock: the worker asks before each event)."""
+        return session == self.session and session != self.ended
 
     def count(self, session: int) -> int:
         """Events of ``session`` waiting for the worker."""

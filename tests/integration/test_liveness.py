@@ -71,3 +71,34 @@ def test_a_frozen_subscriber_is_declared_dead_then_readmitted(cluster: Cluster) 
     frozen.wait_for(r"the channel dropped subscriber s2 \(.*\); subscribing again")
     assert time.monotonic() - thawed < 10
     wait_until(lambda: members(cluster, "frz")["s2"]["active"], what="s2 active again")
+
+
+def test_a_subscriber_frozen_while_its_id_was_taken_over_handles_nothing_once_thawed(
+    cluster: Cluster,
+) -> None:
+    """s1 is frozen with pushes on their way to it, and a new s1 takes its id over: the
+    channel hands the frozen one's events to the new one. Thawed, the old process reads a
+    push that timed out long ago, and holds events queued before the freeze: it must
+    handle none of them (the new s1 did). It used to handle them all."""
+    broker = cluster.broker("zmb", extra=("--ack-timeout", str(ACK_TIMEOUT_S)))
+    old = cluster.subscriber("zmb", "s1", "--quiet", "--prefetch", "10")
+    cluster.subscriber("zmb", "s2", "--quiet", "--prefetch", "10")
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "zmb", "--id", "P"]
+    argv += ["--count", "600", "--partitions", "8", "--batch-size", "5", "--rate", "200"]
+    publisher = cluster.start("publisher", argv, ready=None)
+    cluster.wait_for_records("zmb", ("s1", "s2"), 100)
+    old.popen.send_signal(signal.SIGSTOP)
+    try:
+        cluster.subscriber("zmb", "s1", "--quiet", "--prefetch", "10")  # the same id
+        broker.wait_for(r"zmb: push of \d+ events? to s1 failed")  # it reached the frozen one
+    finally:
+        old.popen.send_signal(signal.SIGCONT)
+    thawed = time.time()
+    old.wait_for(r"subscribing again failed")  # it ran again, and learnt it is out
+    assert publisher.popen.wait(60) == 0, publisher.output()
+    got = cluster.wait_for_records("zmb", ("s1", "s2"), 600, timeout_s=30)
+    records = [r for recs in got.values() for r in recs]
+    twice = [i for i, n in collections.Counter(r["id"] for r in records).items() if n > 1]
+    assert not twice, f"handled twice: {sorted(twice)[:10]}"
+    late = [r["id"] for r in records if r["pid"] == old.popen.pid and r["at"] >= thawed]
+    assert not late, f"the thawed process handled {late[:10]}"

@@ -42,6 +42,21 @@ def test_a_late_push_of_an_older_session_is_refused_and_drops_nothing() -> None:
     assert inbox.session == 8 and inbox.count(7) == 0
 
 
+def test_an_ended_session_drops_its_events_and_refuses_its_late_pushes() -> None:
+    """The channel said session 7 is over (the id taken over from elsewhere) and no new
+    one could be had: none of its events may be handled, queued or still to come."""
+    inbox = Inbox()
+    inbox.put(7, 1, [{"id": "a"}, {"id": "b"}])
+    inbox.end(7)
+    assert (inbox.current(7), ids(inbox)) == (False, [])
+    with pytest.raises(StaleSession):
+        inbox.put(7, 3, [{"id": "late"}])
+    inbox.end(6)  # an older one: nothing changes
+    inbox.adopt(9)  # subscribed again
+    inbox.put(9, 1, [{"id": "c"}])
+    assert (inbox.current(9), ids(inbox)) == (True, ["c"])
+
+
 def test_counts_are_per_session() -> None:
     inbox, outbox = Inbox(), Outbox()
     inbox.put(3, 1, [{"id": "a"}, {"id": "b"}])

@@ -138,3 +138,34 @@ def test_an_idle_worker_sleeps_until_a_push_or_a_stop_wakes_it(
         worker.join(30.0)
     assert not worker.is_alive(), "the stop did not wake the worker"
     assert waits and set(waits) == {IDLE_FOR_S}
+
+
+class Standing:
+    """The control thread's side, as the worker sees it: trusted until distrusted."""
+
+    def __init__(self) -> None:
+        self.trusted = threading.Event()
+        self.trusted.set()
+
+    def distrust(self) -> None:
+        self.trusted.clear()
+
+
+def test_after_a_gap_while_events_were_held_no_event_starts_before_a_standing_check() -> None:
+    """No thread of the process ran for longer than FREEZE_GAP_S (a freeze) while events
+    waited: the channel may have handed them on, so the worker starts none of them until
+    the control thread confirms our standing. After an idle gap it goes on at once."""
+    ran: list[str] = []
+    sub = Subscriber("c", "s1", lambda ev: ran.append(ev["id"]))
+    standing = Standing()
+    sub._session = standing  # type: ignore[assignment]
+    sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
+    sub._ran_at -= client.FREEZE_GAP_S + 0.1  # frozen with "a" queued
+    sub.ran_for_request()  # a push read after the freeze sees the gap first
+    assert not standing.trusted.is_set()
+    idle = Subscriber("c", "s2", lambda ev: ran.append(ev["id"]))
+    idle._session = Standing()  # type: ignore[assignment]
+    idle._ran_at -= client.FREEZE_GAP_S + 0.1  # idle that long: nothing was held
+    idle.take_in({"session": 1, "seq": 1, "events": [event("b")]})
+    idle._handle(idle._inbox.take_all(0.0))
+    assert ran == ["b"]
