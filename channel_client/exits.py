@@ -19,6 +19,7 @@ from channel_server.errors import (
     ClientError,
     NotAuthorized,
     TransportError,
+    UnknownChannel,
 )
 from channel_server.wire import as_refusal
 
@@ -40,6 +41,14 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+UNKNOWN_CHANNEL_HINT = (
+    "(`python -m channel_server list` shows the channels there are; a broker creates one "
+    "with `serve --channel NAME`, a publisher with `publish --create`)"
+)
+"""What a command adds when the channel it names does not exist: the first error a
+newcomer meets after starting a bare broker."""
+
+
 def run_client_command(
     command: Callable[[argparse.Namespace], int],
     args: argparse.Namespace,
@@ -57,6 +66,8 @@ def run_client_command(
         return fail("interrupted", EXIT_INTERRUPTED)
     except NotAuthorized as exc:
         return fail(str(exc), EXIT_NOT_AUTHORIZED)
+    except UnknownChannel as exc:
+        return fail(f"{exc} {UNKNOWN_CHANNEL_HINT}", EXIT_USAGE)
     except bad_input as exc:
         return fail(str(exc), EXIT_USAGE)
     except (TransportError, Pyro5.errors.CommunicationError) as exc:

@@ -80,6 +80,11 @@ class PublishTotals:
     stopped: bool = False
     """Publishing stopped early when asked to (a signal): the rest was not sent."""
 
+    @property
+    def sent(self) -> int:
+        """Events the channel answered for, whatever it did with them."""
+        return self.accepted + self.duplicates + self.refused + self.unrouted
+
     def merge(self, other: PublishTotals) -> None:
         self.accepted += other.accepted
         self.duplicates += other.duplicates

@@ -149,9 +149,12 @@ def test_a_signal_stops_publish_cleanly_with_what_was_done(cluster: Cluster, sig
     assert pub.popen.wait(15.0) == 130
     pub.kill()  # joins the output reader
     assert "Traceback" not in pub.output()
-    summary = pub.wait_for(r"P -> jobs: (\d+) accepted.*\(interrupted: the rest was not sent\)")
+    summary = pub.wait_for(
+        r"P -> jobs: (\d+) accepted.*\(([\d.]+) events/s\) \(interrupted: the rest was not sent\)"
+    )
     assert 0 < int(summary.group(1)) < 100000
     assert int(summary.group(1)) == channel_stats(cluster, "jobs")["accepted"]
+    assert float(summary.group(2)) < 400  # what was sent, at --rate 200: not the 100,000 asked
     assert not list((cluster.tmp / "state").rglob("*.tmp"))
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from channel_client.exits import UNKNOWN_CHANNEL_HINT
 from tests.integration.conftest import channel_stats, publisher_for
 from tests.integration.procs import Cluster, wait_until
 
@@ -77,4 +78,4 @@ def test_status_shows_members_partitions_and_dead_letters(cluster: Cluster) -> N
     assert {p["owner"] for p in parts} == {"s1"}
     missing = cluster.run(["-m", "channel_server", "status", "nope", *cluster.ns])
     assert missing.returncode == 2
-    assert missing.stderr.strip() == "error: unknown channel 'nope'"
+    assert missing.stderr.strip() == f"error: unknown channel 'nope' {UNKNOWN_CHANNEL_HINT}"
