@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import subprocess
 
 import pytest
 
 from channel_server.wire import NS_NOT_REACHABLE
 from tests.integration.conftest import channel_stats
-from tests.integration.procs import Cluster, wait_until
+from tests.integration.procs import PROJECT_ROOT, Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -171,3 +172,20 @@ def test_a_second_signal_stops_a_subscriber_at_once_while_its_broker_is_away(
     sub.popen.send_signal(signal.SIGTERM)
     assert sub.popen.wait(10) == 130
     sub.wait_for(r"stopping now: events not acknowledged yet will be delivered again")
+
+
+def test_the_run_scripts_read_relative_paths_from_where_they_are_called(cluster: Cluster) -> None:
+    """README's tour runs scripts/run_*.sh; a file named relative to the caller's directory
+    is found there (the scripts once changed into the project's)."""
+    (cluster.tmp / "broker.toml").write_text('channel = ["from-the-file"]\nmemory = true\n')
+    script = PROJECT_ROOT / "scripts" / "run_broker.sh"
+    result = subprocess.run(
+        [str(script), "--config", "broker.toml", "--print-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cluster.tmp,
+        env=cluster.env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert 'channel = ["from-the-file"]' in result.stdout
