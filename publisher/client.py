@@ -35,11 +35,14 @@ from channel_server.errors import (
     QueueFull,
 )
 from channel_server.events import Partition, pack_batch, validate_batch
+from channel_server.log_throttle import Throttle
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.pipeline import SendPipeline
 from publisher.state import PublisherState
 
 log = logging.getLogger(__name__)
+_waits = Throttle(log)
+"""A full channel waited out is said once per LOG_EVERY_S (a wait may last long)."""
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
 FIRST_SEQ = 1
@@ -420,6 +423,9 @@ class Publisher:
                         break
                     refused = set(full.refused_ids)
                     pending = [ev for ev in pending if ev["id"] in refused]
+                    _waits.warning(
+                        "full", "%s; waiting for its subscribers to catch up", full.args[0]
+                    )
                     if stop.wait(full.retry_after_s):  # back-pressure asked for by the channel
                         totals.refused += len(pending)
                         break

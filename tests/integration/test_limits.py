@@ -128,3 +128,16 @@ def test_bad_limit_flags_exit_with_one_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert named in lines[0]
+
+
+def test_a_full_channel_is_waited_out_and_said_so(cluster: Cluster) -> None:
+    """`publish --wait-when-full` into a channel at its capacity: it says why it waits
+    (it used to wait in silence), and goes on once a subscriber drains the channel."""
+    cluster.broker("tiny", extra=("--capacity", "10"))
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "tiny", "--id", "P"]
+    publisher = cluster.start("publisher", [*argv, "--count", "30", "--wait-when-full"], None)
+    publisher.wait_for(r"channel .tiny. is full \(10 unacknowledged events\).*waiting for its")
+    cluster.subscriber("tiny", "s1")
+    assert publisher.popen.wait(30) == 0, publisher.output()
+    assert "30 accepted, 0 duplicate, 0 refused" in publisher.output()
+    assert len(cluster.wait_for_records("tiny", ("s1",), 30)["s1"]) == 30
