@@ -11,9 +11,11 @@ member's work in its hands.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -226,6 +228,8 @@ class MemberLink:
         self._failed = False
         self._packed = True
         """Whether the subscriber takes packed pushes (False once it said it does not)."""
+        self._aborted = False
+        """Set once, by :meth:`abort` (any thread): the link pushes nothing more."""
 
     def push(self, batch: Batch) -> tuple[Any, float]:
         """Hand a batch over; returns the reply and the round trip in seconds. Raises on
@@ -240,6 +244,10 @@ class MemberLink:
             if self._proxy is None:
                 self._proxy = callback_proxy(self.callback, self._push_timeout_s, self.secret)
             self._proxy._pyroClaimOwnership()
+            if self._proxy._pyroConnection is None:
+                self._proxy._pyroBind()  # connected here: an abort meanwhile sends nothing
+            if self._aborted:
+                raise ConnectionError(f"the session at {self.callback} is over")
             started = time.monotonic()
             reply = self._deliver(self._proxy, batch)
             self._failed = False
@@ -268,6 +276,20 @@ class MemberLink:
     def answers(self) -> bool:
         """Whether the member's callback answers a ping (on a connection of its own)."""
         return answers(self.callback, self._ping_timeout_s, self.secret)
+
+    def abort(self) -> None:
+        """Cut the connection of a push in progress now, from any thread, without its lock:
+        the member's session ended (its id was taken from another address, or it left).
+        A subscriber that reads the push later (it was frozen) finds the connection closed,
+        so it knows the broker gave up on it and handles none of its events, which the
+        new session gets. The pushing thread sees its push fail, for a session that is
+        over (nothing is counted). Then :meth:`close` closes the link."""
+        self._aborted = True  # a push still connecting sends nothing once connected
+        proxy = self._proxy  # (a read without the lock: the push holds it)
+        sock = getattr(getattr(proxy, "_pyroConnection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):  # closed already: nothing to cut
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         if self._lock.acquire(timeout=self._push_timeout_s + self._ping_timeout_s):

@@ -165,7 +165,8 @@ class PushDelivery:
         """A push member joined or resumed: (re)open its link, then look for work."""
         link = self._links.get(key)
         if link is None or (link.callback, link.secret) != (callback, secret):
-            if link is not None:
+            if link is not None:  # another process took the id over: the old one's push ends
+                link.abort()
                 self._pool.submit(link.close)
             config = self._config
             self._links[key] = MemberLink(
@@ -181,6 +182,7 @@ class PushDelivery:
     def member_left(self, key: MemberKey) -> None:
         link = self._links.pop(key, None)
         if link is not None:
+            link.abort()
             self._pool.submit(link.close)
         self._pushed.pop(key, None)
         self._streamed.discard(key)

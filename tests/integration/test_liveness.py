@@ -102,3 +102,31 @@ def test_a_subscriber_frozen_while_its_id_was_taken_over_handles_nothing_once_th
     assert not twice, f"handled twice: {sorted(twice)[:10]}"
     late = [r["id"] for r in records if r["pid"] == old.popen.pid and r["at"] >= thawed]
     assert not late, f"the thawed process handled {late[:10]}"
+
+
+def test_a_push_on_its_way_when_the_id_was_taken_over_is_not_handled_by_the_old_process(
+    cluster: Cluster,
+) -> None:
+    """s1 is frozen, holding nothing, when a push reaches it; a new s1 takes the id over
+    (the push's events go to it) and the old one thaws while that push still waits for
+    its answer (a long ack timeout). The broker cut the push's connection when the id
+    moved (or sends nothing on it, if it was still connecting), so the old process
+    handles none of it."""
+    broker = cluster.broker("idl", extra=("--ack-timeout", "30"))
+    old = cluster.subscriber("idl", "s1", "--quiet")
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "idl", "--id", "P"]
+    assert cluster.run([*argv, "--count", "5"]).returncode == 0
+    cluster.wait_for_records("idl", ("s1",), 5)  # the broker's link to it is open
+    old.popen.send_signal(signal.SIGSTOP)
+    try:
+        assert cluster.run([*argv, "--count", "5"]).returncode == 0
+        cluster.subscriber("idl", "s1", "--quiet")  # the id taken over after a ping
+        broker.wait_for(r"idl: s1 resubscribed from")
+    finally:
+        old.popen.send_signal(signal.SIGCONT)
+    thawed = time.time()
+    got = cluster.wait_for_records("idl", ("s1",), 10)["s1"]
+    old.wait_for(r"subscribing again failed")  # it ran again, and learnt it is out
+    got = cluster.records("idl", "s1")["s1"]
+    assert sorted(r["id"] for r in got) == sorted(f"P-{i}" for i in range(1, 11))
+    assert not [r["id"] for r in got if r["pid"] == old.popen.pid and r["at"] >= thawed]

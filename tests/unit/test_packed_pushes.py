@@ -79,6 +79,8 @@ class FakeProxy:
         self.calls.append(("deliver", delivery))
         return {"queued": len(delivery["events"])}
 
+    _pyroConnection = "connected"
+
     def _pyroClaimOwnership(self) -> None:
         pass
 
