@@ -53,15 +53,21 @@ class Access:
         self._owner_proofs = proofs.Proofs(token, OWNER)
         self._checking = threading.BoundedSemaphore(PASSWORD_CHECKS_AT_ONCE)
         self._busy_log = Throttle(log)
+        self._refused_log = Throttle(log)
+        """Refused handshakes, logged once per 10 s with the count left out: a stranger
+        could otherwise fill the disk with them (each names its user, cut at 200
+        characters)."""
 
     def admit(self, conn: Any, data: Any) -> Any:
         """Pyro5's handshake hook: remember the caller's user on its connection and
         answer (with a proof of the token to a caller that proved it), or refuse the
         connection (the client gets the reason)."""
         try:
-            user, answer = self._admit(data)
+            user, answer = self._admit(conn, data)
         except NotAuthorized as exc:
-            log.warning("refused a connection from %s: %s", peer_of(conn), exc.reason)
+            self._refused_log.warning(
+                "refused", "refused a connection from %s: %.200s", peer_of(conn), exc.reason
+            )
             raise
         except LimitReached as exc:
             self._busy_log.warning("busy", "refused a connection from %s: %s", peer_of(conn), exc)
@@ -69,20 +75,23 @@ class Access:
         setattr(conn, USER_ATTRIBUTE, user)
         return answer
 
-    def _admit(self, data: Any) -> tuple[User, Any]:
+    def _admit(self, conn: Any, data: Any) -> tuple[User, Any]:
         """Over the wire the owner proves it knows the token (it is never sent: see
         :mod:`~channel_server.proofs`); a user of the users file gives its password."""
         if not (isinstance(data, dict) and data.get("user") == OWNER):
             return self.authenticate(data), "welcome"
-        nonce = self._owner_proofs.admit(data)
+        target = getattr(conn, proofs.PROOF_TARGET)
+        nonce = self._owner_proofs.admit(data, target)
         if nonce is None:
-            sent_token = "secret" in data  # a client older than this broker
-            raise NotAuthorized(
-                "the token itself was sent, not a proof of it: upgrade the client"
-                if sent_token
-                else self._owner_proofs.refusal(data, "wrong credential for user 'owner'")
-            )
+            raise NotAuthorized(self._refusal(data, target))
         return self._owner, proofs.answer(self._token, SERVER_ROLE, nonce)
+
+    def _refusal(self, data: dict, target: proofs.Target) -> str:
+        """Why the owner's handshake was refused (a client older than this broker sent
+        the token itself, or a proof of it made for no daemon in particular)."""
+        if "secret" in data or "to" not in data:
+            return "a client older than this broker (no proof made for it): upgrade the client"
+        return self._owner_proofs.refusal(data, "wrong credential for user 'owner'", target)
 
     def authenticate(self, data: Any) -> User:
         if not isinstance(data, dict) or not data.get("user"):

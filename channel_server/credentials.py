@@ -51,13 +51,14 @@ class Credential:
     user: str
     secret: str
 
-    def handshake(self) -> dict[str, Any]:
-        """What a proxy sends when it connects (Pyro5's handshake). The local token never
-        crosses the wire: a proof of it does (:mod:`~channel_server.proofs`). A password
-        does: the broker keeps only its argon2 hash, so it could check no proof of it
-        (use TLS where that matters)."""
+    def handshake(self, to: int) -> dict[str, Any]:
+        """What a proxy sends when it connects (Pyro5's handshake) to the daemon at port
+        ``to``. The local token never crosses the wire: a proof of it, made for that
+        daemon, does (:mod:`~channel_server.proofs`). A password does: the broker keeps
+        only its argon2 hash, so it could check no proof of it (use TLS where that
+        matters)."""
         if self.user == OWNER:
-            return proofs.handshake(self.secret, OWNER)
+            return proofs.handshake(self.secret, OWNER, to)
         return {"user": self.user, "secret": self.secret}
 
     @property

@@ -21,6 +21,7 @@ import Pyro5.server
 from channel_server import proofs, tls
 from channel_server.credentials import Credential
 from channel_server.errors import NotAuthorized
+from channel_server.log_throttle import Throttle
 from channel_server.transport import HardenedDaemon
 from channel_server.wire import make_proxy
 
@@ -48,8 +49,8 @@ class CallbackCredential(Credential):
     """What the broker presents to a subscriber's callback daemon: a fresh proof that it
     knows the callback secret, never the secret itself."""
 
-    def handshake(self) -> dict[str, Any]:
-        return proofs.handshake(self.secret, CALLBACK_USER)
+    def handshake(self, to: int) -> dict[str, Any]:
+        return proofs.handshake(self.secret, CALLBACK_USER, to)
 
     @property
     def answer_role(self) -> str | None:
@@ -64,12 +65,17 @@ def secret_gate(secret: str, what: str, clock: Callable[[], float] = time.time) 
     """A gate that admits a caller proving it knows ``secret`` (CallbackCredential), and
     answers with its own proof."""
     checks = proofs.Proofs(secret, CALLBACK_USER, clock)
+    refused = Throttle(log)  # once per 10 s: a stranger's refusals cannot fill the disk
 
     def admit(conn: Any, data: Any) -> dict[str, str]:
-        nonce = checks.admit(data)
+        target = getattr(conn, proofs.PROOF_TARGET)
+        nonce = checks.admit(data, target)
         if nonce is None:
-            reason = checks.refusal(data, f"{what} admits only the broker it subscribed with")
-            log.warning("%s: refused a connection from %s: %s", what, peer_of(conn), reason)
+            otherwise = f"{what} admits only the broker it subscribed with"
+            reason = checks.refusal(data, otherwise, target)
+            refused.warning(
+                "refused", "%s: refused a connection from %s: %.200s", what, peer_of(conn), reason
+            )
             raise NotAuthorized(reason)
         return proofs.answer(secret, SUBSCRIBER_ROLE, nonce)
 

@@ -16,13 +16,15 @@ clients see that (``wire.closed_by_peer``) and reconnect before their next call.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
+import resource
 import selectors
 import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import Pyro5
@@ -46,6 +48,7 @@ from channel_server.frames import (
     read_header,
 )
 from channel_server.log_throttle import Throttle
+from channel_server.proofs import PROOF_TARGET, Target
 from channel_server.tls_sockets import plain_refusal
 from channel_server.wire import MAX_MESSAGE_BYTES
 
@@ -77,8 +80,29 @@ class TransportConfig:
             return self.max_connections_per_user
         return max(1, self.max_connections // 2)
 
+    def fitted(self, open_files: int) -> TransportConfig:
+        """These bounds within ``open_files`` file descriptors, FILES_RESERVED kept for the
+        process's own (its store, its pushes): fewer connections wait for a handshake if
+        need be. Else strangers opening sockets could take the last descriptors, and the
+        store could no longer write."""
+        room = max(1, open_files - FILES_RESERVED - self.max_connections)
+        return self if self.max_waiting <= room else replace(self, max_waiting=room)
+
     def apply(self) -> None:
-        """Make this process's daemons (and Pyro5's own checks) use these bounds."""
+        """Make this process's daemons (and Pyro5's own checks) use these bounds, within
+        the descriptors it may open (raised to the hard limit first)."""
+        fitted = self.fitted(raise_open_files(self.max_waiting + self.max_connections))
+        if fitted is not self:
+            log.warning(
+                "at most %d connections wait for their handshake (not %d): this process may "
+                "open %d files (ulimit -n), %d of them kept for its own",
+                fitted.max_waiting,
+                self.max_waiting,
+                fitted.max_waiting + self.max_connections + FILES_RESERVED,
+                FILES_RESERVED,
+            )
+            fitted.apply()
+            return
         Pyro5.config.THREADPOOL_SIZE = self.max_connections
         Pyro5.config.THREADPOOL_SIZE_MIN = min(
             Pyro5.config.THREADPOOL_SIZE_MIN, self.max_connections
@@ -89,6 +113,24 @@ class TransportConfig:
         global _config
         _config = self
         install()
+
+
+FILES_RESERVED = 512
+"""File descriptors no caller's connection may take: the store's files and journal, the
+broker's connections to its subscribers, logs."""
+
+
+def raise_open_files(connections: int) -> int:
+    """How many files this process may open, after raising its soft limit (up to the hard
+    one) to hold ``connections`` and FILES_RESERVED more."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + FILES_RESERVED
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return wanted if soft == resource.RLIM_INFINITY else soft
 
 
 IDLE_POLL_S = 30.0
@@ -418,6 +460,18 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
         self._wake_w.close()
 
 
+def proof_target(sock: socket.socket, since: float) -> Target:
+    """What a caller on ``sock`` must have made its proof for: this daemon's port and, from
+    this machine (a loopback peer: one clock), no earlier than ``since``."""
+    port = sock.getsockname()[1]
+    try:
+        peer = ipaddress.ip_address(sock.getpeername()[0].split("%")[0])
+    except (OSError, ValueError):
+        return Target(port)
+    mapped = peer.ipv4_mapped if isinstance(peer, ipaddress.IPv6Address) else None
+    return Target(port, since if (mapped or peer).is_loopback else None)
+
+
 class HardenedDaemon:
     """Mixin placed before a Pyro5 daemon class: the lobby transport, strict calls, and a
     ``Pyro.Daemon`` object with typed refusals."""
@@ -427,13 +481,18 @@ class HardenedDaemon:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         current()
         install()
+        self.listening_since = time.monotonic()
+        """Taken before the bind (the machine's monotonic clock, as proofs carry it): a
+        proof made by a caller on this machine once it could connect is later."""
         super().__init__(*args, **kwargs)
         self.objectsById[Pyro5.core.DAEMON_NAME] = strict_calls.StrictDaemonObject(self)
         self.shares = ConnectionShares()
 
     def validateHandshake(self, conn: Any, data: Any) -> Any:
         """Pyro5's handshake hook: the daemon's gate (:meth:`admit`), then the admitted
-        connection counted against its user's share (LimitReached past it)."""
+        connection counted against its user's share (LimitReached past it). The gate
+        finds what a proof must be made for on the connection (:func:`proof_target`)."""
+        setattr(conn, PROOF_TARGET, proof_target(conn.sock, self.listening_since))
         answer = self.admit(conn, data)
         self.shares.take(conn, current().per_user_limit)
         return answer

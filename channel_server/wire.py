@@ -111,15 +111,30 @@ PROOF_MISSING = "did not prove it knows the secret"
 
 class MutualProxy(Pyro5.client.Proxy):  # type: ignore[misc]
     """A proxy that proves a secret in its handshake and goes on only with a daemon whose
-    answer proves the same secret (:mod:`~channel_server.proofs`)."""
+    answer proves the same secret (:mod:`~channel_server.proofs`). Its handshake is made
+    anew for each connection (a reconnect too), for the port it connects to."""
 
-    def __init__(self, uri: Any, secret: str, role: str) -> None:
+    def __init__(self, uri: Any, credential: Credential, role: str) -> None:
+        object.__setattr__(self, "_mutual", (credential, role))  # (Proxy refuses other names)
+        object.__setattr__(self, "_sent", {})
         super().__init__(uri)
-        object.__setattr__(self, "_mutual", (secret, role))  # (Proxy refuses other names)
+
+    @property
+    def _pyroHandshake(self) -> dict[str, Any]:
+        """What Pyro5 sends as it connects: a fresh proof (and kept, for the answer)."""
+        credential, _ = object.__getattribute__(self, "_mutual")
+        sent: dict[str, Any] = credential.handshake(self._pyroUri.port or 0)
+        object.__setattr__(self, "_sent", sent)
+        return sent
+
+    @_pyroHandshake.setter
+    def _pyroHandshake(self, value: Any) -> None:
+        """Pyro5 sets a default; ours is made for each connection instead."""
 
     def _pyroValidateHandshake(self, response: Any) -> None:
-        secret, role = object.__getattribute__(self, "_mutual")
-        if not proofs.answer_ok(secret, role, self._pyroHandshake, response):
+        credential, role = object.__getattribute__(self, "_mutual")
+        sent = object.__getattribute__(self, "_sent")
+        if not proofs.answer_ok(credential.secret, role, sent, response):
             raise Pyro5.errors.CommunicationError(
                 f"{self._pyroUri.location} {PROOF_MISSING} "
                 "(another process may have its port): nothing is sent there"
@@ -139,11 +154,14 @@ def make_proxy(
         Pyro5.config.MAX_MESSAGE_SIZE = MAX_MESSAGE_BYTES
     who = credentials.ambient() if credential is None else credential
     role = who.answer_role if who and who.user else None
-    proxy = MutualProxy(uri, who.secret, role) if who and role else Pyro5.client.Proxy(uri)
+    if who and role:
+        proxy = MutualProxy(uri, who, role)
+    else:
+        proxy = Pyro5.client.Proxy(uri)
+        proxy._pyroHandshake = who.handshake(proxy._pyroUri.port or 0) if who and who.user else {}
     proxy._pyroSerializer = SERIALIZER
     if timeout_s:
         proxy._pyroTimeout = timeout_s
-    proxy._pyroHandshake = who.handshake() if who and who.user else {}
     return proxy
 
 

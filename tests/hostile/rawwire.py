@@ -55,9 +55,12 @@ def frame(
     return bytes(data)
 
 
-def connect_payload(serializer: str, credential: Credential | None, object_id: str) -> bytes:
-    """What a proxy sends to connect: its handshake data and the object it wants."""
-    handshake = credential.handshake() if credential else {}
+def connect_payload(
+    serializer: str, credential: Credential | None, object_id: str, port: int
+) -> bytes:
+    """What a proxy sends to connect to the daemon at ``port``: its handshake data and
+    the object it wants."""
+    handshake = credential.handshake(port) if credential else {}
     dumps = Pyro5.serializers.serializers[serializer].dumps
     return dumps({"handshake": handshake, "object": object_id})
 
@@ -94,7 +97,7 @@ class RawConnection:
         self, credential: Credential | None, object_id: str = DAEMON_OBJECT, serializer=MSGPACK
     ) -> wire.ReceivingMessage:
         """Send the connect message and return the daemon's answer (OK or FAIL)."""
-        payload = connect_payload(serializer, credential, object_id)
+        payload = connect_payload(serializer, credential, object_id, self.sock.getpeername()[1])
         self.send(frame(wire.MSG_CONNECT, payload, serializer_id=SERIALIZER_IDS[serializer]))
         return self.receive()
 

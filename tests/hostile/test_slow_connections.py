@@ -42,8 +42,10 @@ def stack(hostile_root) -> Iterator[Stack]:
         yield s
 
 
-def _connect_frame(credential: Credential | None) -> bytes:
-    return frame(wire.MSG_CONNECT, connect_payload("msgpack", credential, DAEMON_OBJECT))
+def _connect_frame(credential: Credential | None, port: int = 0) -> bytes:
+    """A connect message (to the daemon at ``port``: what a proof is made for)."""
+    payload = connect_payload("msgpack", credential, DAEMON_OBJECT, port)
+    return frame(wire.MSG_CONNECT, payload)
 
 
 def _judge(stack: Stack, attack: str, sampler: Sampler, through, error, closed_s, limit_s):
@@ -88,7 +90,7 @@ def test_a_handshake_trickled_byte_by_byte_is_closed(stack: Stack) -> None:
     """Each byte arrives before any per-read timeout would fire: only a deadline on the
     whole handshake stops it."""
     limit = HANDSHAKE_TIMEOUT_S + MARGIN_S
-    data = _connect_frame(owner().credential)
+    data = _connect_frame(owner().credential, stack.broker_address[1])
     with Sampler(stack.broker.popen.pid) as sampler, RawConnection(stack.broker_address) as conn:
         started, closed_s = time.monotonic(), None
         through, error = timed(stack.probe.round)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +17,9 @@ from channel_server.config import ChannelConfig
 from channel_server.core.records import ChannelKind
 from channel_server.dispatch import DispatchPool
 from channel_server.guard import secret_gate
+from channel_server.proofs import PROOF_TARGET
 from channel_server.store import MemoryStore, Store
+from channel_server.transport import proof_target
 
 
 class FakeClock:
@@ -52,10 +55,12 @@ class FakeSubscribersDaemon(Pyro5.server.Daemon):
     admits only a broker proving it knows CALLBACK_SECRET (and proves it knows it too)."""
 
     def __init__(self) -> None:
+        self._since = time.monotonic()
         super().__init__(host="127.0.0.1", port=0)
         self._gate = secret_gate(CALLBACK_SECRET, "fake subscribers")
 
     def validateHandshake(self, conn: Any, data: Any) -> Any:
+        setattr(conn, PROOF_TARGET, proof_target(conn.sock, self._since))  # as a real one
         return self._gate(conn, data)
 
 

@@ -81,7 +81,8 @@ def test_nobody_without_a_credential_gets_in(secured: tuple[Cluster, Any]) -> No
         call(channel_uri(cluster), ANONYMOUS, "publish", [])
     with pytest.raises(NotAuthorized, match="wrong credential"):
         call(channel_uri(cluster), Credential("alice", "guess"), "stats")
-    wait_until(lambda: broker.count(r"refused a connection from 127\.0\.0\.1") >= 3, 5)
+    # logged, once per 10 s with the count left out (a stranger cannot fill the disk)
+    wait_until(lambda: broker.count(r"refused a connection from 127\.0\.0\.1") >= 1, 5)
     argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "orders", "--id", "EVE"]
     elsewhere = {"PUBSUB_STATE_DIR": str(cluster.tmp / "another-os-user")}
     stranger = cluster.run([*argv, "--count", "1"], env=elsewhere)
@@ -190,8 +191,9 @@ def test_a_forged_push_to_a_subscriber_is_refused(secured: tuple[Cluster, Any]) 
     for credential in (ANONYMOUS, None, who("alice")):  # nobody but the broker
         with pytest.raises(NotAuthorized, match="admits only the broker"):
             call(callback, credential, "deliver", forged)
-    # Logged by the subscriber as it refuses; its output is read by another thread.
-    wait_until(lambda: sub.count(r"refused a connection") == 3, what="three refusals logged")
+    # Logged by the subscriber as it refuses (once per 10 s with the count left out: a
+    # stranger cannot fill its disk); its output is read by another thread.
+    wait_until(lambda: sub.count(r"refused a connection") == 1, what="the refusals logged")
     with publisher_for(cluster, "orders") as pub:
         pub.publish([pub.event("real")])  # the real PUB-1 is handled: nothing forged got in
     assert [r["id"] for r in cluster.wait_for_records("orders", ("s1",), 1)["s1"]] == ["PUB-1"]
