@@ -124,7 +124,7 @@ def read_window(path: Path) -> list[str]:
     if lines and lines[0].startswith("{"):
         _check_header(path, lines[0])
         return [_json_id(path, number, line) for number, line in enumerate(lines[1:], 2)]
-    return _headerless_ids(lines)
+    return _headerless_ids(path, lines)
 
 
 def _check_header(path: Path, line: str) -> None:
@@ -149,12 +149,25 @@ def _json_id(path: Path, number: int, line: str) -> str:
     return value
 
 
-def _headerless_ids(lines: list[str]) -> list[str]:
+def _headerless_ids(path: Path, lines: list[str]) -> list[str]:
     """An older window: one JSON string per line when every line is one, else one bare id
-    per line (the whole line, spaces and all)."""
-    ids = [line for line in lines if line]
+    per line (the whole line, spaces and all). No version wrote some lines one way and
+    some the other: such a file was damaged (a header that lost its first byte, say), and
+    read as bare ids it would know none of its ids."""
+    numbered = [(number, line) for number, line in enumerate(lines, 1) if line]
+    decoded = [(number, line, _json_string(line)) for number, line in numbered]
+    quoted = [value for _, _, value in decoded if value is not None]
+    if len(quoted) == len(decoded):
+        return quoted
+    if quoted:
+        number, line = next((n, line) for n, line, value in decoded if value is None)
+        raise malformed(path, f"line {number} is not an id (a JSON string): {line[:60]!r}")
+    return [line for _, line in numbered]
+
+
+def _json_string(line: str) -> str | None:
     try:
-        decoded = [json.loads(line) for line in ids]
+        value = json.loads(line)
     except ValueError:
-        return ids
-    return decoded if all(type(value) is str for value in decoded) else ids
+        return None
+    return value if type(value) is str else None

@@ -126,6 +126,9 @@ def test_a_last_line_torn_by_a_crash_is_ignored(
         (b'{"format": "something-else", "version": 2}\n', "line 1 is not the header"),
         (b'{"format": "pubsub-processed-ids", "version": 3}\n', "version 3 is not known"),
         (b"\xff\xfe\x00\x01\x89PNG garbage\n", "not a text file"),
+        # the header lost its first byte: read as bare ids, it knew none of them
+        (b'"format": "pubsub-processed-ids", "version": 1}\n"P/PUB-1"\n', "line 1 is not an id"),
+        (b'"P/PUB-1"\nP/PUB-2\n', "line 2 is not an id"),
     ],
 )
 def test_a_malformed_window_is_a_one_line_error_naming_the_file(

@@ -4,10 +4,13 @@ daemon: frames are built with Pyro5's own SendingMessage and read over a socketp
 from __future__ import annotations
 
 import contextlib
+import resource
 import selectors
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -35,7 +38,7 @@ from channel_server.frames import (
 )
 from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
 from channel_server.tls_sockets import PLAIN_REFUSED, PyroTlsSocket
-from channel_server.transport import LobbyServer, _Waiting
+from channel_server.transport import FILES_RESERVED, LobbyServer, TransportConfig, _Waiting
 from channel_server.unpacking import MAX_CONTAINERS
 from tests.integration.procs import wait_until
 
@@ -404,3 +407,39 @@ def test_a_tls_client_hello_in_pieces_is_not_refused(
 
         wait_until(handshaken, timeout_s=5, what="the TLS handshake")
         assert tls_lobby._waiting == {sock: waiting} and not waiting.draining
+
+
+def test_connections_waiting_for_a_handshake_leave_the_process_its_own_files() -> None:
+    """Strangers' sockets must not take the descriptors the store and the pushes need: an
+    attacker's 1,100 idle sockets made a broker under `ulimit -n 1024` fail its journal
+    writes ("Too many open files")."""
+    config = TransportConfig()
+    assert config.fitted(1 << 20) is config
+    squeezed = config.fitted(1024)
+    assert squeezed.max_waiting + config.max_connections + FILES_RESERVED == 1024
+
+
+def test_a_process_raises_its_soft_open_files_limit_to_hold_its_bounds() -> None:
+    code = (
+        "import resource; from channel_server.transport import TransportConfig, current; "
+        "TransportConfig().apply(); "
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], current().max_waiting)"
+    )
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=low_soft_limit,
+        check=True,
+    ).stdout.split()
+    wanted = TransportConfig().max_waiting + TransportConfig().max_connections + FILES_RESERVED
+    if hard == resource.RLIM_INFINITY or hard >= wanted:
+        assert out == [str(wanted), str(TransportConfig().max_waiting)]
+    else:  # a hard limit below: fewer wait for a handshake instead
+        assert out == [str(hard), str(hard - TransportConfig().max_connections - FILES_RESERVED)]
