@@ -8,9 +8,11 @@ just what stayed unacknowledged for a while (see :mod:`channel_server.store.jour
 
 A record is framed as its length (4 bytes, big-endian), the CRC-32 of its body (4 bytes)
 and the body: msgpack ``[channel key base, next offset, events]``, each event the array
-of its fields (:func:`pack_record`). Reading stops at a torn or damaged record (a power
-loss in the middle of a write): what follows it was never acknowledged to a publisher,
-since each write completes before the publish returns.
+of its fields (:func:`pack_record`). Reading stops at a torn record (a power loss in the
+middle of a write): what follows it was never acknowledged to a publisher, since each
+write completes before the publish returns. It stops at a damaged one too (whole, but its
+CRC no longer matches: the disk changed it): then accepted events are lost, which the
+store says as an error, keeping the segment (:data:`DAMAGED_SUFFIX`).
 
 A segment is done once every event in it is a row or acknowledged: the store marks it so
 in a round's transaction once that is committed, and then deletes it. A restart replays the segments
@@ -35,6 +37,8 @@ from channel_server.private_files import open_private_fd
 
 log = logging.getLogger(__name__)
 SEGMENT_NAME = re.compile(r"journal-(\d{10})\.log")
+DAMAGED_SUFFIX = ".damaged"
+"""Added to the name of a segment found damaged: kept for a look, never replayed again."""
 HEADER_BYTES = 8
 """length (4) + CRC-32 (4)"""
 _ENCODER = msgspec.msgpack.Encoder()
@@ -73,10 +77,17 @@ def pack_record(base: int, next_offset: int, events: Sequence[Event]) -> bytes:
     return frame(_ENCODER.encode((base, next_offset, events)))
 
 
-def read_records(path: Path) -> Iterator[tuple[int, int, list[Event]]]:
+def read_records(
+    path: Path, damaged: list[int] | None = None
+) -> Iterator[tuple[int, int, list[Event]]]:
     """The records of one segment in order: (channel key base, next offset, events);
     stops (and says so) at a torn or damaged one. A segment is the broker's own private
-    file, so its payloads are decoded as they were written, maps and all."""
+    file, so its payloads are decoded as they were written, maps and all.
+
+    A record cut short at the end was torn by a crash in the middle of its write: its
+    publish never returned, so nothing accepted is lost (a warning). A whole record whose
+    CRC does not match was damaged after it was written: publishes accepted then are lost,
+    and its byte position goes into ``damaged`` (when given; else a warning too)."""
     data = path.read_bytes()
     at = 0
     while at < len(data):
@@ -84,12 +95,17 @@ def read_records(path: Path) -> Iterator[tuple[int, int, list[Event]]]:
         size = int.from_bytes(header[:4], "big") if len(header) == HEADER_BYTES else -1
         body = data[at + HEADER_BYTES : at + HEADER_BYTES + size] if size >= 0 else b""
         if size < 0 or len(body) != size or zlib.crc32(body) != int.from_bytes(header[4:], "big"):
-            log.warning(
-                "%s: a torn or damaged record at byte %d; the %d bytes from there are ignored",
-                path,
-                at,
-                len(data) - at,
-            )
+            torn = size < 0 or len(body) != size  # cut short (or a length damaged too)
+            if torn or damaged is None:
+                log.warning(
+                    "%s: a torn record at byte %d (a write a crash cut short); the %d bytes "
+                    "from there are ignored",
+                    path,
+                    at,
+                    len(data) - at,
+                )
+            else:
+                damaged.append(at)
             return
         try:
             record = _DECODER.decode(body)

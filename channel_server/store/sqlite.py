@@ -41,7 +41,13 @@ from channel_server.store.base import (
     Store,
 )
 from channel_server.store.deferred import DeferredWrites, PendingWrites, write_in_background
-from channel_server.store.journal import Journal, pack_record, read_records, segments
+from channel_server.store.journal import (
+    DAMAGED_SUFFIX,
+    Journal,
+    pack_record,
+    read_records,
+    segments,
+)
 from channel_server.store.journaled import JournaledEvents
 from channel_server.store.rows import GROUP_TABLES, event_fields
 from channel_server.store.sqlite_files import (
@@ -172,13 +178,27 @@ class SQLiteStore(Store):
         done = {row[0] for row in self._db.execute("SELECT segment FROM journal_done")}
         found = segments(self.path.parent)
         for number, path in found:
+            damaged: list[int] = []
             if number not in done:
                 with self._tx() as db:
-                    for record in read_records(path):
+                    for record in read_records(path, damaged):
                         restore_record(db, record)
                     db.execute("INSERT OR IGNORE INTO journal_done VALUES (?)", (number,))
                 log.info("replayed journal segment %s", path.name)
-            path.unlink()
+            if damaged:
+                kept = path.with_name(path.name + DAMAGED_SUFFIX)
+                path.rename(kept)
+                log.error(
+                    "journal segment %s is damaged at byte %d (changed on disk after it was "
+                    "written): the events of the %d bytes from there are lost unless their "
+                    "publishers send them again; it is kept as %s",
+                    path.name,
+                    damaged[0],
+                    kept.stat().st_size - damaged[0],
+                    kept.name,
+                )
+            else:
+                path.unlink()
         with self._tx() as db:
             db.execute("DELETE FROM journal_done")
         return max([*done, *(number for number, _ in found)], default=0)

@@ -17,7 +17,13 @@ from channel_server.events import Event
 from channel_server.store import journal as journal_module
 from channel_server.store import sqlite as sqlite_store
 from channel_server.store.base import ChannelRecord
-from channel_server.store.journal import Journal, pack_record, read_records, segments
+from channel_server.store.journal import (
+    DAMAGED_SUFFIX,
+    Journal,
+    pack_record,
+    read_records,
+    segments,
+)
 from channel_server.store.journaled import JournaledEvents
 from channel_server.store.sqlite import SQLiteStore
 
@@ -49,7 +55,7 @@ def test_records_read_back_in_order_and_a_torn_tail_is_ignored(
         msgspec.structs.astuple(row(0)),
         msgspec.structs.astuple(row(1)),
     ]
-    assert "torn or damaged" in caplog.text
+    assert "a torn record at byte" in caplog.text
 
 
 def test_a_damaged_record_stops_the_reading_there(tmp_path: Path) -> None:
@@ -383,6 +389,33 @@ def test_a_segment_that_cannot_be_deleted_keeps_its_mark(
     store = SQLiteStore(data)  # deletes it, replaying nothing
     try:
         assert journal_files(data) == []
+        assert store.load("c").events == []
+    finally:
+        store.close()
+
+
+def test_a_segment_damaged_on_disk_is_replayed_up_to_the_damage_said_and_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A torn tail is a crash's (its publish never returned); a whole record whose CRC no
+    longer matches was accepted and is lost: said as an error, with the segment kept for a
+    look instead of deleted (it was deleted, and the damage logged as a warning in bytes)."""
+    data = tmp_path / "data"
+    subprocess.run(
+        [sys.executable, "-c", CRASH, str(data), "before-round"], check=True, cwd=Path.cwd()
+    )
+    ((_, path),) = [(n, p) for n, p in segments(data) if p.stat().st_size]
+    damaged = bytearray(path.read_bytes())
+    damaged[-1] ^= 0xFF  # the one record's body no longer matches its CRC
+    path.write_bytes(bytes(damaged))
+    with caplog.at_level(logging.WARNING):
+        store = SQLiteStore(data)
+    try:
+        assert [p.name for p in data.iterdir() if p.name.endswith(DAMAGED_SUFFIX)] == [
+            path.name + DAMAGED_SUFFIX
+        ]
+        assert journal_files(data) == []
+        assert "is damaged at byte 0" in caplog.text and "are lost" in caplog.text
         assert store.load("c").events == []
     finally:
         store.close()
