@@ -21,7 +21,7 @@ from Pyro5.callcontext import current_context
 
 from channel_server import proofs
 from channel_server.connection_shares import USER_ATTRIBUTE as USER_ATTRIBUTE
-from channel_server.credentials import OWNER, SERVER_ROLE
+from channel_server.credentials import MONITOR_TOKEN_FILE, OWNER, SERVER_ROLE, monitor_token
 from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.guard import peer_of
 from channel_server.log_throttle import Throttle
@@ -44,6 +44,8 @@ class Access:
 
     def __init__(self, token: str, users: UsersFile | None = None) -> None:
         self._token = token
+        self.monitor_token = monitor_token(token)
+        """What the HTTP monitor takes from the owner (never the token itself)."""
         self._users = users
         self._owner = owner()
         self._lock = threading.Lock()
@@ -92,6 +94,19 @@ class Access:
         if "secret" in data or "to" not in data:
             return "a client older than this broker (no proof made for it): upgrade the client"
         return self._owner_proofs.refusal(data, "wrong credential for user 'owner'", target)
+
+    def monitor_owner(self, secret: str) -> User:
+        """The owner, for the HTTP monitor: ``secret`` must be the monitor token. The
+        local token itself is refused there, saying why: sent over plain HTTP, it would
+        make whoever holds the monitor's port the owner of every daemon."""
+        if hmac.compare_digest(secret.encode(), self.monitor_token.encode()):
+            return self._owner
+        if hmac.compare_digest(secret.encode(), self._token.encode()):
+            raise NotAuthorized(
+                "the local token is not taken over HTTP (it would cross the wire as it is): "
+                f"use the monitor token, in the state dir's {MONITOR_TOKEN_FILE} file"
+            )
+        raise NotAuthorized("wrong credential for user 'owner'")
 
     def authenticate(self, data: Any) -> User:
         if not isinstance(data, dict) or not data.get("user"):

@@ -151,6 +151,24 @@ def _not_ours(directory: Path, st: os.stat_result) -> str | None:
     return None
 
 
+MONITOR_TOKEN_FILE = "monitor-token"
+"""Beside the token in the state dir: what the HTTP monitor takes (:func:`monitor_token`)."""
+
+
+def monitor_token(token: str) -> str:
+    """What the HTTP monitor takes as the owner's password or bearer token: derived from
+    the local token and good for nothing else. Over plain HTTP it crosses the wire as it
+    is, to whoever holds the monitor's port while the broker is away; the local token,
+    which makes its holder the owner of every daemon, never does."""
+    return proofs.mac(token, "pubsub http monitor")
+
+
+def read_monitor_token(directory: Path) -> str | None:
+    """The monitor token of the token kept in ``directory`` (None without one)."""
+    token = read_token(directory)
+    return None if token is None else monitor_token(token)
+
+
 def ensure_token(state_dir: Path, data_dir: Path | None = None) -> str:
     """The local token, created if there is none (broker side): the user's state dir
     copy wins (every broker of one user shares it), else the data dir's; both are written,
@@ -164,6 +182,7 @@ def ensure_token(state_dir: Path, data_dir: Path | None = None) -> str:
     for directory in directories:
         if read_token(directory) != token:
             write_private(directory / TOKEN_FILE, token + "\n")
+    write_private(directories[0] / MONITOR_TOKEN_FILE, monitor_token(token) + "\n")
     return token
 
 

@@ -33,10 +33,10 @@ class Scraper:
     stopped; counts the scrapes that answered (the broker starts after it does)."""
 
     def __init__(self, port: int) -> None:
-        from channel_server.credentials import read_token
+        from channel_server.credentials import read_monitor_token
         from channel_server.private_files import default_state_dir
 
-        token = read_token(default_state_dir())
+        token = read_monitor_token(default_state_dir())
         self._headers = {"Authorization": f"Bearer {token}"}
         self._urls = [
             f"http://127.0.0.1:{port}/{p}" for p in ("metrics", f"api/channels/{CHANNEL}")

@@ -60,6 +60,6 @@ for ch in orders payments; do
 done
 echo "== channel listing"
 $py -m channel_server list "${ns[@]}"
-echo "== metrics: curl -H 'Authorization: Bearer <token>' ${http}metrics (the channels' lines)"
-curl -s -H "Authorization: Bearer $(cat "$PUBSUB_STATE_DIR/token")" "${http}metrics" \
+echo "== metrics: curl -H 'Authorization: Bearer <monitor token>' ${http}metrics (the channels' lines)"
+curl -s -H "Authorization: Bearer $(cat "$PUBSUB_STATE_DIR/monitor-token")" "${http}metrics" \
   | grep -E '^pubsub_(channel_(accepted|acked)_events_total|group_backlog_events)'

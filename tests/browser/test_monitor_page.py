@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from channel_server.channel_stats import STATS_PARTITIONS
-from channel_server.credentials import read_token
+from channel_server.credentials import read_monitor_token
 from tests.integration.conftest import publisher_for
 from tests.integration.procs import Cluster, free_port, wait_until
 
@@ -44,7 +44,7 @@ def test_the_page_follows_two_channels_live(cluster: Cluster, browser: Any, tmp_
     sub = cluster.subscriber("orders", "s1", "--fault", "fail-on:PUB-3")
     publish(cluster, "orders", 5)
     publish(cluster, "audit", 2)
-    token = read_token(cluster.tmp / "state")
+    token = read_monitor_token(cluster.tmp / "state")
     context = browser.new_context(http_credentials={"username": "owner", "password": token})
     page = context.new_page()
     errors: list[str] = []
@@ -98,7 +98,7 @@ def test_a_group_of_many_partitions_says_it_lists_the_busiest(
     many = STATS_PARTITIONS + 1
     with publisher_for(cluster, "orders", partitions=many) as pub:
         assert pub.publish([pub.event(i) for i in range(many)])["accepted"] == many
-    token = read_token(cluster.tmp / "state")
+    token = read_monitor_token(cluster.tmp / "state")
     context = browser.new_context(http_credentials={"username": "owner", "password": token})
     page = context.new_page()
     try:
@@ -117,7 +117,7 @@ def test_a_busy_broker_says_so_on_the_page(cluster: Cluster, browser: Any) -> No
     cluster.broker(
         "orders", extra=("--memory", "--http", f"127.0.0.1:{port}", "--busy-cpu", "0.000001")
     )
-    token = read_token(cluster.tmp / "state")
+    token = read_monitor_token(cluster.tmp / "state")
     context = browser.new_context(http_credentials={"username": "owner", "password": token})
     page = context.new_page()
     summary = page.locator("#detail-summary")
@@ -162,7 +162,7 @@ def test_another_sites_page_cannot_replay_dead_letters(cluster: Cluster, browser
     cluster.broker("orders", extra=("--memory", "--http", f"127.0.0.1:{port}"))
     cluster.subscriber("orders", "s1", "--fault", "fail-on:PUB-1")
     publish(cluster, "orders", 1)
-    token = read_token(cluster.tmp / "state")
+    token = read_monitor_token(cluster.tmp / "state")
     wait_until(lambda: _dead_letters(port, token) == 1, what="a dead letter")
     target = f"http://127.0.0.1:{port}/api/channels/orders/dead-letters/replay"
     evil = _serve_once(EVIL_PAGE.format(target=target).encode())

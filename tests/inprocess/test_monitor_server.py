@@ -17,7 +17,7 @@ from channel_server import users as um
 from channel_server.monitor.server import MonitorServer, RequestTooLarge, _LimitedReader
 from channel_server.monitor.settings import HttpConfig
 from tests.integration.procs import wait_until
-from tests.unit.monitor_fakes import TOKEN, FakeChannel, basic, handle
+from tests.unit.monitor_fakes import MONITOR_TOKEN, FakeChannel, basic, handle
 
 CONFIG = HttpConfig(max_connections=2, request_timeout_s=1.0, max_request_bytes=2048)
 
@@ -66,12 +66,12 @@ def test_no_credential_gets_401_with_a_basic_challenge(server: MonitorServer) ->
     assert response.status == 401
     assert response.getheader("WWW-Authenticate").startswith('Basic realm="pubsub-channels"')
     assert get(server, "/metrics", basic("owner", "wrong")).status == 401
-    assert get(server, "/metrics", basic("owner", TOKEN)).status == 200
-    assert get(server, "/api/channels", f"Bearer {TOKEN}").status == 200
+    assert get(server, "/metrics", basic("owner", MONITOR_TOKEN)).status == 200
+    assert get(server, "/api/channels", f"Bearer {MONITOR_TOKEN}").status == 200
 
 
 def test_replies_carry_a_strict_content_security_policy(server: MonitorServer) -> None:
-    response = get(server, "/", basic("owner", TOKEN))
+    response = get(server, "/", basic("owner", MONITOR_TOKEN))
     assert "script-src 'self'" in response.getheader("Content-Security-Policy")
     assert response.getheader("X-Content-Type-Options") == "nosniff"
     assert response.getheader("Server") == "pubsub-channels"
@@ -79,14 +79,14 @@ def test_replies_carry_a_strict_content_security_policy(server: MonitorServer) -
 
 def test_a_request_head_past_the_cap_is_refused(server: MonitorServer) -> None:
     big = "x" * CONFIG.max_request_bytes
-    response = get(server, "/api/channels", f"Bearer {TOKEN}{big}")
+    response = get(server, "/api/channels", f"Bearer {MONITOR_TOKEN}{big}")
     assert response.status == 431
 
 
 def test_a_body_is_refused(server: MonitorServer) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
     conn.request(
-        "GET", "/api/channels", body=b"x" * 10, headers={"Authorization": f"Bearer {TOKEN}"}
+        "GET", "/api/channels", body=b"x" * 10, headers={"Authorization": f"Bearer {MONITOR_TOKEN}"}
     )
     assert conn.getresponse().status == 413
     conn.close()
@@ -99,14 +99,14 @@ def test_connections_past_the_cap_get_503_until_a_slot_frees(capped: MonitorServ
     try:
         # Then one more is answered 503 at once
         busy = wait_until(
-            lambda: (r := get(server, "/", basic("owner", TOKEN))).status == 503 and r,
+            lambda: (r := get(server, "/", basic("owner", MONITOR_TOKEN))).status == 503 and r,
             what="a 503 while the slots are held",
         )
         assert busy.getheader("Retry-After") == "1"
         # And once the silent ones time out, requests are served again
         started = time.monotonic()
         wait_until(
-            lambda: get(server, "/", basic("owner", TOKEN)).status == 200,
+            lambda: get(server, "/", basic("owner", MONITOR_TOKEN)).status == 200,
             timeout_s=5 * CONFIG.request_timeout_s,
             what="a slot freed by the request timeout",
         )
@@ -171,7 +171,7 @@ def test_a_replay_post_needs_credentials_the_session_token_and_its_own_host() ->
     monitor = MonitorServer(dataclasses.replace(CONFIG, max_connections=16), handle(orders))
     monitor.start()
     try:
-        owner = {"Authorization": basic("owner", TOKEN)}
+        owner = {"Authorization": basic("owner", MONITOR_TOKEN)}
         session = get_json(monitor, "/api/session", owner["Authorization"])
         path = "/api/channels/orders/dead-letters/replay"
         token = {"X-CSRF-Token": session["csrf"]}
@@ -214,13 +214,13 @@ def test_with_the_brokers_certificate_the_monitor_speaks_https_only(tmp_path) ->
         context = ssl.create_default_context()
         ca.configure_trust(context)
         conn = http.client.HTTPSConnection("127.0.0.1", port(monitor), context=context, timeout=5)
-        conn.request("GET", "/api/channels", headers={"Authorization": f"Bearer {TOKEN}"})
+        conn.request("GET", "/api/channels", headers={"Authorization": f"Bearer {MONITOR_TOKEN}"})
         reply = conn.getresponse()
         assert reply.status == 200 and json.loads(reply.read())[0]["channel"] == "orders"
         conn.close()
         # a plain-HTTP client gets no page (the TLS handshake fails, in its request thread)
         with pytest.raises((http.client.HTTPException, OSError)):
-            get(monitor, "/api/channels", f"Bearer {TOKEN}")
+            get(monitor, "/api/channels", f"Bearer {MONITOR_TOKEN}")
         # and an HTTPS client that does not trust the CA refuses the server
         strange = http.client.HTTPSConnection(
             "127.0.0.1", port(monitor), context=ssl.create_default_context(), timeout=5
@@ -236,5 +236,5 @@ def test_requests_one_after_another_are_never_refused_as_busy() -> None:
     """The thread of a request whose reply was read may still hold its slot when the
     client's next request arrives: that request waits for the slot instead of a 503."""
     for monitor in serving(dataclasses.replace(CONFIG, max_connections=1)):
-        statuses = [get(monitor, "/", basic("owner", TOKEN)).status for _ in range(100)]
+        statuses = [get(monitor, "/", basic("owner", MONITOR_TOKEN)).status for _ in range(100)]
         assert set(statuses) == {200}

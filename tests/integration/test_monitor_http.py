@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from channel_client import cli_common as cc
-from channel_server.credentials import read_token
+from channel_server.credentials import MONITOR_TOKEN_FILE, read_monitor_token, read_token
 from tests.integration.conftest import publisher_for
 from tests.integration.procs import Cluster, free_port, wait_until
 
@@ -20,11 +20,11 @@ CLI = ["-m", "channel_server"]
 
 
 class Monitor:
-    """HTTP calls to one broker's monitor, with the local token unless told otherwise."""
+    """HTTP calls to one broker's monitor, with the monitor token unless told otherwise."""
 
     def __init__(self, cluster: Cluster, port: int) -> None:
         self.base = f"http://127.0.0.1:{port}"
-        self.token = read_token(cluster.tmp / "state")
+        self.token = read_monitor_token(cluster.tmp / "state")
         assert self.token
 
     def get(self, path: str, auth: str | None = "token") -> tuple[int, bytes]:
@@ -163,6 +163,21 @@ def test_no_or_a_wrong_credential_gets_401(cluster: Cluster) -> None:
             assert status == 401, (auth, path, body)
             assert b"orders" not in body
     assert monitor.get("/metrics", f"Bearer {monitor.token}")[0] == 200
+
+
+def test_the_local_token_itself_is_refused_and_the_monitor_token_kept_private(
+    cluster: Cluster,
+) -> None:
+    """Over plain HTTP a credential reaches whoever holds the monitor's port while the
+    broker is away: the local token would make them the owner of every daemon, so the
+    monitor takes a token derived from it, kept beside it (0600)."""
+    monitor = start(cluster, "orders")
+    token = read_token(cluster.tmp / "state")
+    status, body = monitor.get("/api/channels", f"Bearer {token}")
+    assert status == 401 and b"monitor token" in body, body
+    kept = cluster.tmp / "state" / MONITOR_TOKEN_FILE
+    assert kept.read_text().strip() == monitor.token != token
+    assert kept.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_non_loopback_http_address_needs_insecure(cluster: Cluster) -> None:

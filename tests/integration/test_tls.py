@@ -225,7 +225,7 @@ def test_the_monitor_of_a_tls_broker_speaks_https(cluster: Cluster, certs: Certs
     import http.client
     import ssl
 
-    from channel_server.credentials import read_token
+    from channel_server.credentials import read_monitor_token
     from tests.integration.procs import free_port
 
     port = free_port()
@@ -233,7 +233,7 @@ def test_the_monitor_of_a_tls_broker_speaks_https(cluster: Cluster, certs: Certs
     assert f"; http https://127.0.0.1:{port}/" in broker.output()
     context = ssl.create_default_context(cafile=str(certs.ca))
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
-    token = read_token(cluster.tmp / "state")
+    token = read_monitor_token(cluster.tmp / "state")
     conn.request("GET", "/api/channels", headers={"Authorization": f"Bearer {token}"})
     reply = conn.getresponse()
     assert reply.status == 200 and b'"channel": "c1"' in reply.read()

@@ -7,10 +7,13 @@ import base64
 from typing import Any
 
 from channel_server.access import Access
+from channel_server.credentials import monitor_token
 from channel_server.monitor.app import BrokerHandle
 from channel_server.users import Grant, UsersFile, parse_grant
 
 TOKEN = "local-token"
+MONITOR_TOKEN = monitor_token(TOKEN)
+"""What the monitor takes from the owner (the local token is refused there)."""
 
 
 def member(member_id: str, active: bool = True, **values: Any) -> dict[str, Any]:

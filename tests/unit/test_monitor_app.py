@@ -15,7 +15,7 @@ from channel_server.monitor.flags import http_from_args
 from channel_server.monitor.http_auth import authenticate
 from channel_server.monitor.settings import BadAddress, HttpConfig, parse_address
 from channel_server.users import owner
-from tests.unit.monitor_fakes import TOKEN, FakeChannel, basic, handle
+from tests.unit.monitor_fakes import MONITOR_TOKEN, TOKEN, FakeChannel, basic, handle
 
 
 @pytest.fixture(autouse=True)
@@ -36,11 +36,19 @@ def body(app: MonitorApp, path: str, user: um.User | None = None) -> tuple[int, 
 
 
 # -- authentication ----------------------------------------------------------------------
-def test_the_local_token_as_basic_password_or_bearer_is_the_owner() -> None:
+def test_the_monitor_token_as_basic_password_or_bearer_is_the_owner() -> None:
     access = handle().access
-    assert authenticate(access, basic("owner", TOKEN)).name == "owner"
-    assert authenticate(access, f"Bearer {TOKEN}").name == "owner"
-    assert authenticate(access, f"bearer   {TOKEN} ").name == "owner"
+    assert authenticate(access, basic("owner", MONITOR_TOKEN)).name == "owner"
+    assert authenticate(access, f"Bearer {MONITOR_TOKEN}").name == "owner"
+    assert authenticate(access, f"bearer   {MONITOR_TOKEN} ").name == "owner"
+
+
+@pytest.mark.parametrize("header", [basic("owner", TOKEN), f"Bearer {TOKEN}"])
+def test_the_local_token_itself_is_refused_saying_what_to_send(header: str) -> None:
+    """Over plain HTTP it would reach whoever holds the monitor's port while the broker
+    is away (an attacker's fake monitor read it, and was then the owner everywhere)."""
+    with pytest.raises(NotAuthorized, match=r"the local token is not taken over HTTP.*monitor"):
+        authenticate(handle().access, header)
 
 
 def test_a_users_file_user_with_its_password() -> None:
