@@ -97,6 +97,9 @@ def test_a_subscriber_frozen_while_its_id_was_taken_over_handles_nothing_once_th
     old.wait_for(r"subscribing again failed")  # it ran again, and learnt it is out
     assert publisher.popen.wait(60) == 0, publisher.output()
     got = cluster.wait_for_records("zmb", ("s1", "s2"), 600, timeout_s=30)
+    assert old.terminate() == 0  # leaving, it must not unsubscribe the new s1's membership
+    assert broker.count(r"zmb: s1 left group") == 0, broker.output()
+    assert members(cluster, "zmb")["s1"]["active"]
     records = [r for recs in got.values() for r in recs]
     twice = [i for i, n in collections.Counter(r["id"] for r in records).items() if n > 1]
     assert not twice, f"handled twice: {sorted(twice)[:10]}"
