@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from subscriber.faults import CRASH_EXIT_CODE
+from tests.chaos.nemesis import TAKEOVER
 
 CLOCK_TOLERANCE_S = 0.05
 """Records, signals and log lines are stamped by different processes' clock reads."""
@@ -169,13 +170,17 @@ def causes_of(
     """The hard deaths in the fault log and the declared deaths, in time order.
 
     A ``sub-kill`` died when the signal was sent (``start``); a ``crash-after`` process
-    when its exit with 137 was seen (``end``). Other kinds explain nothing."""
+    when its exit with 137 was seen (``end``); a ``sub-takeover``'s old process when it
+    froze (``start``: another process took its id over meanwhile). Other kinds explain
+    nothing."""
     causes = [Cause(DECLARED, sub, None, at) for at, sub in declared]
     for f in faults:
         if f["kind"] == "sub-kill":
             causes.append(Cause("sub-kill", f["target"], f["pid"], f["start"]))
         elif f["kind"] == "crash-after" and f.get("exit_code") == CRASH_EXIT_CODE:
             causes.append(Cause("crash-after", f["target"], f["pid"], f["end"]))
+        elif f["kind"] == TAKEOVER:  # its session ended as it froze
+            causes.append(Cause(TAKEOVER, f["target"], f["pid"], f["start"]))
     return sorted(causes, key=lambda c: c.at)
 
 
@@ -297,8 +302,10 @@ def _zombie_cause(
     ``nxt`` came soon after that subscriber ran again (the end of a freeze of its process
     that the declaration fell in, or the declaration itself)."""
     for c in causes:
-        if c.kind != DECLARED or c.subscriber != nxt["subscriber"]:
+        if c.kind not in (DECLARED, TAKEOVER) or c.subscriber != nxt["subscriber"]:
             continue
+        if c.kind == TAKEOVER and c.pid != nxt["pid"]:
+            continue  # (only the old process is a zombie)
         slack = tolerance_s + log_lag_s
         if not r["at"] + slack >= c.at <= nxt["at"] + slack:
             continue
@@ -349,7 +356,7 @@ def check(
     for recs in by_id.values():
         recs.sort(key=lambda r: r["at"])
     causes = causes_of(faults, declared_dead)
-    stops = [f for f in faults if f["kind"] == "sub-stop"]
+    stops = [f for f in faults if f["kind"] in ("sub-stop", TAKEOVER)]
     outages = [(f["start"], f["end"]) for f in faults if f["kind"] == "broker-kill"]
     duplicates = explain_duplicates(by_id, causes, prefetch, tolerance_s, log_lag_s, stops, outages)
     fired = Counter(f["kind"] for f in faults if f.get("fired", True))

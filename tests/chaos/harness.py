@@ -22,7 +22,15 @@ from typing import Any
 from channel_client.lookup import resolve_channel
 from channel_server.wire import make_proxy
 from tests.chaos.checker import Report, check, declared_dead_events, refused_again
-from tests.chaos.nemesis import BROKER, Fault, Nemesis, broker_stops, clock_steps, schedule
+from tests.chaos.nemesis import (
+    BROKER,
+    Fault,
+    Nemesis,
+    broker_stops,
+    clock_steps,
+    schedule,
+    takeovers,
+)
 from tests.integration.procs import Cluster, Proc, ShiftedClock, wait_until
 
 CHANNEL = "chaos"
@@ -236,7 +244,8 @@ def run_once(
     tmp = Path(tempfile.mkdtemp(prefix=f"chaos-seed{seed}-", dir=workdir))
     say(f"chaos seed {seed}: tmp dir {tmp}")
     faults = schedule(seed, stream_s, SUBSCRIBERS) + clock_steps(seed, stream_s)
-    faults = sorted(faults + broker_stops(seed, stream_s, faults), key=lambda f: f.at)
+    faults += broker_stops(seed, stream_s, faults)
+    faults = sorted(faults + takeovers(seed, stream_s, faults, SUBSCRIBERS), key=lambda f: f.at)
     cluster = Cluster(tmp)
     world = ChaosWorld(cluster, broker_args)
     nemesis = Nemesis(world, faults, seed, say)

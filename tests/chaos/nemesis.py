@@ -30,6 +30,14 @@ CLOCK_STEP_S = (30.0, 250.0)
 """How far a step sets the broker's clock off the true time, back or forward: within the
 300 s a proof of the token or of a callback secret may be off (proofs.PROOF_WINDOW_S), as
 between two machines whose clocks are set."""
+TAKEOVER = "sub-takeover"
+"""A subscriber frozen while a new process with its id takes the id over, then thawed (a
+zombie) and stopped: :func:`takeovers`."""
+TAKEOVER_S = (2.0, 5.0)
+"""How long the old process stays frozen (the new one subscribes meanwhile: the broker
+pings the old one for 1 s first)."""
+ZOMBIE_RUN_S = 3.0
+"""How long the thawed old process runs before it is stopped (SIGTERM)."""
 DROP_ACKS = "drop-acks:0.2"
 RESTART_MARGIN_S = 3.0
 """Reserved after each fault for the restart, so faults on one target do not overlap."""
@@ -121,6 +129,24 @@ def broker_stops(seed: int, stream_s: float, faults: Sequence[Fault]) -> list[Fa
     if any(f.target == BROKER and _overlap(f.busy, stop.busy) for f in faults):
         return []
     return [stop]
+
+
+def takeovers(
+    seed: int, stream_s: float, faults: Sequence[Fault], subscribers: Sequence[str]
+) -> list[Fault]:
+    """A subscriber's id taken over by a new process while the old one is frozen (an
+    operator starting it again elsewhere, a supervisor that gave up on it), drawn apart
+    from :func:`schedule` as clock steps are; in a run where some subscriber has no other
+    fault then (nor during the zombie's run after the thaw)."""
+    rng = random.Random(f"takeovers {seed}")
+    at = round(rng.uniform(0.05, 0.5) * stream_s, 3)
+    duration = round(rng.uniform(*TAKEOVER_S), 3)
+    for target in rng.sample(list(subscribers), len(subscribers)):  # the first one free
+        fault = Fault(TAKEOVER, target, at, duration)
+        busy = (fault.busy[0], fault.busy[1] + ZOMBIE_RUN_S)
+        if not any(f.target == target and _overlap(f.busy, busy) for f in faults):
+            return [fault]
+    return []
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -229,6 +255,24 @@ class Nemesis:
         self._pause(fault.duration)
         proc.popen.send_signal(signal.SIGCONT)
         return {"pid": proc.popen.pid, "start": start, "end": time.time(), "fired": True}
+
+    def _sub_takeover(self, fault: Fault, _: int) -> dict[str, Any]:
+        """Freeze the subscriber, start another process with its id (it takes the id
+        over), thaw the old one (a zombie now) and stop it after ZOMBIE_RUN_S. The log's
+        pid and times are the old process's freeze: the checker holds the events it
+        handled before as possibly handled again, and nothing it handles after."""
+        old = self.world.proc(fault.target)
+        start = time.time()
+        old.popen.send_signal(signal.SIGSTOP)
+        try:
+            self.world.restart(fault.target)
+            self._pause(max(0.0, start + fault.duration - time.time()))
+        finally:
+            old.popen.send_signal(signal.SIGCONT)
+        end = time.time()
+        self._pause(ZOMBIE_RUN_S)
+        code = old.terminate()
+        return {"pid": old.popen.pid, "start": start, "end": end, "exit_code": code, "fired": True}
 
     def _sub_term(self, fault: Fault, _: int) -> dict[str, Any]:
         proc = self.world.proc(fault.target)

@@ -20,6 +20,7 @@ SHORT = {
     "crash-after": "crash",
     "broker-clock": "clock",
     "broker-stop": "bstop",
+    "sub-takeover": "take",
 }
 ROW = "{:>8}  {:<34} {:>6} {:>7} {:>9} {:>5} {:>5} {:<12} {:>6}  {}"
 HEADER = ROW.format(

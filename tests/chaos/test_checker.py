@@ -219,3 +219,22 @@ def test_a_session_refused_again_is_a_live_broker_pushing_in_an_older_session() 
     again = "WARNING subscriber.client: refused a push: session 18 is older than 20"
     assert refused_again([late, "something else", again]) == []  # each once: late pushes
     assert refused_again([late, again, again, again]) == ["18"]
+
+
+def test_a_takeover_explains_what_the_new_process_handles_again() -> None:
+    """s1 (pid 100) handled P-2, froze with its ack not sent, and a new s1 (pid 200) took
+    the id over and got P-2 again: explained by the takeover, as by a death."""
+    takeover = kill("s1", 100, 2.5, kind="sub-takeover")
+    history = [*in_order(), rec("P-2", pid=200, at=3.0)]
+    assert run(history, [takeover]).ok
+    assert not run(history).ok  # the same without the takeover
+
+
+def test_a_thawed_zombie_may_finish_only_the_event_in_hand_at_once() -> None:
+    """After the thaw (the takeover's end, 3.5) the old process finished what it held
+    within the zombie window: explained; one it handled long after is not."""
+    takeover = kill("s1", 100, 2.5, kind="sub-takeover")  # frozen 2.5 to 3.5
+    before = [rec("P-1", at=1.0), rec("P-2", at=2.0)]
+    new = [rec("P-3", pid=200, at=3.0), rec("P-4", pid=200, at=3.2)]
+    assert run([*before, *new, rec("P-3", pid=100, at=3.6)], [takeover]).ok
+    assert not run([*before, *new, rec("P-4", pid=100, at=9.0)], [takeover]).ok

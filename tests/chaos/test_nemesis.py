@@ -14,9 +14,13 @@ from tests.chaos.nemesis import (
     CLOCK_STEP_S,
     CLOCK_STEPS_MAX,
     KINDS,
+    TAKEOVER,
+    TAKEOVER_S,
+    ZOMBIE_RUN_S,
     broker_stops,
     clock_steps,
     schedule,
+    takeovers,
 )
 
 SUBS = ("s1", "s2", "s3")
@@ -95,3 +99,22 @@ def test_a_broker_stop_never_overlaps_the_brokers_other_faults(seed: int) -> Non
 def test_many_runs_stop_the_broker() -> None:
     runs = [broker_stops(seed, STREAM_S, schedule(seed, STREAM_S, SUBS)) for seed in range(50)]
     assert 10 <= sum(map(len, runs)) < 50  # (some would overlap a broker kill)
+
+
+@given(st.integers(min_value=0, max_value=2**32))
+def test_a_takeover_never_overlaps_its_subscribers_other_faults(seed: int) -> None:
+    faults = schedule(seed, STREAM_S, SUBS)
+    found = takeovers(seed, STREAM_S, faults, SUBS)
+    assert found == takeovers(seed, STREAM_S, faults, SUBS)
+    for fault in found:
+        assert fault.kind == TAKEOVER and fault.target in SUBS
+        assert TAKEOVER_S[0] - 0.001 <= fault.duration <= TAKEOVER_S[1] + 0.001
+        busy = (fault.busy[0], fault.busy[1] + ZOMBIE_RUN_S)
+        for f in faults:
+            if f.target == fault.target:
+                assert f.busy[1] <= busy[0] or busy[1] <= f.busy[0]
+
+
+def test_many_runs_take_a_subscribers_id_over() -> None:
+    runs = [takeovers(seed, STREAM_S, schedule(seed, STREAM_S, SUBS), SUBS) for seed in range(50)]
+    assert 5 <= sum(map(len, runs)) <= 40  # (in some, every subscriber is busy then)
