@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from channel_server.errors import ChannelError, StoreError
+from channel_server.rounds import Rounds
 from channel_server.store.leases import Lease, LeaseStore
 
 log = logging.getLogger(__name__)
@@ -81,26 +82,16 @@ class LeaseKeeper:
         # broker's creating threads take leases while the round renews them.
         self._lock = threading.Lock()
         self._held: dict[str, _Held] = {}
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._rounds, name="leases", daemon=True)
+        self._rounds = Rounds("leases", self.interval_s, self.round, "lease round failed")
 
     def start(self) -> None:
         """Start the rounds (the broker does, before it restores its channels, so the
         leases it takes are renewed while the rest restore)."""
-        self._thread.start()
+        self._rounds.start()
 
     def stop(self, timeout_s: float) -> None:
         """End the rounds: the round in hand finishes (waited for at most ``timeout_s``)."""
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    def _rounds(self) -> None:
-        while not self._stopping.wait(self.interval_s):
-            try:
-                self.round()
-            except Exception:
-                log.exception("lease round failed")
+        self._rounds.stop(timeout_s)
 
     @property
     def interval_s(self) -> float:

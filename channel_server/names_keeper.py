@@ -17,7 +17,6 @@ dispatch pool must never wait for it.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from channel_server.errors import ChannelError
 from channel_server.log_throttle import Throttle
 from channel_server.names import NS_PREFIX
 from channel_server.nameservice import NameService
+from channel_server.rounds import Rounds
 
 log = logging.getLogger(__name__)
 _throttled = Throttle(log)
@@ -73,27 +73,16 @@ class NamesKeeper:
         self._names = names
         self._wanted = wanted
         self._still_wanted = still_wanted
-        self.interval_s = interval_s
         self._away = False
         """The last check could not reach the name server (said once, and when it is back)."""
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._rounds, name="names", daemon=True)
+        self._rounds = Rounds("names", interval_s, self.check, "checking the names failed")
 
     def start(self) -> None:
-        self._thread.start()
+        self._rounds.start()
 
     def stop(self, timeout_s: float) -> None:
         """End the checks: the one in hand finishes (waited for at most ``timeout_s``)."""
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    def _rounds(self) -> None:
-        while not self._stopping.wait(self.interval_s):
-            try:
-                self.check()
-            except Exception:
-                log.exception("checking the name server's entries failed")
+        self._rounds.stop(timeout_s)
 
     def check(self) -> list[str]:
         """One check: the missing names registered again (and returned)."""

@@ -150,7 +150,8 @@ def test_the_rounds_run_on_their_own_thread_until_stopped() -> None:
     k.start()
     try:
         assert took.wait(5.0), "no round ran"
-        assert k._thread.name == "leases" and k._thread is not threading.current_thread()
+        thread = k._rounds.thread
+        assert thread.name == "leases" and thread is not threading.current_thread()
     finally:
         k.stop(5.0)
-    assert not k._thread.is_alive()
+    assert not thread.is_alive()
