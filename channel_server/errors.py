@@ -73,7 +73,8 @@ class SubscriberIdInUse(ClientError):
     def __init__(self, subscriber_id: str, group: str) -> None:
         super().__init__(
             f"subscriber id {subscriber_id!r} is already active in group {group!r} "
-            "from another address",
+            "from another process that answers (stop it, or pick another id; `python -m "
+            "channel_server forget CHANNEL ID --force` removes a member that should not be)",
             subscriber_id=subscriber_id,
             group=group,
         )

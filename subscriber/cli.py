@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_state_dir_flag(
         run,
         "keep the processed-ID window on disk here, so a restarted subscriber still "
-        "acknowledges redelivered events without running the handler again",
+        "acknowledges redelivered events without running the handler again (default: "
+        "in memory only, whatever $PUBSUB_STATE_DIR says: two processes with one id must "
+        "not share a window file by accident)",
     )
     run.add_argument(
         "--connect-timeout",

@@ -265,6 +265,13 @@ class Subscriber:
         if self._session is not None:
             self._session.finish(unsubscribe)
             self._join("control")
+            if self._threads["control"].is_alive():
+                log.warning(
+                    "the channel did not answer within %.0f s: left without its goodbye "
+                    "(what was not acknowledged is delivered again, to this subscriber id "
+                    "or another)",
+                    STOP_TIMEOUT_S,
+                )
         if self._serving is not None:
             self._serving.stop(STOP_TIMEOUT_S)
         if self._recorder is not None:

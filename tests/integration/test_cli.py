@@ -189,3 +189,16 @@ def test_the_run_scripts_read_relative_paths_from_where_they_are_called(cluster:
     )
     assert result.returncode == 0, result.stderr
     assert 'channel = ["from-the-file"]' in result.stdout
+
+
+def test_one_signal_with_the_broker_gone_leaves_after_the_wait_and_says_so(
+    cluster: Cluster,
+) -> None:
+    """The goodbye waits a bounded time for the broker, then the subscriber leaves and says
+    what that means (it used to leave in silence)."""
+    broker = cluster.broker("gone")
+    sub = cluster.subscriber("gone", "s1")
+    broker.kill()
+    sub.popen.send_signal(signal.SIGTERM)
+    assert sub.popen.wait(30) == 0
+    sub.wait_for(r"the channel did not answer within 10 s: left without its goodbye")
