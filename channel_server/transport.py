@@ -523,8 +523,9 @@ class HardenedDaemon:
     ) -> None:
         """A caller learns what went wrong, never where: Pyro5 would send the server's
         traceback (its files, lines and code) with every error. A typed error says all a
-        caller needs; any other one is a bug, whose traceback is logged here instead."""
-        if tbinfo and not isinstance(exc_value, ChannelError):
+        caller needs, as does a name server's NamingError (a name not registered yet, say,
+        while a broker restarts); any other one is a bug, whose traceback is logged here."""
+        if tbinfo and not isinstance(exc_value, ChannelError | Pyro5.errors.NamingError):
             throttle.error("traceback", "a call failed: %s", "".join(tbinfo).rstrip())
         super()._sendExceptionResponse(  # type: ignore[misc]
             connection, seq, serializer_id, exc_value, None, flags, annotations

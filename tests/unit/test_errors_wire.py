@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 
 import Pyro5.api
+import Pyro5.errors
 import Pyro5.serializers
 import Pyro5.server
 import pytest
@@ -246,6 +247,9 @@ class Faulty:
     def bug(self) -> None:
         raise RuntimeError("a bug in the service")
 
+    def unknown_name(self) -> None:
+        raise Pyro5.errors.NamingError("unknown name: pubsub.channel.x")
+
 
 class _Hardened(HardenedDaemon, Pyro5.server.Daemon):
     """A daemon as every daemon here is made (the lobby, strict calls, typed refusals)."""
@@ -264,6 +268,11 @@ def test_a_caller_gets_the_error_and_never_the_servers_traceback(
                 proxy.typed()
             with (
                 caplog.at_level(logging.ERROR, logger="channel_server.transport"),
+                pytest.raises(Pyro5.errors.NamingError),
+            ):
+                proxy.unknown_name()  # an answer, not a bug: no traceback logged
+            with (
+                caplog.at_level(logging.ERROR, logger="channel_server.transport"),
                 pytest.raises(RuntimeError, match="a bug in the service") as bug,
             ):
                 proxy.bug()
@@ -274,3 +283,4 @@ def test_a_caller_gets_the_error_and_never_the_servers_traceback(
         assert not getattr(raised, "_pyroTraceback", None)  # no file, line or code of ours
     logged = [r.getMessage() for r in caplog.records]
     assert any("a call failed" in m and "test_errors_wire.py" in m for m in logged), logged
+    assert not any("unknown name" in m for m in logged), logged
