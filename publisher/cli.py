@@ -16,9 +16,10 @@ from channel_client.lookup import broker_of_channel, resolve_channel
 from channel_client.remote import ClientOptions
 from channel_client.scenario import ScenarioRunner, Step, load_steps
 from channel_client.statefile import default_state_dir
+from channel_server.errors import ChannelError
 from channel_server.wire import make_proxy
 from publisher.batch_file import FileReport, SparkMode, publish_file
-from publisher.client import Publisher
+from publisher.client import Publisher, PublishTotals
 from publisher.flags import build_parser, check_publish_flags
 from publisher.state import PublisherState
 from publisher.topics import Putter
@@ -84,6 +85,20 @@ def paced(
         yield event
 
 
+def _say_done_before(args: argparse.Namespace, totals: PublishTotals, elapsed: float) -> None:
+    """What a run stopped by an error had done: the error's line follows on stderr."""
+    print(
+        f"{args.publisher_id} -> {args.channel}: {totals.accepted} accepted, "
+        f"{totals.duplicates} duplicate, {totals.refused} refused (QueueFull), "
+        f"{totals.unrouted} unrouted in {elapsed:.3f} s before an error stopped it"
+    )
+    if args.json:
+        done = {"accepted": totals.accepted, "duplicates": totals.duplicates}
+        print(
+            json.dumps({"channel": args.channel, **done, "refused": totals.refused, "error": True})
+        )
+
+
 def publish(args: argparse.Namespace) -> int:
     state_dir = args.state_dir or default_state_dir()
     with Publisher(
@@ -107,13 +122,18 @@ def publish(args: argparse.Namespace) -> int:
             events = synthetic_events(publisher, args.count, args.partitions, args.payload_size)
             if args.rate:
                 events = paced(events, args.rate, stop)
-            if args.submit:
-                totals = publisher.submit_all(events, args.batch_size, stop)
-            else:
-                after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
-                totals = publisher.publish_all(
-                    events, args.batch_size, args.wait_when_full, after_batch, stop
-                )
+            totals = PublishTotals()
+            try:
+                if args.submit:
+                    publisher.submit_all(events, args.batch_size, stop, totals)
+                else:
+                    after_batch = _kill_queues_hook(args) if args.kill_queues_at else None
+                    publisher.publish_all(
+                        events, args.batch_size, args.wait_when_full, after_batch, stop, totals
+                    )
+            except ChannelError:
+                _say_done_before(args, totals, time.perf_counter() - started)
+                raise
         elapsed = time.perf_counter() - started
     count = totals.sent  # not what was asked for: a signal stops early, invalid rows stay
     figures = {

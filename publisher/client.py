@@ -403,13 +403,15 @@ class Publisher:
         wait_when_full: bool = False,
         after_batch: Callable[[int], None] | None = None,
         stop: threading.Event | None = None,
+        totals: PublishTotals | None = None,
     ) -> PublishTotals:
         """Publish in batches. A QueueFull is counted as refused, or waited out and retried
         (with the channel's hint) when ``wait_when_full``. ``after_batch(n)`` runs after
         the n-th batch. Once ``stop`` is set, the batch in hand is finished and the rest is
-        not sent (``totals.stopped``)."""
+        not sent (``totals.stopped``). ``totals`` (when given) counts as it goes, so a
+        caller knows what was done before an error."""
         stop = stop or threading.Event()
-        totals = PublishTotals()
+        totals = PublishTotals() if totals is None else totals
         for calls, batch in enumerate(_chunks(_until(events, stop), batch_size), start=1):
             pending = batch
             while pending:
@@ -439,13 +441,15 @@ class Publisher:
         events: Iterable[dict[str, Any]],
         batch_size: int,
         stop: threading.Event | None = None,
+        totals: PublishTotals | None = None,
     ) -> PublishTotals:
         """Publish an iterable through ``submit``, ``batch_size`` events per submission,
         and wait for them all: ``publish_all`` with ``wait_when_full``, but the next
         batches are made while earlier ones travel. Once ``stop`` is set the rest is not
         submitted (``totals.stopped``) and what was is sent without waiting out a full
         channel (its refused events are counted). Raises the first failed submission's
-        other error (BrokerUnavailable, InvalidEvent ...) once all are done."""
+        other error (BrokerUnavailable, InvalidEvent ...) once all are done, ``totals``
+        (when given) counting what the others did."""
         stop = stop or threading.Event()
         futures = []
         for batch in _chunks(_until(events, stop), batch_size):
@@ -454,17 +458,20 @@ class Publisher:
             futures.append(future)
         if not self._flushed_unless(stop) and self._sender is not None:
             self._end_sending()  # stopped: what is queued goes, a full channel fails it
-        totals = PublishTotals()
+        totals = PublishTotals() if totals is None else totals
+        failed: BaseException | None = None
         for future in futures:
             error = future.exception(timeout=0)
             if isinstance(error, QueueFull) and stop.is_set():
                 totals.add({"accepted": error.accepted, "duplicates": error.duplicates})
                 totals.refused += error.refused
             elif error is not None:
-                raise error
+                failed = failed or error
             else:
                 totals.add(future.result(timeout=0))
         totals.stopped = stop.is_set()
+        if failed is not None:
+            raise failed
         return totals
 
     def _submit_unless(

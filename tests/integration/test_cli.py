@@ -202,3 +202,18 @@ def test_one_signal_with_the_broker_gone_leaves_after_the_wait_and_says_so(
     sub.popen.send_signal(signal.SIGTERM)
     assert sub.popen.wait(30) == 0
     sub.wait_for(r"the channel did not answer within 10 s: left without its goodbye")
+
+
+def test_a_publish_stopped_by_an_error_says_what_it_had_done(cluster: Cluster) -> None:
+    """The broker dies in the middle of a run: the publisher gives up after --retry-for,
+    and says how many events were accepted before (it printed only the error)."""
+    broker = cluster.broker("jobs")
+    argv = ["-m", "publisher", "publish", *cluster.ns, "--channel", "jobs", "--id", "P"]
+    argv += ["--count", "100000", "--rate", "500", "--retry-for", "1", "--json"]
+    pub = cluster.start("publisher", argv, None)
+    wait_until(lambda: channel_stats(cluster, "jobs")["accepted"] >= 100, 15.0, "100 accepted")
+    broker.kill()
+    assert pub.popen.wait(30) == 3
+    summary = pub.wait_for(r"P -> jobs: (\d+) accepted.* before an error stopped it")
+    figures = json.loads(pub.wait_for(r"^\{.*\"error\": true.*\}$").group(0))
+    assert figures["accepted"] == int(summary.group(1)) >= 100
