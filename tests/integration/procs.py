@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import random
 import re
 import signal
 import socket
@@ -32,10 +33,30 @@ CLOCK_SHIFT_DIR = Path(__file__).parent / "clock_shift"
 """On the ``PYTHONPATH`` of a process whose wall clock a test steps (:class:`ShiftedClock`)."""
 
 
+FIXED_PORTS = (10000, 32768)
+"""Where :func:`free_port` picks: below Linux's ephemeral range (``ip_local_port_range``
+starts at 32768 by default), which is where every daemon binding port 0 gets its port."""
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing listens on now, for a test to bind soon (a name server's). Picked
+    outside the ephemeral range: a port 0 binds to could be given, in the window before
+    the test binds it, to a daemon of another test running at the same time (a
+    subscriber's callback once answered a broker looking for its name server there)."""
+    low, high = FIXED_PORTS
+    with contextlib.suppress(OSError, ValueError):
+        high = min(high, int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]))
+    for _ in range(100):
+        port = _pick.randrange(low, high)
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
+            return port
+    with socket.socket() as s:  # (the whole range taken: any free port, as before)
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_pick = random.SystemRandom()
 
 
 def logged(proc: Proc, pattern: str, times: int, timeout_s: float = 10.0) -> None:
