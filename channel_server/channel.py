@@ -196,13 +196,19 @@ class EventChannel:
         boundary.check_callback_host(callback, caller, self.config.callback_hosts, local)
 
     @Pyro5.api.expose
-    def unsubscribe(self, subscriber_id: str, group: str | None = None) -> bool:
+    def unsubscribe(
+        self, subscriber_id: str, group: str | None = None, session: int | None = None
+    ) -> bool:
         """Leave the group (idempotent: False if not a member). What the member held goes
         back to the head of its partitions; in ``default`` its partitions go back to the
-        pool; the last member of another group takes the group and its backlog with it."""
+        pool; the last member of another group takes the group and its backlog with it.
+        ``session``: the leaving process's; False when another session holds the id now
+        (its id was taken over while it was frozen: the new process stays)."""
         boundary.check_name("subscriber_id", subscriber_id)
+        if session is not None:
+            session = boundary.check_seq("session", session)
         return self._members.unsubscribe(
-            subscriber_id, self._members.group_of(subscriber_id, group)
+            subscriber_id, self._members.group_of(subscriber_id, group), session
         )
 
     @Pyro5.api.expose

@@ -197,11 +197,20 @@ class Membership:
         return self._core.groups[group]
 
     # -- leaving -------------------------------------------------------------------------
-    def unsubscribe(self, subscriber_id: str, group: str) -> bool:
+    def unsubscribe(self, subscriber_id: str, group: str, session: int | None = None) -> bool:
         """See EventChannel.unsubscribe."""
         with self._state.lock:
             grp = self.acting(group, subscriber_id)
             if grp is None:
+                return False
+            if session is not None and grp.members[subscriber_id].session != session:
+                log.info(
+                    "%s: an unsubscribe of %s's ended session %d ignored (another process "
+                    "holds the id now)",
+                    self._name,
+                    subscriber_id,
+                    session,
+                )
                 return False
             grp.leave(subscriber_id)
             self._gone(group, subscriber_id)

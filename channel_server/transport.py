@@ -101,17 +101,15 @@ class TransportConfig:
                 fitted.max_waiting + self.max_connections + FILES_RESERVED,
                 FILES_RESERVED,
             )
-            fitted.apply()
-            return
-        Pyro5.config.THREADPOOL_SIZE = self.max_connections
+        Pyro5.config.THREADPOOL_SIZE = fitted.max_connections
         Pyro5.config.THREADPOOL_SIZE_MIN = min(
-            Pyro5.config.THREADPOOL_SIZE_MIN, self.max_connections
+            Pyro5.config.THREADPOOL_SIZE_MIN, fitted.max_connections
         )
-        Pyro5.config.COMMTIMEOUT = self.comm_timeout_s
+        Pyro5.config.COMMTIMEOUT = fitted.comm_timeout_s
         Pyro5.config.POLLTIMEOUT = IDLE_POLL_S
-        Pyro5.config.MAX_MESSAGE_SIZE = self.max_message_bytes
+        Pyro5.config.MAX_MESSAGE_SIZE = fitted.max_message_bytes
         global _config
-        _config = self
+        _config = fitted
         install()
 
 

@@ -85,13 +85,18 @@ def paced(
         yield event
 
 
-def _say_done_before(args: argparse.Namespace, totals: PublishTotals, elapsed: float) -> None:
-    """What a run stopped by an error had done: the error's line follows on stderr."""
-    print(
+def _summary(args: argparse.Namespace, totals: PublishTotals, elapsed: float) -> str:
+    """A run's one line: what the channel did with what was sent, and how long it took."""
+    return (
         f"{args.publisher_id} -> {args.channel}: {totals.accepted} accepted, "
         f"{totals.duplicates} duplicate, {totals.refused} refused (QueueFull), "
-        f"{totals.unrouted} unrouted in {elapsed:.3f} s before an error stopped it"
+        f"{totals.unrouted} unrouted in {elapsed:.3f} s"
     )
+
+
+def _say_done_before(args: argparse.Namespace, totals: PublishTotals, elapsed: float) -> None:
+    """What a run stopped by an error had done: the error's line follows on stderr."""
+    print(_summary(args, totals, elapsed) + " before an error stopped it")
     if args.json:
         done = {"accepted": totals.accepted, "duplicates": totals.duplicates}
         print(
@@ -150,9 +155,8 @@ def publish(args: argparse.Namespace) -> int:
     figures["interrupted"] = totals.stopped
     figures["invalid"] = invalid
     print(
-        f"{args.publisher_id} -> {args.channel}: {totals.accepted} accepted, "
-        f"{totals.duplicates} duplicate, {totals.refused} refused (QueueFull), "
-        f"{totals.unrouted} unrouted in {elapsed:.3f} s ({figures['events_per_s']} events/s)"
+        _summary(args, totals, elapsed)
+        + f" ({figures['events_per_s']} events/s)"
         + (" (interrupted: the rest was not sent)" if totals.stopped else "")
     )
     if args.json:

@@ -98,8 +98,7 @@ class _Receiver:
 
     @Pyro5.api.expose
     def ping(self) -> str:
-        self._subscriber.given_up_on("a ping")
-        self._subscriber.ran_for_request()
+        self._subscriber.read_request("a ping")
         return self._subscriber.subscriber_id
 
 
@@ -302,9 +301,8 @@ class Subscriber:
         session, seq, events = _parse_delivery(delivery)
         if self._stopping.is_set():  # it will acknowledge what it did and unsubscribe
             return {"queued": 0, "leaving": True}
-        if self.given_up_on("a push"):  # its events may be another member's by now
+        if self.read_request("a push"):  # its events may be another member's by now
             raise InvalidArgument("session", "the push was read after the channel gave up")
-        self.ran_for_request()
         self._faults.on_arrival(events)
         try:
             reply: dict[str, Any] = {"queued": self._inbox.put(session, seq, events)}
@@ -319,21 +317,21 @@ class Subscriber:
                 reply["acks"] = done.as_answer()
         return reply
 
-    def given_up_on(self, request: str) -> bool:
-        """Whether the channel stopped waiting for the answer to ``request`` before this
-        process read it (a freeze): then the channel may have declared this subscriber
-        dead, so no new event starts until it confirms the subscriber's standing."""
-        if not caller_gave_up():
-            return False
-        log.warning("%s was read after the channel gave up on it: checking our standing", request)
-        if self._session is not None:
-            self._session.distrust()
-        return True
-
-    def ran_for_request(self) -> None:
-        """A push or ping is read: see :meth:`_ran` (events are held when the inbox holds
-        some or the worker has a chunk in hand)."""
+    def read_request(self, request: str) -> bool:
+        """A push or ping was read: True when the channel had stopped waiting for its
+        answer (a freeze kept it unread): the channel may have declared this subscriber
+        dead, so no new event starts until it confirms our standing. Either way a thread
+        of this process ran (:meth:`_ran`; events are held when the inbox holds some or
+        the worker has a chunk in hand)."""
+        gave_up = caller_gave_up()
+        if gave_up:
+            log.warning(
+                "%s was read after the channel gave up on it: checking our standing", request
+            )
+            if self._session is not None:
+                self._session.distrust()
         self._ran(holding=self._working or not self._inbox.empty())
+        return gave_up
 
     # -- the worker ----------------------------------------------------------------------
     def _work(self) -> None:

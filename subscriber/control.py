@@ -94,9 +94,6 @@ class ChannelSession:
         self._last_contact = time.monotonic()
         self._check_standing = False
         self._recent_due = False
-        self._displaced = False
-        """The channel says another process holds this subscriber id now (and it could
-        not be taken back): leaving must not unsubscribe that process's membership."""
         self._last_drop: str | None = None
         """Why the channel last dropped us, while rejoining fails (logged once)."""
 
@@ -137,11 +134,9 @@ class ChannelSession:
                 self._ack_recent()
         while outcomes := self._outbox.drain():  # ACK_BATCH_MAX at a time
             self._send(outcomes)
-        if self._unsubscribe_at_end and not self._displaced:
+        if self._unsubscribe_at_end:  # (of this session: one that took the id over stays)
             self._ack_recent()
-            self._call("unsubscribe", self._who.subscriber_id, self.group)
-        elif self._displaced:
-            log.info("not unsubscribing: another process has this subscriber id now")
+            self._call("unsubscribe", self._who.subscriber_id, self.group, self.session)
 
     def distrust(self) -> None:
         """Start no new event until the channel confirms this subscriber's standing (the
@@ -248,11 +243,8 @@ class ChannelSession:
             log.info("the channel resumed this subscriber in session %s", reply["session"])
             self.session = reply["session"]
             self._inbox.adopt(self.session)
-        elif status in ("moved", "inactive", "unknown"):
-            rejoined = self._rejoin(status, reply)
-            self._displaced = not rejoined and status == "moved"
-            if not rejoined:
-                self._inbox.end(session)  # the channel handed its events on: none is ours
+        elif status in ("moved", "inactive", "unknown") and not self._rejoin(status, reply):
+            self._inbox.end(session)  # the channel handed its events on: none is ours now
         self.trusted.set()
 
     def _rejoin(self, status: str, reply: dict[str, Any]) -> bool:

@@ -161,7 +161,7 @@ def test_after_a_gap_while_events_were_held_no_event_starts_before_a_standing_ch
     sub._session = standing  # type: ignore[assignment]
     sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
     sub._ran_at -= client.FREEZE_GAP_S + 0.1  # frozen with "a" queued
-    sub.ran_for_request()  # a push read after the freeze sees the gap first
+    sub.read_request("a push")  # a push read after the freeze sees the gap first
     assert not standing.trusted.is_set()
     idle = Subscriber("c", "s2", lambda ev: ran.append(ev["id"]))
     idle._session = Standing()  # type: ignore[assignment]
