@@ -291,7 +291,7 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             return
         limit = HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received)
         try:
-            chunk = socket.socket.recv(sock, limit) if waiting.plain else _recv_ready(sock, limit)
+            chunk = socket.socket.recv(sock, limit) if waiting.plain else recv_ready(sock, limit)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
@@ -546,7 +546,7 @@ def bind_failure(exc: OSError, what: str, host: str, port: int) -> OSError:
     return OSError(exc.errno, f"{where}: {exc.strerror or exc}")
 
 
-def _recv_ready(sock: socket.socket, limit: int) -> bytes:
+def recv_ready(sock: socket.socket, limit: int) -> bytes:
     """What a lobby socket has ready, up to ``limit`` bytes: a TLS socket may hold
     decrypted bytes that no readiness event will announce, so they are taken too."""
     data = sock.recv(limit)

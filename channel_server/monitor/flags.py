@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 
 from channel_client import cli_common as cc
@@ -41,6 +42,13 @@ def add_http_flags(parser: argparse.ArgumentParser) -> None:
         d.max_connections,
         "HTTP requests served at once, a thread each; one more gets 503",
     )
+    cc.add_count_flag(
+        group,
+        "--http-max-waiting",
+        d.max_waiting,
+        "HTTP connections still sending their request (no thread each); the oldest is "
+        "closed past this",
+    )
     group.add_argument(
         "--http-timeout",
         type=cc.positive_float,
@@ -58,16 +66,16 @@ def http_from_args(args: argparse.Namespace) -> HttpConfig | None:
     if args.http is None:
         return None
     host, port = parse_address(args.http)
+    config = HttpConfig(
+        host=host,
+        port=port,
+        max_connections=args.http_max_connections,
+        max_waiting=args.http_max_waiting,
+        request_timeout_s=args.http_timeout,
+    )
     options = tls.from_args(args)
     if options.cert is not None and options.key is not None:
-        return HttpConfig(
-            host=host,
-            port=port,
-            max_connections=args.http_max_connections,
-            request_timeout_s=args.http_timeout,
-            cert=str(options.cert),
-            key=str(options.key),
-        )
+        return dataclasses.replace(config, cert=str(options.cert), key=str(options.key))
     if not cc.is_loopback(host):
         if not args.insecure:
             raise InvalidArgument(
@@ -79,12 +87,7 @@ def http_from_args(args: argparse.Namespace) -> HttpConfig | None:
             "--http %s without TLS (--insecure): credentials cross the network in clear text",
             host,
         )
-    return HttpConfig(
-        host=host,
-        port=port,
-        max_connections=args.http_max_connections,
-        request_timeout_s=args.http_timeout,
-    )
+    return config
 
 
 WATCH_INTERVAL_S = 2.0

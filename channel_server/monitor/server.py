@@ -1,15 +1,16 @@
 """The broker's HTTP monitor (the routes are in :mod:`.app`) on a small bounded HTTP
 server the broker owns.
 
-Threads: one accept loop (``serve_forever``), started by :meth:`MonitorServer.start` and
+Threads: one accept loop (:class:`~.lobby.HeadLobby`, which holds a connection without a
+thread until its request head is here), started by :meth:`MonitorServer.start` and
 stopped by :meth:`MonitorServer.stop`, and one short-lived thread per request, at most
 ``max_connections`` at once (one more is answered 503 by the accept loop, after waiting
 ``BUSY_GRACE_S`` for a slot). Every
 request authenticates (see ``http_auth``) and sees only the channels its user has some
 permission on; dead letters need ``admin`` on the channel, as over Pyro5. A GET has no
-body; a POST (the page's replay) a small one sized by its Content-Length; a request is
-capped in bytes and time (``HttpConfig``). HTTP/1.0: one request per connection, so no
-idle keep-alive connection holds a thread.
+body; a POST (the page's replay) a small one sized by its Content-Length, read only once
+its caller is authenticated; a request is capped in bytes and time (``HttpConfig``).
+HTTP/1.0: one request per connection, so no idle keep-alive connection holds a thread.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import ssl
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, BinaryIO, cast
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, BinaryIO, Protocol, cast
 
 from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.monitor.app import BrokerHandle, MonitorApp, Response, error
 from channel_server.monitor.http_auth import authenticate
+from channel_server.monitor.lobby import Arrival, HeadLobby, LobbyLimits
 from channel_server.monitor.settings import HttpConfig
 from channel_server.transport import bind_failure
 from channel_server.users import User
@@ -35,7 +37,7 @@ from channel_server.users import User
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
 POLL_S = 0.2
-"""How often the accept loop checks for shutdown (stop lags at most this)."""
+"""The accept loop's longest wait with nothing to do (it is woken to stop)."""
 BUSY_GRACE_S = 0.1
 """How long a connection past the cap waits for a slot before its 503 (in the accept loop,
 which takes no other connection meanwhile): the thread of a request whose reply was read
@@ -56,11 +58,21 @@ class RequestTooLarge(ValueError):
     431 reply, never crosses the wire)."""
 
 
+class _Reader(Protocol):
+    """What http.server reads a request with."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class _LimitedReader:
     """A request's input stream that refuses to read more than ``max_bytes`` in all, or
     past ``deadline`` (a client trickling a byte at a time must not hold a thread)."""
 
-    def __init__(self, raw: BinaryIO, max_bytes: int, deadline: float) -> None:
+    def __init__(self, raw: _Reader, max_bytes: int, deadline: float) -> None:
         self._raw = raw
         self._left = max_bytes
         self._deadline = deadline
@@ -86,6 +98,35 @@ class _LimitedReader:
         self._raw.close()
 
 
+class _Prefixed:
+    """A connection's input: first what the accept loop read (the request head, perhaps
+    some of a body), then the socket."""
+
+    def __init__(self, first: bytes, rest: _Reader) -> None:
+        self._first, self._rest = first, rest
+
+    def readline(self, size: int = -1) -> bytes:
+        if not self._first:
+            return self._rest.readline(size)
+        end = self._first.find(b"\n") + 1 or len(self._first)
+        if 0 <= size < end:
+            end = size
+        line, self._first = self._first[:end], self._first[end:]
+        if line.endswith(b"\n") or size == len(line):
+            return line
+        return line + self._rest.readline(-1 if size < 0 else size - len(line))
+
+    def read(self, size: int = -1) -> bytes:
+        take = len(self._first) if size < 0 else min(size, len(self._first))
+        data, self._first = self._first[:take], self._first[take:]
+        if size < 0:
+            return data + self._rest.read()
+        return data + (self._rest.read(size - take) if size > take else b"")
+
+    def close(self) -> None:
+        self._rest.close()
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
     server_version = "pubsub-channels"
@@ -97,14 +138,11 @@ class _Handler(BaseHTTPRequestHandler):
         # each send and receive on the socket; per connection, from the config
         self.timeout = config.request_timeout_s  # type: ignore[misc]
         self.command, self.request_version = "", self.default_request_version
-        deadline = time.monotonic() + config.request_timeout_s
-        if isinstance(self.request, ssl.SSLSocket):  # in this thread, not the accept loop
-            self.request.settimeout(config.request_timeout_s)
-            self.request.do_handshake()
+        arrival = self.server.arrival_of(self.request)
         super().setup()
-        raw = cast(BinaryIO, self.rfile)
+        head = _Prefixed(bytes(arrival.received), cast(BinaryIO, self.rfile))
         # duck-typed: http.server only calls readline and read on it
-        self.rfile = _LimitedReader(raw, config.max_request_bytes, deadline)  # type: ignore[assignment]
+        self.rfile = _LimitedReader(head, config.max_request_bytes, arrival.deadline)  # type: ignore[assignment]
 
     def handle_one_request(self) -> None:
         try:
@@ -205,16 +243,18 @@ BUSY_REPLY = (
 )
 
 
-class _HttpServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer with a cap on the requests served at once."""
+class _HttpServer(HTTPServer):
+    """The listening socket, its accept loop (``lobby``) and a thread per request, at most
+    ``max_connections`` at once."""
 
-    daemon_threads = True
-    block_on_close = False  # MonitorServer.stop waits for requests, with a deadline
     request_queue_size = 16
 
     def __init__(self, config: HttpConfig, handle: BrokerHandle, app: MonitorApp) -> None:
         self.config, self.handle, self.app = config, handle, app
         self.slots = _Slots(config.max_connections)
+        self._arrivals: dict[socket.socket, Arrival] = {}
+        """Handed from the accept loop to the connection's request thread."""
+        self._arrivals_lock = threading.Lock()
         if ":" in config.host:
             self.address_family = socket.AF_INET6
         super().__init__((config.host, config.port), _Handler)
@@ -222,35 +262,56 @@ class _HttpServer(ThreadingHTTPServer):
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(config.cert, config.key)
-            # each connection's handshake runs in its request thread, under its timeout
+            # each connection's handshake is taken step by step by the accept loop
             self.socket = context.wrap_socket(
                 self.socket, server_side=True, do_handshake_on_connect=False
             )
+        self.socket.setblocking(False)
+        limits = LobbyLimits(config.max_waiting, config.request_timeout_s, config.max_request_bytes)
+        self.lobby = HeadLobby(self.socket, limits, self._serve, POLL_S)
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)  # not HTTPServer's: no reverse DNS lookup
         self.server_name, self.server_port = self.config.host, self.server_address[1]
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def arrival_of(self, sock: socket.socket) -> Arrival:
+        with self._arrivals_lock:
+            return self._arrivals.pop(sock)
+
+    def _serve(self, sock: socket.socket, arrival: Arrival) -> None:
+        """A connection whose head is here: a request thread, or 503 when all are busy."""
         if not self.slots.try_enter(BUSY_GRACE_S):
-            log.warning("HTTP monitor busy: refused %s", client_address[0])
+            log.warning("HTTP monitor busy: refused %s", arrival.address[0])
             try:
-                request.settimeout(POLL_S)
-                request.sendall(BUSY_REPLY)
+                sock.settimeout(POLL_S)
+                sock.sendall(BUSY_REPLY)
             except OSError:
                 pass
-            self.shutdown_request(request)
+            self.shutdown_request(sock)
             return
+        with self._arrivals_lock:
+            self._arrivals[sock] = arrival
         try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread started: the slot is not taken
+            threading.Thread(
+                target=self._request_thread,
+                args=(sock, arrival.address),
+                name="http-request",
+                daemon=True,
+            ).start()
+        except BaseException:  # no thread started: nobody else frees the slot
+            with self._arrivals_lock:
+                self._arrivals.pop(sock, None)
             self.slots.leave()
+            self.shutdown_request(sock)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _request_thread(self, sock: socket.socket, address: Any) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(sock, address)
+        except Exception:
+            self.handle_error(sock, address)
         finally:
+            self.shutdown_request(sock)
             self.slots.leave()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -294,7 +355,7 @@ class MonitorServer:
             raise bind_failure(exc, "HTTP monitor", self.config.host, self.config.port) from exc
         app.hosts = own_hosts(self.config.host, self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(POLL_S,), name="http-monitor", daemon=True
+            target=self._server.lobby.run, name="http-monitor", daemon=True
         )
         self._thread.start()
         log.info("HTTP monitor at %s", self.url)
@@ -316,7 +377,7 @@ class MonitorServer:
             return
         deadline = time.monotonic() + timeout_s
         if self._thread is not None and self._thread.is_alive():
-            server.shutdown()  # returns within POLL_S: the loop checks it that often
+            server.lobby.stop()
             self._thread.join(max(0.0, deadline - time.monotonic()))
         if not server.slots.wait_idle(max(0.0, deadline - time.monotonic())):
             log.warning("HTTP monitor stopped with requests still being served")

@@ -20,6 +20,10 @@ class HttpConfig:
     """Requests served at once, a thread each; one more gets 503 (after waiting 0.1 s for
     a slot). Small: the monitor is for a few operators, a page and a Prometheus scraper,
     not for traffic."""
+    max_waiting: int = 256
+    """Connections still sending their request head (a file descriptor each, no thread);
+    the oldest is closed to make room for one more, so silent connections cannot lock
+    the monitor's requests out."""
     request_timeout_s: float = 5.0
     """A connection must have sent its whole request within this, and each send or
     receive on it must progress within this (a slow or silent client is dropped)."""

@@ -14,7 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 from channel_server import users as um
-from channel_server.monitor.server import MonitorServer, RequestTooLarge, _LimitedReader
+from channel_server.monitor.server import (
+    MonitorServer,
+    RequestTooLarge,
+    _LimitedReader,
+    _Prefixed,
+)
 from channel_server.monitor.settings import HttpConfig
 from tests.integration.procs import wait_until
 from tests.unit.monitor_fakes import MONITOR_TOKEN, FakeChannel, basic, handle
@@ -92,10 +97,22 @@ def test_a_body_is_refused(server: MonitorServer) -> None:
     conn.close()
 
 
+def held_post(server: MonitorServer) -> socket.socket:
+    """An authenticated POST whose body never comes: it holds a request thread (a slot)
+    until the request timeout."""
+    sock = socket.create_connection(("127.0.0.1", port(server)))
+    auth = basic("owner", MONITOR_TOKEN)
+    sock.sendall(
+        f"POST /api/replay HTTP/1.0\r\nAuthorization: {auth}\r\nContent-Length: 100\r\n"
+        "\r\n".encode()
+    )
+    return sock
+
+
 def test_connections_past_the_cap_get_503_until_a_slot_frees(capped: MonitorServer) -> None:
     server = capped
-    # Given as many silent connections as the cap (each holds a thread until its timeout)
-    silent = [socket.create_connection(("127.0.0.1", port(server))) for _ in range(2)]
+    # Given as many requests being served as the cap (each waits for its body until the timeout)
+    held = [held_post(server) for _ in range(2)]
     try:
         # Then one more is answered 503 at once
         busy = wait_until(
@@ -103,7 +120,7 @@ def test_connections_past_the_cap_get_503_until_a_slot_frees(capped: MonitorServ
             what="a 503 while the slots are held",
         )
         assert busy.getheader("Retry-After") == "1"
-        # And once the silent ones time out, requests are served again
+        # And once the held ones time out, requests are served again
         started = time.monotonic()
         wait_until(
             lambda: get(server, "/", basic("owner", MONITOR_TOKEN)).status == 200,
@@ -111,12 +128,57 @@ def test_connections_past_the_cap_get_503_until_a_slot_frees(capped: MonitorServ
             what="a slot freed by the request timeout",
         )
         assert time.monotonic() - started < 4 * CONFIG.request_timeout_s
-        for sock in silent:  # the server closed them
+        for sock in held:  # the server closed them
             sock.settimeout(5)
             assert sock.recv(1) == b""
     finally:
-        for sock in silent:
+        for sock in held:
             sock.close()
+
+
+def test_silent_connections_hold_no_request_thread(capped: MonitorServer) -> None:
+    """A slowloris: many times the cap of connections that send nothing, or the start of a
+    head and no more. Requests are served meanwhile, none refused as busy."""
+    server = capped
+    silent = [socket.create_connection(("127.0.0.1", port(server))) for _ in range(20)]
+    trickling = [socket.create_connection(("127.0.0.1", port(server))) for _ in range(20)]
+    try:
+        for sock in trickling:
+            sock.sendall(b"GET / HTTP/1.0\r\nX-Slow: ")
+        statuses = [get(server, "/", basic("owner", MONITOR_TOKEN)).status for _ in range(10)]
+        assert statuses == [200] * 10
+    finally:
+        for sock in silent + trickling:
+            sock.close()
+
+
+def test_past_max_waiting_the_oldest_silent_connection_is_closed() -> None:
+    config = dataclasses.replace(CONFIG, max_waiting=4, request_timeout_s=60.0)
+    for server in serving(config):
+        first = socket.create_connection(("127.0.0.1", port(server)))
+        first.settimeout(10)
+        others = [socket.create_connection(("127.0.0.1", port(server))) for _ in range(4)]
+        try:
+            assert first.recv(1) == b""  # closed to make room, long before its timeout
+            assert get(server, "/", basic("owner", MONITOR_TOKEN)).status == 200
+        finally:
+            for sock in [first, *others]:
+                sock.close()
+
+
+def test_a_head_sent_in_pieces_is_read_whole() -> None:
+    """The accept loop reads a head as it comes, and hands what it read (with any of the
+    body that came along) to the request."""
+    raw = io.BytesIO(b"rest of the body")
+    head = _Prefixed(b"GET / HTTP/1.0\r\nA: b\r\n\r\nbody: ", raw)
+    assert head.readline(65537) == b"GET / HTTP/1.0\r\n"
+    assert head.readline(3) == b"A: "
+    assert head.readline(65537) == b"b\r\n"
+    assert head.readline(65537) == b"\r\n"
+    assert head.read(10) == b"body: rest"
+    assert head.read() == b" of the body"
+    line = _Prefixed(b"GET / HT", io.BytesIO(b"TP/1.0\r\nnext"))
+    assert line.readline(65537) == b"GET / HTTP/1.0\r\n"
 
 
 def test_a_client_that_stops_mid_request_is_dropped(server: MonitorServer) -> None:
@@ -206,11 +268,19 @@ def test_with_the_brokers_certificate_the_monitor_speaks_https_only(tmp_path) ->
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert.cert_chain_pems[0].write_to_path(str(cert_path))
     cert.private_key_pem.write_to_path(str(key_path))
-    config = dataclasses.replace(CONFIG, cert=str(cert_path), key=str(key_path), max_connections=16)
+    # a long request timeout: a stalled handshake would hold a thread for the whole test
+    config = dataclasses.replace(
+        CONFIG, cert=str(cert_path), key=str(key_path), request_timeout_s=30.0
+    )
     monitor = MonitorServer(config, handle(FakeChannel("orders")))
     monitor.start()
+    stalled: list[socket.socket] = []
     try:
         assert monitor.url.startswith("https://127.0.0.1:")
+        # strangers stalled in their TLS handshakes hold no request thread
+        stalled += [socket.create_connection(("127.0.0.1", port(monitor))) for _ in range(20)]
+        for sock in stalled:
+            sock.sendall(b"\x16\x03\x01")
         context = ssl.create_default_context()
         ca.configure_trust(context)
         conn = http.client.HTTPSConnection("127.0.0.1", port(monitor), context=context, timeout=5)
@@ -229,6 +299,8 @@ def test_with_the_brokers_certificate_the_monitor_speaks_https_only(tmp_path) ->
             strange.request("GET", "/metrics")
         strange.close()
     finally:
+        for sock in stalled:
+            sock.close()
         monitor.stop()
 
 

@@ -151,14 +151,14 @@ def test_parse_address_refuses(text: str) -> None:
 
 def flags(http: str | None, insecure: bool = False) -> argparse.Namespace:
     return argparse.Namespace(
-        http=http, insecure=insecure, http_max_connections=4, http_timeout=2.0
+        http=http, insecure=insecure, http_max_connections=4, http_max_waiting=8, http_timeout=2.0
     )
 
 
 def test_http_is_off_by_default_and_loopback_needs_nothing() -> None:
     assert http_from_args(flags(None)) is None
     assert http_from_args(flags("127.0.0.1:0")) == HttpConfig(
-        "127.0.0.1", 0, max_connections=4, request_timeout_s=2.0
+        "127.0.0.1", 0, max_connections=4, max_waiting=8, request_timeout_s=2.0
     )
 
 
