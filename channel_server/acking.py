@@ -11,6 +11,7 @@ reply").
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from channel_server import boundary
@@ -56,10 +57,11 @@ class Acking:
         acked: list[str],
         nacked: dict[str, str],
         from_seq: int = 0,
+        returned: list[str] | None = None,
     ) -> dict[str, Any]:
         """See EventChannel.ack (arguments checked already)."""
         with self._push.acking(who.key):
-            stale = self._apply(who, from_seq, through_seq, acked, nacked)
+            stale = self._apply(who, from_seq, through_seq, acked, nacked, returned or [])
         return {"status": "stale" if stale else "ok"}
 
     def answered(self, key: MemberKey, session: int, answer: Any) -> None:
@@ -72,8 +74,9 @@ class Acking:
             name = self._state.name
             self._refused.warning("answer", "%s: %s's push reply: %s", name, key[1], exc)
             return
-        from_seq, through_seq, acked, nacked = checked
-        self._apply(MemberSession(key[1], key[0], session), from_seq, through_seq, acked, nacked)
+        from_seq, through_seq, acked, nacked, returned = checked
+        who = MemberSession(key[1], key[0], session)
+        self._apply(who, from_seq, through_seq, acked, nacked, returned)
 
     def _apply(
         self,
@@ -82,6 +85,7 @@ class Acking:
         through_seq: int,
         acked: list[str],
         nacked: dict[str, str],
+        returned: list[str],
     ) -> bool:
         """Apply an ack message of a push member; whether its session was over."""
         with self._state.lock:
@@ -89,7 +93,7 @@ class Acking:
             if grp is None:
                 return True
             now = self._state.now()
-            outcome = self.settle(grp, who, through_seq, acked, nacked, now, from_seq)
+            outcome = self.settle(grp, who, through_seq, acked, nacked, now, from_seq, returned)
             if not outcome.stale:
                 self._liveness.note(who.key)
                 self._push.acknowledged(who.key)
@@ -106,11 +110,12 @@ class Acking:
         nacked: dict[str, str],
         now: float,
         from_seq: int = 0,
+        returned: Iterable[str] = (),
     ) -> AckOutcome:
         """Apply an ack to the core and write what it did (under the channel lock): a push
         member's ack, or the last message a pull member names in its next ``get``."""
         outcome, retired = self._state.core.acknowledge(
-            grp, who.subscriber_id, who.session, acked, nacked, through_seq, now, from_seq
+            grp, who.subscriber_id, who.session, acked, nacked, through_seq, now, from_seq, returned
         )
         self._backup.outcome(grp.name, outcome, retired)
         return outcome

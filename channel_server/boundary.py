@@ -179,18 +179,32 @@ def check_acks(acked: Any, nacked: Any, limit: int) -> tuple[list[str], dict[str
     return acked, errors
 
 
-def check_answer(answer: Any, limit: int) -> tuple[int, int, list[str], dict[str, str]]:
+def check_returned(returned: Any, limit: int) -> list[str]:
+    """Events a subscriber gives back unhandled (an earlier event of their partition
+    failed): at most ``limit`` uids."""
+    if returned is None:
+        return []
+    if not isinstance(returned, list) or len(returned) > limit or not all_uids(returned):
+        raise InvalidArgument("returned", f"must be a list of at most {limit} event uids ({A_UID})")
+    return returned
+
+
+def check_answer(answer: Any, limit: int) -> tuple[int, int, list[str], dict[str, str], list[str]]:
     """The acks a subscriber put in its reply to a push: ``from_seq``, ``through_seq``,
-    ``acked`` and ``nacked`` as an ack message has them (its checks, and these four keys
-    only)."""
-    if not isinstance(answer, dict) or set(answer) != _ANSWER_KEYS:
-        raise InvalidArgument("acks", "must be a map of from_seq, through_seq, acked and nacked")
+    ``acked``, ``nacked`` and ``returned`` as an ack message has them (its checks, these
+    keys only; ``returned`` only when some are)."""
+    if not isinstance(answer, dict) or not _ANSWER_KEYS <= set(answer) <= _ANSWER_KEYS_ALL:
+        raise InvalidArgument(
+            "acks", "must be a map of from_seq, through_seq, acked, nacked and returned"
+        )
     acked, nacked = check_acks(answer["acked"], answer["nacked"], limit)
+    returned = check_returned(answer.get("returned"), limit)
     from_seq = check_seq("from_seq", answer["from_seq"])
-    return from_seq, check_seq("through_seq", answer["through_seq"]), acked, nacked
+    return from_seq, check_seq("through_seq", answer["through_seq"]), acked, nacked, returned
 
 
 _ANSWER_KEYS = {"from_seq", "through_seq", "acked", "nacked"}
+_ANSWER_KEYS_ALL = _ANSWER_KEYS | {"returned"}
 
 
 def check_last_uid(last_uid: Any) -> str | None:

@@ -246,11 +246,14 @@ class EventChannel:
         acked: list[str],
         nacked: dict[str, str],
         from_seq: int = 0,
+        returned: list[str] | None = None,
     ) -> dict[str, Any]:
         """A push subscriber reports events its handlers finished, named by uid
         (``publisher_id/id``): ``acked`` ones are done, ``nacked`` ones failed (retried, or
-        dead-lettered after ``max_attempts``), and any other event it was given with a seq
-        from ``from_seq`` through ``through_seq`` was skipped (redelivered). A subscriber
+        dead-lettered after ``max_attempts``), ``returned`` ones were not handled because
+        an earlier event of their partition failed (delivered again after it, counting
+        against nobody), and any other event it was given with a seq from ``from_seq``
+        through ``through_seq`` was skipped (redelivered). A subscriber
         whose pushes offer acks in the reply (``answer_s``) sends each message's own range,
         so messages may arrive in any order; one that does not may leave ``from_seq`` out.
         Answers ``{"status": "ok"}``, or ``"stale"`` for a session that is over (whose
@@ -260,7 +263,8 @@ class EventChannel:
         through_seq = boundary.check_seq("through_seq", through_seq)
         from_seq = boundary.check_seq("from_seq", from_seq)
         acked, nacked = boundary.check_acks(acked, nacked, self.config.max_prefetch)
-        return self._acking.ack(who, through_seq, acked, nacked, from_seq)
+        back = boundary.check_returned(returned, self.config.max_prefetch)
+        return self._acking.ack(who, through_seq, acked, nacked, from_seq, back)
 
     @Pyro5.api.expose
     def heartbeat(

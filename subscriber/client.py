@@ -55,7 +55,9 @@ Handler = Callable[[dict[str, Any]], None]
 ``id``, ``publisher_id``, ``partition``, ``timestamp`` and ``payload`` as published,
 ``offset`` (the channel's sequence number of the event) and ``attempt`` (1, then 2, 3 ...
 when it is delivered again). Returning acknowledges the event; raising nacks that event
-only (it is retried, and dead-lettered after the channel's max attempts)."""
+(it is retried, and dead-lettered after the channel's max attempts), and the events after
+it in its partition wait for it: they are delivered again after its retry, so a partition
+is processed in order."""
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -346,10 +348,15 @@ class Subscriber:
         """Run the handler on a chunk of events and hand their outcomes to the control
         thread in groups (at once when a job was long, else at the chunk's end), each
         group's processed ids in the window first. The window is asked once per chunk
-        (only this thread adds to it; ``handled`` holds what the chunk added)."""
+        (only this thread adds to it; ``handled`` holds what the chunk added). Once an
+        event fails, the rest of its partition in the chunk is given back unhandled
+        (``failed``): the channel delivers them again after it, so they never overtake
+        it. (A partition's next push waits for this one's outcomes: one chunk holds all
+        of a partition that this subscriber has.)"""
         uids = [event_uid(item.event["publisher_id"], item.event["id"]) for item in items]
         known = self._processed.known(uids)
         handled: set[str] = set()
+        failed: set[tuple[int, str, Any]] = set()
         done: list[Outcome] = []
         inbox = self._inbox
         now = first_at = time.monotonic()  # one clock reading per event: its end, the next's start
@@ -360,11 +367,17 @@ class Subscriber:
                 now = time.monotonic()  # it waited for its standing
             if not inbox.current(item.session):
                 continue  # its session ended: the channel gave it to another member
-            outcome = self._process(item, uid, uid in known or uid in handled, now)
+            key = (item.session, item.event["publisher_id"], item.event["partition"])
+            if failed and key in failed:
+                outcome: Outcome | None = Outcome(item.session, item.seq, uid, returned=True)
+            else:
+                outcome = self._process(item, uid, uid in known or uid in handled, now)
             if outcome is None:
                 continue
-            if outcome.error is None:
+            if outcome.processed:
                 handled.add(uid)
+            elif outcome.error is not None:
+                failed.add(key)
             if not done:
                 first_at = now
             done.append(outcome)
@@ -377,7 +390,7 @@ class Subscriber:
 
     def _hand_over(self, done: list[Outcome], urgent: bool) -> None:
         """Outcomes to the control thread, the processed ids in the window first."""
-        self._processed.add([o.uid for o in done if o.error is None])
+        self._processed.add([o.uid for o in done if o.processed])
         self._outbox.add(done, urgent=urgent)
 
     def _trusted_now(self) -> bool:

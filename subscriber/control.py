@@ -225,9 +225,12 @@ class ChannelSession:
             args += [message.through_seq, message.acked, message.nacked]
             if message.from_seq is not None:  # a channel that takes acks in push replies
                 args.append(message.from_seq)
+            if message.returned:
+                args += [] if message.from_seq is not None else [0]
+                args.append(message.returned)
             reply = self._call("ack", *args)
             if reply is not None and reply.get("status") != "ok":
-                count = len(message.acked) + len(message.nacked)
+                count = len(message.acked) + len(message.nacked) + len(message.returned)
                 log.info("acks of %d events of an ended session dropped", count)
                 self._check_standing = True
 

@@ -149,6 +149,13 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     """None: processed (or processed before); a string: the handler failed (a nack)."""
     dropped: bool = False
     """Processed, but left out of the ack (the drop-acks fault: a lost ack)."""
+    returned: bool = False
+    """Not handled: an earlier event of its partition failed in the same push, and the
+    channel delivers this one again after that one (a partition is processed in order)."""
+
+    @property
+    def processed(self) -> bool:
+        return self.error is None and not self.returned
 
 
 class AckMessage(msgspec.Struct, frozen=True, gc=False):
@@ -161,15 +168,21 @@ class AckMessage(msgspec.Struct, frozen=True, gc=False):
     through_seq: int
     acked: list[str]
     nacked: dict[str, str]
+    returned: list[str] = []
+    """Events given back unhandled (:attr:`Outcome.returned`); sent only when some are,
+    so a channel of a version before them reads every other message."""
 
     def as_answer(self) -> dict[str, Any]:
         """The message as a push's reply carries it."""
-        return {
+        answer = {
             "from_seq": self.from_seq or 0,
             "through_seq": self.through_seq,
             "acked": self.acked,
             "nacked": self.nacked,
         }
+        if self.returned:
+            answer["returned"] = self.returned
+        return answer
 
 
 class Outbox:
@@ -297,8 +310,9 @@ class Outbox:
             session,
             start if session == self._offered else None,
             through,
-            [o.uid for o in done if o.error is None and not o.dropped],
+            [o.uid for o in done if o.processed and not o.dropped],
             {o.uid: o.error for o in done if o.error is not None},
+            [o.uid for o in done if o.returned],
         )
 
 

@@ -1,7 +1,8 @@
 """What an ack message does to a group (DESIGN §6), pure functions over a group.
 
 An ack message names events by uid (``publisher_id/id``): acked ones are done; nacked
-ones are retried, or dead-lettered after ``max_attempts`` handler failures; events
+ones are retried, or dead-lettered after ``max_attempts`` handler failures; returned ones
+were not handled (an earlier event of their partition failed) and wait for it; events
 delivered from the message's ``from_seq`` up to its ``through_seq`` that it names neither
 way were skipped (a lost ack). A subscriber's messages cover ranges of seqs that do not
 overlap, so they may arrive in any order (one in a push's reply, the next on the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import takewhile
+from itertools import repeat, takewhile
 from typing import TYPE_CHECKING
 
 from channel_server.core import rebalance
@@ -50,11 +51,13 @@ def acknowledge(
     through_seq: int,
     now: float,
     from_seq: int = 0,
+    returned: Iterable[str] = (),
 ) -> AckOutcome:
     """Apply an ack message (events named by uid): acked ones are done; nacked ones are
-    retried or, after ``max_attempts`` handler failures, dead; events delivered with seqs
-    from ``from_seq`` through ``through_seq`` that it names neither way were skipped (a
-    lost ack) and go back, counting as a failed attempt of the member."""
+    retried or, after ``max_attempts`` handler failures, dead; returned ones go back
+    behind them, counting against nobody; events delivered with seqs from ``from_seq``
+    through ``through_seq`` that it names in no way were skipped (a lost ack) and go
+    back, counting as a failed attempt of the member."""
     member = current(group, member_id, session)
     if member is None:
         return stale_acks(group, member_id, acked)
@@ -85,6 +88,7 @@ def acknowledge(
             finished.append(flight.event)
         else:
             failed.append(flight)
+    untried = [f for f in map(member.flights.pop, returned, repeat(None)) if f is not None]
     # flights are in delivery order: the skipped ones are within a prefix, so an ack costs
     # what it names and skips, not everything the member holds (thousands at many partitions)
     within = takewhile(lambda f: f.seq <= through_seq, member.flights.values())
@@ -92,12 +96,13 @@ def acknowledge(
     outcome.missing = len(skipped)
     for flight in skipped:
         del member.flights[flight.event.uid]
-    outcome.retried = [f.event for f in failed + skipped]
+    outcome.retried = [f.event for f in failed + untried + skipped]
     outcome.done.extend(ack_owed(group, member, elsewhere))
     member.acked += len(outcome.done)
     group.ack_latency.observe_ages(now, map(EVENT_ACCEPTED_AT, outcome.done))
     finish(group, member, finished)
-    give_back(group, member, failed, hold=False)  # the handler failed: anyone may retry
+    # the handler failed: anyone may retry it, and what waited for it goes back behind it
+    give_back(group, member, failed + untried, hold=False)
     give_back(group, member, skipped)  # processed, maybe: they stay with the member
     completed = len(finished) + len(failed)
     if busy_since is not None:

@@ -9,7 +9,7 @@ it is published (DESIGN §4). Inside the channel an event is named by its uid
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from itertools import accumulate, groupby
 from typing import Any
 
@@ -242,10 +242,13 @@ class ChannelCore:
         through_seq: int,
         now: float,
         from_seq: int = 0,
+        returned: Iterable[str] = (),
     ) -> tuple[AckOutcome, list[Event]]:
         """Apply an ack message; returns what it did and the events now acknowledged by
         every group (the facade deletes those from the store)."""
-        outcome = group.acknowledge(member_id, session, acked, nacked, through_seq, now, from_seq)
+        outcome = group.acknowledge(
+            member_id, session, acked, nacked, through_seq, now, from_seq, returned
+        )
         return outcome, self._settle(group, outcome)
 
     def bury_unpushable(

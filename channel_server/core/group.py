@@ -375,9 +375,12 @@ class ConsumerGroup:
         through_seq: int,
         now: float,
         from_seq: int = 0,
+        returned: Iterable[str] = (),
     ) -> AckOutcome:
         """Apply an ack message (see :func:`channel_server.core.acks.acknowledge`)."""
-        return acks.acknowledge(self, member_id, session, acked, nacked, through_seq, now, from_seq)
+        return acks.acknowledge(
+            self, member_id, session, acked, nacked, through_seq, now, from_seq, returned
+        )
 
     def unpushable(
         self, member_id: str, session: int, seqs: range, reasons: dict[str, str]

@@ -117,6 +117,29 @@ def test_wait_raises_a_typed_timeout_when_nobody_processes(cluster: Cluster) -> 
     assert "is a subscriber running?" in str(err)
 
 
+def test_a_failed_event_is_not_overtaken_by_the_rest_of_its_partition(cluster: Cluster) -> None:
+    """An order's steps in one partition; the handler fails once on "charge". The order
+    must not ship before it is charged: the steps after a failure wait for its retry."""
+    cluster.broker()
+    calls: list[tuple[str, int]] = []
+
+    def handler(event: dict[str, Any]) -> None:
+        calls.append((event["payload"], event["attempt"]))
+        if event["payload"] == "charge" and event["attempt"] == 1:
+            raise RuntimeError("card declined, try again")
+
+    steps = ["create", "charge", "ship", "email"]
+    with (
+        Subscriber("orders", "s1", handler=handler, ns_port=cluster.ns_port, create=True),
+        Publisher("orders", "P", ns_port=cluster.ns_port) as pub,  # after: it creates it
+    ):
+        pub.publish([pub.event(step, partition="order-42") for step in steps])
+        done = pub.wait(timeout_s=20)
+    assert done["dead_letters"] == 0
+    assert calls[:2] == [("create", 1), ("charge", 1)]
+    assert [step for step, attempt in calls if (step, attempt) != ("charge", 1)] == steps
+
+
 @pytest.mark.parametrize("handler", ["print", None, 42])
 def test_a_handler_that_is_not_callable_is_refused_before_anything_starts(handler: Any) -> None:
     with pytest.raises(InvalidArgument, match="handler: must be callable"):

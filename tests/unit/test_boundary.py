@@ -30,6 +30,18 @@ def test_ack_ids_and_nack_errors_must_be_utf8() -> None:
     assert "UTF-8" in err.reason
 
 
+def test_a_push_reply_may_name_events_returned_unhandled() -> None:
+    answer = {"from_seq": 3, "through_seq": 5, "acked": ["p/a"], "nacked": {"p/b": "x"}}
+    assert boundary.check_answer(answer, 10) == (3, 5, ["p/a"], {"p/b": "x"}, [])
+    returned = answer | {"returned": ["p/c"]}
+    assert boundary.check_answer(returned, 10)[4] == ["p/c"]
+    refused("acks", boundary.check_answer, answer | {"other": []}, 10)
+    refused("returned", boundary.check_answer, answer | {"returned": ["c"]}, 10)
+    refused("returned", boundary.check_returned, ["p/c"] * 11, 10)
+    refused("returned", boundary.check_returned, "p/c", 10)
+    assert boundary.check_returned(None, 10) == []
+
+
 @pytest.mark.parametrize("bare", ["e1", "/e1"])
 def test_acks_name_events_by_uid_not_by_bare_id(bare: str) -> None:
     err = refused("acked", boundary.check_acks, [bare], {}, 10)

@@ -365,6 +365,42 @@ def test_nacked_event_is_retried_then_dead_lettered() -> None:
     check_group(d.g)
 
 
+def test_events_returned_after_a_failure_go_back_behind_it_counting_against_nobody() -> None:
+    """The subscriber gives back the rest of a partition whose event failed: the next
+    push of the partition starts at the failed event, in order; the returned events
+    gain no handler failure and the member no failed attempt."""
+    d = Driver(max_attempts=2)
+    d.join("a")
+    d.g.enqueue([make_event(i) for i in range(4)])
+    batch = d.take("a")
+    first = batch.first_seq
+    outcome = d.g.acknowledge(
+        "a", batch.session, ["p/e0"], {"p/e1": "boom"}, first + 3, d.now, first, ["p/e2", "p/e3"]
+    )
+    assert (ids(outcome.done), ids(outcome.retried)) == (["e0"], ["e1", "e2", "e3"])
+    assert (outcome.missing, outcome.dead) == (0, [])
+    member = d.g.members["a"]
+    assert (member.failures, member.ack_failures, member.in_flight) == (0, 0, 0)
+    assert pending_ids(d.g, P0) == ["e1", "e2", "e3"]
+    check_group(d.g)
+    again = d.take("a")
+    assert (ids(again.events), again.attempts) == (["e1", "e2", "e3"], [2, 2, 2])
+    # e1 fails its last attempt: dead; e2 and e3 were never tried, so they are not
+    last = d.g.acknowledge(
+        "a",
+        again.session,
+        [],
+        {"p/e1": "boom"},
+        again.first_seq + 2,
+        d.now,
+        again.first_seq,
+        ["p/e2", "p/e3"],
+    )
+    assert [ev.id for ev, _ in last.dead] == ["e1"]
+    assert ids(d.take("a").events) == ["e2", "e3"]
+    check_group(d.g)
+
+
 def test_failed_push_puts_events_back_in_order_and_backs_off() -> None:
     d = Driver(max_attempts=3)
     d.join("a", prefetch=3)

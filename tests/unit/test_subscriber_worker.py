@@ -17,15 +17,19 @@ from subscriber.client import Subscriber
 from subscriber.processed import ProcessedIds
 
 
-def event(event_id: str, publisher: str = "P") -> dict[str, Any]:
-    return {"id": event_id, "publisher_id": publisher, "partition": 0, "payload": "x"}
+def event(event_id: str, publisher: str = "P", partition: int = 0) -> dict[str, Any]:
+    return {"id": event_id, "publisher_id": publisher, "partition": partition, "payload": "x"}
+
+
+RETURNED = "(returned)"
 
 
 def handle(sub: Subscriber, events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
-    """Push ``events`` in one session and run the worker on them as one chunk."""
+    """Push ``events`` in one session and run the worker on them as one chunk; what the
+    next ack will say of each: None (acked), the nack's error, or RETURNED."""
     sub.take_in({"session": 1, "seq": 1, "events": events})
     sub._handle(sub._inbox.take_all(0.0))
-    return [(o.uid, o.error) for o in sub._outbox._pending]  # what the next ack will say
+    return [(o.uid, RETURNED if o.returned else o.error) for o in sub._outbox._pending]
 
 
 def test_an_event_twice_in_one_chunk_runs_the_handler_once() -> None:
@@ -55,14 +59,39 @@ def test_a_failed_event_is_not_remembered_and_runs_again_when_redelivered() -> N
             raise ValueError("first try fails")
 
     sub = Subscriber("c", "s1", flaky)
-    outcomes = handle(sub, [event("a"), event("a")])
+    assert handle(sub, [event("a")]) == [("P/a", "ValueError: first try fails")]
+    assert sub._processed.known(["P/a"]) == set()
+    sub._outbox._pending.clear()
+    assert handle(sub, [event("a")]) == [("P/a", None)]  # delivered again: runs again
     assert calls == ["a", "a"]
-    assert outcomes == [("P/a", "ValueError: first try fails"), ("P/a", None)]
     assert sub._processed.known(["P/a"]) == {"P/a"}
-    sub2 = Subscriber("c", "s2", flaky)  # "a" failed nowhere here yet: fails once more
-    calls.clear()
-    assert handle(sub2, [event("a")]) == [("P/a", "ValueError: first try fails")]
-    assert sub2._processed.known(["P/a"]) == set()
+
+
+def test_after_a_failure_the_rest_of_its_partition_is_returned_unhandled() -> None:
+    """A partition is processed in order: once an event fails, the later events of its
+    partition in the push are given back (delivered again after its retry); other
+    partitions go on."""
+    ran: list[str] = []
+
+    def fails_on_b(ev: dict[str, Any]) -> None:
+        ran.append(ev["id"])
+        if ev["id"] == "b":
+            raise ValueError("no")
+
+    sub = Subscriber("c", "s1", fails_on_b)
+    pushed = [event("a"), event("b"), event("x", partition=1), event("c"), event("b", "Q")]
+    assert handle(sub, pushed) == [
+        ("P/a", None),
+        ("P/b", "ValueError: no"),
+        ("P/x", None),
+        ("P/c", RETURNED),
+        ("Q/b", "ValueError: no"),  # another publisher's partition 0: its own sub-queue
+    ]
+    assert ran == ["a", "b", "x", "b"]
+    assert sub._processed.known(["P/a", "P/b", "P/x", "P/c"]) == {"P/a", "P/x"}
+    (message,) = sub._outbox._take()
+    assert (message.acked, message.returned) == (["P/a", "P/x"], ["P/c"])
+    assert message.as_answer()["returned"] == ["P/c"]
 
 
 def test_a_stop_that_waits_for_a_long_handler_says_so_as_a_warning(
