@@ -25,7 +25,14 @@ from channel_server.credentials import MONITOR_TOKEN_FILE, OWNER, SERVER_ROLE, m
 from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.guard import peer_of
 from channel_server.log_throttle import Throttle
-from channel_server.users import Action, User, UsersFile, owner, owns_publisher_id
+from channel_server.users import (
+    Action,
+    User,
+    UsersFile,
+    owner,
+    owns_publisher_id,
+    publisher_id_owner,
+)
 
 log = logging.getLogger(__name__)
 VERIFIED_MAX = 1024
@@ -184,16 +191,22 @@ class Access:
         user = self.current()
         if user.name == OWNER or user.allows(Action.ADMIN, channel):
             return user
+        names = self._users.names() if self._users is not None else []
         for publisher_id in set(publisher_ids):
-            if not owns_publisher_id(user.name, publisher_id):
+            if not owns_publisher_id(user.name, publisher_id, names):
                 self._refuse(
-                    user,
-                    f"publish as {publisher_id!r} (its publisher ids are {user.name!r} and "
-                    f"{user.name!r} then - or . and more)",
-                    Action.PUBLISH,
-                    channel,
+                    user, self._not_its_id(user, publisher_id, names), Action.PUBLISH, channel
                 )
         return user
+
+    @staticmethod
+    def _not_its_id(user: User, publisher_id: str, names: list[str]) -> str:
+        if (other := publisher_id_owner(publisher_id, names)) not in (None, user.name):
+            return f"publish as {publisher_id!r} (it is user {other!r}'s publisher id)"
+        return (
+            f"publish as {publisher_id!r} (its publisher ids are {user.name!r} and "
+            f"{user.name!r} then - or . and more)"
+        )
 
     def require_owner(self, member_user: str, subscriber_id: str, channel: str) -> User:
         """The current user, if ``subscriber_id`` is its own (or it is an admin)."""

@@ -115,14 +115,29 @@ def parse_grant(text: str) -> Grant:
 PUBLISHER_ID_SEPARATORS = ("-", ".")
 
 
-def owns_publisher_id(user: str, publisher_id: str) -> bool:
+def owns_publisher_id(user: str, publisher_id: str, others: Iterable[str] = ()) -> bool:
     """Whether a user of the users file publishes as ``publisher_id``: its name, or its
-    name then ``-`` or ``.`` and more (``bob``, ``bob-1``, ``bob.orders``). Ids are unique
-    per publisher id, so one that another user could take would let it block this one's
-    ids (publish them first) and read its progress."""
-    if publisher_id == user:
+    name then ``-`` or ``.`` and more (``bob``, ``bob-1``, ``bob.orders``), unless the id
+    is as much another user's with a longer name (``bob-x.1`` is user ``bob-x``'s, not
+    ``bob``'s), so that no two users share one. Ids are unique per publisher id, so one
+    that another user could take would let it block this one's ids (publish them first,
+    and the owner's own events are reported as duplicates) and read its progress."""
+    return _extends(publisher_id, user) and not any(
+        len(other) > len(user) and _extends(publisher_id, other) for other in others
+    )
+
+
+def publisher_id_owner(publisher_id: str, names: Iterable[str]) -> str | None:
+    """The user (of ``names``) that publishes as ``publisher_id``: the longest name it
+    extends."""
+    owners = [name for name in names if _extends(publisher_id, name)]
+    return max(owners, key=len) if owners else None
+
+
+def _extends(publisher_id: str, name: str) -> bool:
+    if publisher_id == name:
         return True
-    return publisher_id.startswith(tuple(user + sep for sep in PUBLISHER_ID_SEPARATORS))
+    return publisher_id.startswith(tuple(name + sep for sep in PUBLISHER_ID_SEPARATORS))
 
 
 DECISIONS_KEPT = 1024

@@ -37,10 +37,11 @@ from tests.integration.conftest import publisher_for
 from tests.integration.procs import Cluster, free_port, logged, wait_until
 
 pytestmark = pytest.mark.integration
-PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-22"}
+PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-22", "alice-x": "alice-x-secret-3"}
 GRANTS = {
     "alice": (Grant("orders*", frozenset({Action.PUBLISH, Action.SUBSCRIBE})),),
     "bob": (Grant("orders*", frozenset({Action.SUBSCRIBE})),),
+    "alice-x": (Grant("orders*", frozenset({Action.PUBLISH})),),
 }
 
 
@@ -50,7 +51,8 @@ def who(name: str) -> Credential:
 
 @pytest.fixture
 def secured(cluster: Cluster) -> Iterator[tuple[Cluster, Any]]:
-    """A broker with users alice (publish, subscribe) and bob (subscribe) on orders*."""
+    """A broker with users alice (publish, subscribe), bob (subscribe) and alice-x
+    (publish) on orders*."""
     users = UsersFile()
     for name, password in PASSWORDS.items():
         users.add(name, password, GRANTS[name])
@@ -134,6 +136,13 @@ def test_a_user_publishes_only_as_its_own_publisher_ids(secured: tuple[Cluster, 
         assert call(uri, who("alice"), "outstanding", mine)["queued"] == 1
     assert publish_as("owner-feed", None)["accepted"] == 1  # not taken by alice's attempt
     logged(broker, r"refused publish as 'bob' .* to user alice", 2)  # publish, outstanding
+    # alice's ids extend her name, but not into user alice-x's: those are alice-x's alone
+    # (before, alice published alice-x.1 first and alice-x's own event was a "duplicate")
+    with pytest.raises(NotAuthorized, match="it is user 'alice-x''s publisher id"):
+        publish_as("alice-x.1", who("alice"))
+    assert publish_as("alice-x.1", who("alice-x"))["accepted"] == 1
+    with pytest.raises(NotAuthorized, match="may not: publish as 'alice'"):
+        publish_as("alice", who("alice-x"))
 
 
 def test_a_subscriber_id_belongs_to_its_user(secured: tuple[Cluster, Any]) -> None:

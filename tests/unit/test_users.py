@@ -24,6 +24,7 @@ from channel_server.users import (
     owner,
     owns_publisher_id,
     parse_grant,
+    publisher_id_owner,
     verify_password,
 )
 from channel_server.users_cli import add_users_command, run_users
@@ -484,3 +485,16 @@ def test_a_user_owns_its_name_as_a_publisher_id_and_what_extends_it(
     publisher_id: str, owned: bool
 ) -> None:
     assert owns_publisher_id("bob", publisher_id) is owned
+
+
+@pytest.mark.parametrize(
+    ("publisher_id", "owner"),
+    [("bob-1", "bob"), ("bob-x", "bob-x"), ("bob-x.1", "bob-x"), ("bob-xy", "bob"), ("b", None)],
+)
+def test_a_publisher_id_is_the_user_s_with_the_longest_name_it_extends(
+    publisher_id: str, owner: str | None
+) -> None:
+    names = ["alice", "bob", "bob-x"]
+    assert publisher_id_owner(publisher_id, names) == owner
+    for name in names:
+        assert owns_publisher_id(name, publisher_id, names) is (name == owner)
