@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 def make_room(core: ChannelCore) -> list[tuple[str, str]]:
     """Room for one more member under ``max_members``: when the channel is at the cap,
     the member inactive longest is forgotten (it holds and owns nothing; subscribing
-    again with its id makes it a new member). Returns the (group, member) forgotten,
-    for the facade to drop from the store; raises LimitReached when every member is
-    active."""
+    again with its id makes it a new member), unless it is the last member of a
+    subscription (:func:`_keeps_subscription`). Returns the (group, member) forgotten,
+    for the facade to drop from the store; raises LimitReached when no member may go."""
     forgotten: list[tuple[str, str]] = []
     while core.members() >= core.config.max_members:
-        inactive = _inactive(core)
+        inactive = [m for m in _inactive(core) if not _keeps_subscription(core, m[1])]
         if not inactive:
             raise LimitReached("members", core.config.max_members, f"channel {core.name}")
         _, group_name, member_id = inactive[0]
@@ -35,10 +35,8 @@ def expire(core: ChannelCore, now: float) -> list[tuple[str, str]]:
     """Forget the members that stayed inactive with no sign of life for
     ``member_expiry_s`` (0: never), so that crashed subscribers do not stay listed for
     ever. They hold and own nothing; one that comes back subscribes again as a new
-    member. The last member of a group other than ``default`` is kept: that group is
-    a subscription holding events for it, which only an explicit unsubscribe or
-    :func:`forget` drops. Returns the (group, member) forgotten, for the facade
-    to drop from the store."""
+    member. The last member of a subscription is kept (:func:`_keeps_subscription`).
+    Returns the (group, member) forgotten, for the facade to drop from the store."""
     expiry = core.config.member_expiry_s
     if expiry <= 0:
         return []
@@ -47,7 +45,7 @@ def expire(core: ChannelCore, now: float) -> list[tuple[str, str]]:
         group = core.groups[group_name]
         if now - last_seen < expiry:
             break  # the rest were seen later
-        if group_name != DEFAULT_GROUP and len(group.members) == 1:
+        if _keeps_subscription(core, group_name):
             continue
         group.forget(member_id)
         forgotten.append((group_name, member_id))
@@ -80,6 +78,14 @@ def forget(core: ChannelCore, group_name: str, member_id: str, force: bool = Fal
     else:
         group.forget(member_id)
     return gone
+
+
+def _keeps_subscription(core: ChannelCore, group_name: str) -> bool:
+    """A group other than ``default`` with one member left is a subscription holding
+    events for it: only an explicit unsubscribe or :func:`forget` drops it, never room
+    made for someone else's member (session 32: another user's subscribes had dropped
+    a quiet subscriber's group and its backlog) nor expiry."""
+    return group_name != DEFAULT_GROUP and len(core.groups[group_name].members) == 1
 
 
 def _inactive(core: ChannelCore) -> list[tuple[float, str, str]]:

@@ -366,6 +366,21 @@ def test_member_cap_forgets_the_member_inactive_longest() -> None:
     assert core.make_room_for_member() == []  # room already
 
 
+def test_member_cap_never_forgets_the_last_member_of_a_subscription() -> None:
+    """A quiet subscriber's own group holds its backlog: a stranger's new members must
+    not make room by dropping it (only its second member may go)."""
+    core = ChannelCore("c", config(max_members=3))
+    for group_name, member_id, now in (("alice", "a", 1.0), ("alice", "a2", 2.0), ("b", "b", 3.0)):
+        group = core.groups.get(group_name) or core.add_group(group_name)
+        group.join(member_id, "cb", 1, session=1, now=now)
+        group.deactivate(member_id, "quiet")
+    assert core.make_room_for_member() == [("alice", "a")]  # alice's group keeps a2
+    core.add_group("c").join("c", "cb", 1, session=2, now=4.0)  # at the cap again
+    with pytest.raises(LimitReached):  # a2 and b are their subscriptions' last members
+        core.make_room_for_member()
+    assert sorted(core.groups["alice"].members) == ["a2"]
+
+
 # -- events that cannot be pushed (issue 13) ----------------------------------------------
 def test_unpushable_events_are_dead_and_the_rest_goes_back_unblamed() -> None:
     core = ChannelCore("c", config())
