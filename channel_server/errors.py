@@ -65,16 +65,19 @@ class UnknownChannel(ClientError):
 
 
 class SubscriberIdInUse(ClientError):
-    """The subscriber id is active from another callback address."""
+    """The subscriber id is active from another callback address (``how`` says where, for
+    a pull member: another client's gets)."""
 
     subscriber_id: str
     group: str
 
-    def __init__(self, subscriber_id: str, group: str) -> None:
-        super().__init__(
-            f"subscriber id {subscriber_id!r} is already active in group {group!r} "
+    def __init__(self, subscriber_id: str, group: str, how: str = "") -> None:
+        how = how or (
             "from another process that answers (stop it, or pick another id; `python -m "
-            "channel_server forget CHANNEL ID --force` removes a member that should not be)",
+            "channel_server forget CHANNEL ID --force` removes a member that should not be)"
+        )
+        super().__init__(
+            f"subscriber id {subscriber_id!r} is already active in group {group!r} {how}",
             subscriber_id=subscriber_id,
             group=group,
         )

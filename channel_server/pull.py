@@ -17,7 +17,7 @@ from channel_server.channel_state import ChannelState, MemberSession
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK, Flight
 from channel_server.dispatch import wire_fault
-from channel_server.errors import NotSubscribed
+from channel_server.errors import NotSubscribed, SubscriberIdInUse
 from channel_server.membership import Membership
 from channel_server.outcomes import Outcomes
 from channel_server.push import PushDelivery
@@ -60,6 +60,8 @@ class PullSide:
                 seqs = range(flight.seq, flight.seq + 1)
                 self._outcomes.bury(grp, subscriber_id, session, seqs, {flight.event.uid: fault})
                 flight = self._next(grp, subscriber_id, None)
+            if flight is not None:
+                grp.members[subscriber_id].handed_after = last_uid
             self._push.changed()
         return {"status": "empty"} if flight is None else _message(flight)
 
@@ -72,13 +74,34 @@ class PullSide:
         if not member.active:
             log.warning("%s: %s readmitted by a get", self._state.name, member_id)
             grp.join(member_id, PULL_CALLBACK, 1, self._state.core.new_session(), now, pull=True)
-        grp.members[member_id].seen(now)
+        member = grp.members[member_id]
+        member.seen(now)
+        self._check_client(grp, member_id, last_uid)
         if last_uid is not None:
             self._ack_last(grp, member_id, last_uid, now)
         flights = grp.flights_of(member_id)
         if not flights and grp.take_batch(member_id, now) is not None:
             flights = grp.flights_of(member_id)
         return flights[0] if flights else None
+
+    def _check_client(self, grp: ConsumerGroup, member_id: str, last_uid: str | None) -> None:
+        """While the member holds a message, a get must name it (the next get) or what
+        the get that handed it out named (that get retried). Any other is a second client
+        with the same id: refused, or both would get every message (session 32)."""
+        held = grp.flights_of(member_id)
+        if not held:
+            return
+        holding = held[0].event.uid
+        if last_uid in (holding, grp.members[member_id].handed_after):
+            return
+        named = "none" if last_uid is None else repr(last_uid)
+        raise SubscriberIdInUse(
+            member_id,
+            grp.name,
+            f"by another client: it holds {holding!r}, and this get names {named} as the "
+            "last message it got. One subscriber id is one client; clients sharing the "
+            "work each take an id of their own in one group (subscribe(topic, group=...))",
+        )
 
     def _ack_last(self, grp: ConsumerGroup, member_id: str, last_uid: str, now: float) -> None:
         """Acknowledge the message a pull client names as the last one it got, whether it

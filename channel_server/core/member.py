@@ -140,6 +140,10 @@ class Member:
     session: int = 1
     """Changes each time the member (re)joins; acks of an older session are stale."""
     pull: bool = False
+    handed_after: str | None = None
+    """A pull member: the last uid named by the get that handed out what it holds; a get
+    naming it again is that get retried (its reply was lost), any other is not this
+    client's (:meth:`~channel_server.pull.PullSide.get`)."""
     user: str = "owner"
     """The user that owns this subscriber id: only it (or an admin) may act for it."""
     secret: str = ""

@@ -104,17 +104,20 @@ def test_members_past_the_cap_are_refused_until_one_is_inactive(
         channel.get("p1")  # forgotten: it may subscribe again
 
 
-def test_a_forgotten_topic_subscriber_takes_its_group_along(
+def test_a_quiet_topic_subscriber_keeps_its_group_and_backlog_at_the_member_cap(
     make_channel: ChannelFactory, clock: FakeClock
 ) -> None:
+    """Its own group is its subscription: room for someone else's new subscriber is not
+    made by dropping it with its events (until session 32 it was)."""
     channel = make_channel(kind=ChannelKind.TOPIC, clock=clock, max_members=1)
     channel.subscribe("old")
     channel.publish([event("e1")])
     channel.core.groups["old"].deactivate("old", "gone")
-    channel.subscribe("new")
+    with pytest.raises(LimitReached):
+        channel.subscribe("new")
     stats = channel.stats()
-    assert list(stats["groups"]) == ["new"]
-    assert (stats["unacked"], stats["queued_bytes"]) == (0, 0)
+    assert list(stats["groups"]) == ["old"]
+    assert stats["unacked"] == 1
 
 
 # -- bytes queued -------------------------------------------------------------------------

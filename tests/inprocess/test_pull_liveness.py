@@ -3,7 +3,10 @@ readmission by the next get, and housekeeping of pull groups (fake clock, no soc
 
 from __future__ import annotations
 
+import pytest
+
 from channel_server.core.records import ChannelKind
+from channel_server.errors import SubscriberIdInUse
 from channel_server.events import event_uid
 from tests.inprocess.conftest import ChannelFactory, FakeClock, event
 
@@ -96,3 +99,27 @@ def test_housekeeping_drops_idle_partitions_of_a_pull_group(
     channel.get("s1", last)  # a live member: it is not timed out, its partitions are idle
     channel.housekeep()
     assert channel.stats()["groups"]["s1"]["partitions"] == []
+
+
+def test_a_second_client_with_the_same_id_is_refused_not_given_the_same_messages(
+    make_channel: ChannelFactory, clock: FakeClock
+) -> None:
+    """Two processes getting as one subscriber id both got (nearly) every message. A get
+    must name what the member holds, or what the get that handed it out named (a retry);
+    any other is another client's, and is refused while the member holds a message."""
+    channel = make_channel(kind=ChannelKind.TOPIC, clock=clock, pull_timeout_s=PULL_TIMEOUT_S)
+    channel.subscribe("twin")
+    channel.publish([event(f"m{n}", ts=float(n)) for n in range(1, 4)])
+    assert got(channel.get("twin")) == ("m1", 1)  # client A
+    assert got(channel.get("twin")) == ("m1", 1)  # A's get retried (its reply was lost)
+    assert got(channel.get("twin", "pub/m1")) == ("m2", 1)  # A again
+    with pytest.raises(SubscriberIdInUse, match="by another client: it holds 'pub/m2'"):
+        channel.get("twin")  # client B, starting
+    with pytest.raises(SubscriberIdInUse, match="names 'pub/m0'"):
+        channel.get("twin", "pub/m0")
+    assert got(channel.get("twin", "pub/m1")) == ("m2", 1)  # A's retry still works
+    assert got(channel.get("twin", "pub/m2")) == ("m3", 1)
+    clock.advance(PULL_TIMEOUT_S + 1)
+    channel.housekeep()  # A went quiet: whoever gets next takes the id over
+    assert got(channel.get("twin")) == ("m3", 2)
+    assert channel.stats()["groups"]["twin"]["members"][0]["acked"] == 2
