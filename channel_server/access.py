@@ -215,6 +215,14 @@ class Access:
             self._refuse(user, f"subscriber id {subscriber_id!r} belongs to another user")
         return user
 
+    def require_group(self, users: set[str], group: str, channel: str) -> User:
+        """The current user, if it is one of ``users`` (those of a group's subscribers)
+        or an admin of the channel."""
+        user = self.current()
+        if user.name not in users and not user.allows(Action.ADMIN, channel):
+            self._refuse(user, f"join group {group!r} (its subscribers are another user's)")
+        return user
+
     def _refuse(
         self, user: User, what: str, action: Action | None = None, channel: str = ""
     ) -> None:

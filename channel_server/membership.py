@@ -80,6 +80,8 @@ class Membership:
         with self._state.lock:
             self._backup.repair()
             grp = self._core.groups.get(group)
+            if grp is not None:
+                self._may_join(grp, subscriber_id)
             if grp is None or subscriber_id not in grp.members:
                 self._make_room(group)
             grp = self._add_group(group)
@@ -148,6 +150,17 @@ class Membership:
             if member.active and member.callback != callback:
                 return member.callback, member.secret
         return None
+
+    def _may_join(self, grp: ConsumerGroup, subscriber_id: str) -> None:
+        """A group other than ``default`` belongs to the users of its members: another
+        user (not an admin of the channel) may not add a subscriber to it, or it would
+        take a share of that subscription's events (session 32: bob got half of
+        alice's). The ``default`` group of a channel is shared by every user that may
+        subscribe (competing consumers)."""
+        if grp.name == DEFAULT_GROUP or subscriber_id in grp.members or not grp.members:
+            return
+        users = {member.user for member in grp.members.values()}
+        self._access.require_group(users, grp.name, self._name)
 
     def _may_take(
         self,

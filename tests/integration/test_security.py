@@ -176,6 +176,21 @@ def test_another_users_topic_messages_cannot_be_read(secured: tuple[Cluster, Any
     assert reply["event"]["id"] == "m-1"  # still there for its owner: bob consumed nothing
 
 
+def test_another_users_group_cannot_be_joined(secured: tuple[Cluster, Any]) -> None:
+    """A group is its subscribers' users' subscription: bob joining alice's group with an
+    id of his own took a share of her events (session 32). The default group stays
+    shared: competing consumers of any user that may subscribe."""
+    cluster, _ = secured
+    uri = channel_uri(cluster, "orders.news")
+    assert call(uri, who("alice"), "subscribe", "a1", None, "audit")["group"] == "audit"
+    with pytest.raises(NotAuthorized, match=r"join group 'audit' .*another user's"):
+        call(uri, who("bob"), "subscribe", "b1", None, "audit")
+    assert call(uri, who("alice"), "subscribe", "a2", None, "audit")["group"] == "audit"
+    assert call(uri, None, "subscribe", "o1", None, "audit")["group"] == "audit"  # an admin
+    call(uri, who("alice"), "subscribe", "a3", None)
+    assert call(uri, who("bob"), "subscribe", "b2", None)["group"] == "default"
+
+
 def test_dead_letters_need_the_admin_permission(secured: tuple[Cluster, Any]) -> None:
     cluster, _ = secured
     cluster.subscriber("orders", "s1", "--fault", "fail-on:PUB-1")
