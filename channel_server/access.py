@@ -15,6 +15,7 @@ import hmac
 import logging
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from Pyro5.callcontext import current_context
@@ -33,6 +34,7 @@ from channel_server.users import (
     owns_publisher_id,
     publisher_id_owner,
 )
+from channel_server.users_reload import ReloadedUsers
 
 log = logging.getLogger(__name__)
 VERIFIED_MAX = 1024
@@ -46,14 +48,24 @@ refused as busy (the clients retry refused connections)."""
 
 
 class Access:
-    """The judge of one broker: its token and, optionally, a users file. Any thread may
-    call it: ``_lock`` guards ``_verified``, the rest is read-only."""
+    """The judge of one broker: its token and, optionally, a users file (read again when
+    it changes). Any thread may call it: ``_lock`` guards ``_verified`` and
+    ``_generation``, the rest is read-only."""
 
-    def __init__(self, token: str, users: UsersFile | None = None) -> None:
+    def __init__(
+        self, token: str, users: UsersFile | None = None, users_path: Path | None = None
+    ) -> None:
+        """``users_path``: the file ``users`` was read from, read again when it changes
+        (:mod:`~channel_server.users_reload`)."""
         self._token = token
         self.monitor_token = monitor_token(token)
         """What the HTTP monitor takes from the owner (never the token itself)."""
-        self._users = users
+        self._fixed_users = users
+        self._reloaded = (
+            ReloadedUsers(users_path, users) if users is not None and users_path else None
+        )
+        self._generation = 0
+        """The users' generation ``_verified`` was filled in (guarded by ``_lock``)."""
         self._owner = owner()
         self._lock = threading.Lock()
         self._verified: dict[tuple[str, bytes], User] = {}
@@ -128,6 +140,18 @@ class Access:
             return user
         raise NotAuthorized(f"wrong credential for user {name!r}")
 
+    @property
+    def _users(self) -> UsersFile | None:
+        """The users as the file now says (a fixed set without a path)."""
+        if self._reloaded is None:
+            return self._fixed_users
+        users = self._reloaded.current()
+        if self._reloaded.generation != self._generation:
+            with self._lock:  # passwords and grants may have changed: check them anew
+                self._verified.clear()
+                self._generation = self._reloaded.generation
+        return users
+
     def _password_user(self, name: str, password: str) -> User | None:
         key = (name, hashlib.sha256(password.encode()).digest())
         with self._lock:
@@ -160,7 +184,12 @@ class Access:
         user = getattr(conn, USER_ATTRIBUTE, None)
         if user is None:  # cannot happen past the handshake; refuse rather than guess
             raise NotAuthorized("unauthenticated connection")
-        return user
+        if user.name == OWNER or (users := self._users) is None:
+            return user
+        latest = users.find(user.name)  # its grants as the users file says now
+        if latest is None:
+            raise NotAuthorized(f"user {user.name!r} is no longer in the users file")
+        return latest
 
     def require(self, action: Action, channel: str) -> User:
         """The current user, if it may do ``action`` on ``channel``; else NotAuthorized."""

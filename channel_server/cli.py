@@ -106,7 +106,7 @@ def serve(args: argparse.Namespace) -> int:
             return cc.fail(str(exc), cc.EXIT_UNAVAILABLE)
     token = credentials.ensure_token(credentials.state_root(), data_dir)
     users = UsersFile.load(args.users) if args.users else None
-    broker = Broker(config, store, token, Access(token, users))
+    broker = Broker(config, store, token, Access(token, users, args.users))
     try:
         broker.start()
     except (OSError, Pyro5.errors.PyroError, ChannelError) as exc:
@@ -157,7 +157,8 @@ def run_nameserver(args: argparse.Namespace) -> int:
     users = UsersFile.load(args.users) if args.users else None
     stop = cc.stop_on_signals()
     try:
-        daemon = GuardedNameServerDaemon(args.ns_host, args.ns_port, Access(token, users))
+        access = Access(token, users, args.users)
+        daemon = GuardedNameServerDaemon(args.ns_host, args.ns_port, access)
     except OSError as exc:
         exc = bind_failure(exc, "name server", args.ns_host, args.ns_port)
         return cc.fail(f"cannot start the name server: {exc}", cc.EXIT_UNAVAILABLE)

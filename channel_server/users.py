@@ -368,6 +368,11 @@ class UsersFile:
         """The user names, sorted."""
         return sorted(self._accounts)
 
+    def find(self, name: str) -> User | None:
+        """The user of that name, if there is one."""
+        account = self._accounts.get(name)
+        return account.user if account is not None else None
+
     def users(self) -> list[User]:
         """The users (without their hashes), sorted by name."""
         return [self._accounts[name].user for name in self.names()]

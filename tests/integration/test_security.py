@@ -428,3 +428,34 @@ def test_one_user_cannot_take_every_connection(cluster: Cluster) -> None:
         for proxy in held:
             if not isinstance(proxy, str):
                 proxy._pyroRelease()
+
+
+def test_a_user_removed_from_the_users_file_is_refused_without_a_restart(
+    secured: tuple[Cluster, Any],
+) -> None:
+    """The broker read its users file once: a removed user kept publishing until a
+    restart (session 32). Now its next call is refused, on a connection it holds too,
+    and a new grant takes effect the same way."""
+    cluster, broker = secured
+    uri = channel_uri(cluster)
+    event = {"id": "o-1", "publisher_id": "alice", "timestamp": 1.0}
+    with make_proxy(uri, 5.0, who("alice")) as held:
+        assert held.publish([event])["accepted"] == 1
+        users = UsersFile.load(cluster.tmp / "users.yaml")
+        users.remove("alice")
+        users.add("bob", PASSWORDS["bob"], GRANTS["alice"], replace=True)  # now publishes
+        users.save(cluster.tmp / "users.yaml")
+
+        def refused() -> bool:
+            try:
+                held.outstanding("alice")
+            except NotAuthorized as exc:
+                return "no longer in the users file" in str(exc)
+            return False
+
+        wait_until(refused, what="alice's held connection refused")
+    with pytest.raises(NotAuthorized, match="wrong credential for user 'alice'"):
+        call(uri, who("alice"), "stats")
+    bobs = {"id": "b-1", "publisher_id": "bob", "timestamp": 1.0}
+    assert call(uri, who("bob"), "publish", [bobs])["accepted"] == 1
+    logged(broker, r"users file .* read again: 2 users", 1)
