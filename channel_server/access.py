@@ -136,7 +136,12 @@ class Access:
         if name == OWNER:
             if hmac.compare_digest(secret.encode(), self._token.encode()):
                 return self._owner
-        elif self._users is not None and (user := self._password_user(name, secret)):
+        elif self._users is None:
+            raise NotAuthorized(
+                f"no user {name!r} here: this daemon was started without a users file "
+                "(give it the same --users FILE as the others)"
+            )
+        elif user := self._password_user(name, secret):
             return user
         raise NotAuthorized(f"wrong credential for user {name!r}")
 

@@ -21,6 +21,11 @@ from channel_server.credentials import OWNER
 from channel_server.errors import NotAuthorized
 from channel_server.users import User
 
+NO_CREDENTIAL = (
+    "no credential: send HTTP Basic with a user of --users and its password, or "
+    "Authorization: Bearer with the monitor token (the monitor-token file beside the "
+    "broker's local token)"
+)
 MAX_HEADER_CHARS = 4096
 """A longer Authorization header is refused unread (no credential is that long)."""
 
@@ -29,7 +34,7 @@ def authenticate(access: Access, header: str | None) -> User:
     """The user of an ``Authorization`` header; NotAuthorized when it is missing,
     malformed or wrong."""
     if not header:
-        raise NotAuthorized("no credential")
+        raise NotAuthorized(NO_CREDENTIAL)
     if len(header) > MAX_HEADER_CHARS:
         raise NotAuthorized("a malformed credential")
     scheme, _, value = header.strip().partition(" ")

@@ -12,7 +12,7 @@ from channel_server import users as um
 from channel_server.errors import InvalidArgument, NotAuthorized
 from channel_server.monitor.app import MonitorApp
 from channel_server.monitor.flags import http_from_args
-from channel_server.monitor.http_auth import authenticate
+from channel_server.monitor.http_auth import NO_CREDENTIAL, authenticate
 from channel_server.monitor.settings import BadAddress, HttpConfig, parse_address
 from channel_server.users import owner
 from tests.unit.monitor_fakes import MONITOR_TOKEN, TOKEN, FakeChannel, basic, handle
@@ -59,8 +59,8 @@ def test_a_users_file_user_with_its_password() -> None:
 @pytest.mark.parametrize(
     "header, reason",
     [
-        (None, "no credential"),
-        ("", "no credential"),
+        (None, NO_CREDENTIAL),
+        ("", NO_CREDENTIAL),
         (basic("owner", "nope"), "wrong credential for user 'owner'"),
         (basic("alice", "carol-pw"), "wrong credential for user 'alice'"),
         ("Bearer nope", "wrong credential for user 'owner'"),
@@ -74,6 +74,8 @@ def test_missing_wrong_or_malformed_credentials_are_refused(header, reason) -> N
     with pytest.raises(NotAuthorized) as refused:
         authenticate(handle().access, header)
     assert refused.value.reason == reason
+    if header is None:
+        assert "monitor-token" in reason  # where a scraper finds what to send
 
 
 # -- routes --------------------------------------------------------------------------------

@@ -76,3 +76,10 @@ def test_a_password_is_what_a_user_of_the_users_file_sends() -> None:
     assert alice.handshake(PORT) == {"user": "alice", "secret": "s3cret"}
     assert alice.answer_role is None
     assert Credential(OWNER, TOKEN).answer_role == SERVER_ROLE
+
+
+def test_a_user_at_a_daemon_without_a_users_file_is_told_so() -> None:
+    """Not "wrong credential" (the password was right: a name server started without the
+    brokers' --users, say)."""
+    with pytest.raises(NotAuthorized, match="started without a users file"):
+        Access(TOKEN).admit(Conn(), Credential("alice", "right-password").handshake(PORT))
