@@ -396,6 +396,22 @@ class Publisher:
             counts["dead_letters"],
         )
 
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The channel's dead-letter queue (every publisher's): each event as published,
+        with its ``group``, the handler's last ``error`` and the ``failures`` counted.
+        Needs ``admin`` on the channel (or the local token): NotAuthorized otherwise."""
+        self._check_open()
+        letters: list[dict[str, Any]] = self._call("dead_letters")
+        return letters
+
+    def replay_dead_letters(self, ids: list[str] | None = None) -> int:
+        """Queue dead letters for delivery again: all (None), or those with these ids
+        (every publisher's event with the id) or uids (``publisher_id/id``); returns how
+        many. A replayed event starts again at ``attempt`` 1. Needs ``admin``."""
+        self._check_open()
+        count: int = self._call("replay_dead_letters", ids)
+        return count
+
     def publish_all(
         self,
         events: Iterable[dict[str, Any]],

@@ -140,6 +140,35 @@ def test_a_failed_event_is_not_overtaken_by_the_rest_of_its_partition(cluster: C
     assert [step for step, attempt in calls if (step, attempt) != ("charge", 1)] == steps
 
 
+def test_dead_letters_are_listed_and_replayed_from_the_library(cluster: Cluster) -> None:
+    cluster.broker()
+    broken = threading.Event()
+    broken.set()
+    handled: list[tuple[Any, int]] = []
+
+    def handler(event: dict[str, Any]) -> None:
+        if event["payload"] == "bad" and broken.is_set():
+            raise ValueError("cannot parse")
+        handled.append((event["payload"], event["attempt"]))
+
+    with (
+        Subscriber("jobs", "s1", handler=handler, ns_port=cluster.ns_port, create=True),
+        Publisher("jobs", "P", ns_port=cluster.ns_port) as pub,
+    ):
+        pub.publish([pub.event("good"), pub.event("bad")])
+        assert pub.wait(timeout_s=20)["dead_letters"] == 1
+        (letter,) = pub.dead_letters()
+        assert (letter["id"], letter["payload"], letter["error"]) == (
+            "P-2",
+            "bad",
+            "ValueError: cannot parse",
+        )
+        broken.clear()  # the handler is fixed
+        assert pub.replay_dead_letters(["P-2"]) == 1
+        assert pub.wait(timeout_s=20)["dead_letters"] == 0
+    assert handled == [("good", 1), ("bad", 1)]  # a replayed event starts at attempt 1
+
+
 @pytest.mark.parametrize("handler", ["print", None, 42])
 def test_a_handler_that_is_not_callable_is_refused_before_anything_starts(handler: Any) -> None:
     with pytest.raises(InvalidArgument, match="handler: must be callable"):
