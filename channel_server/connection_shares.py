@@ -7,6 +7,8 @@ connection away for want of a worker before it knows who is asking. So a user of
 users file may hold at most ``--max-connections-per-user`` of them (half of
 ``--max-connections`` unless set); one more is refused at its handshake with
 :class:`~channel_server.errors.LimitReached`. The owner is not counted: it runs the broker.
+And the users together hold at most seven eighths of them, so that two users at their
+shares cannot lock the owner out either (session 32).
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ class ConnectionShares:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
         """User name -> connections it holds (only users holding any)."""
+        self._total = 0
+        """The sum of ``_held``."""
         self._refusals = Throttle(log)
 
-    def take(self, conn: Any, limit: int) -> None:
+    def take(self, conn: Any, limit: int, users_limit: int) -> None:
         """Count an admitted connection against its user's share, or refuse it
-        (LimitReached) when the user holds ``limit`` already. A connection without a
-        user (a callback daemon's caller) or of the owner is not counted."""
+        (LimitReached) when the user holds ``limit`` already, or all users together
+        ``users_limit``. A connection without a user (a callback daemon's caller) or of
+        the owner is not counted."""
         user = getattr(conn, USER_ATTRIBUTE, None)
         if user is None or user.name == OWNER:
             return
@@ -48,8 +53,25 @@ class ConnectionShares:
         with self._lock:
             held = self._held.get(name, 0)
             if held >= limit:
-                self._refuse(name, limit)
+                self._refusals.warning(
+                    "share",
+                    "user %s holds %d connections: refused one more (see "
+                    "--max-connections-per-user)",
+                    name,
+                    limit,
+                )
+                raise LimitReached("connections", limit, f"user {name}")
+            if self._total >= users_limit:
+                self._refusals.warning(
+                    "users",
+                    "users hold %d connections together, the most they may (an eighth of "
+                    "--max-connections is the owner's): refused one more of user %s",
+                    users_limit,
+                    name,
+                )
+                raise LimitReached("connections of users", users_limit, "this daemon")
             self._held[name] = held + 1
+            self._total += 1
         setattr(conn, SHARE_ATTRIBUTE, name)
 
     def release(self, conn: Any) -> None:
@@ -60,6 +82,7 @@ class ConnectionShares:
             return
         delattr(conn, SHARE_ATTRIBUTE)
         with self._lock:
+            self._total -= 1
             left = self._held[name] - 1
             if left:
                 self._held[name] = left
@@ -69,12 +92,3 @@ class ConnectionShares:
     def held(self, name: str) -> int:
         with self._lock:
             return self._held.get(name, 0)
-
-    def _refuse(self, name: str, limit: int) -> None:
-        self._refusals.warning(
-            "share",
-            "user %s holds %d connections: refused one more (see --max-connections-per-user)",
-            name,
-            limit,
-        )
-        raise LimitReached("connections", limit, f"user {name}")

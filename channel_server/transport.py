@@ -55,6 +55,10 @@ from channel_server.wire import MAX_MESSAGE_BYTES
 log = logging.getLogger(__name__)
 
 
+OWNER_SHARE = 8
+"""An eighth of a daemon's connections (at least one) is kept for its owner."""
+
+
 @dataclass(frozen=True)
 class TransportConfig:
     """How many connections a process serves and for how long (every daemon here)."""
@@ -79,6 +83,12 @@ class TransportConfig:
         if self.max_connections_per_user is not None:
             return self.max_connections_per_user
         return max(1, self.max_connections // 2)
+
+    @property
+    def users_limit(self) -> int:
+        """Connections the users of a users file may hold together: the rest are the
+        owner's (its CLI and its brokers), so two users cannot lock it out."""
+        return max(1, self.max_connections - max(1, self.max_connections // OWNER_SHARE))
 
     def fitted(self, open_files: int) -> TransportConfig:
         """These bounds within ``open_files`` file descriptors, FILES_RESERVED kept for the
@@ -492,7 +502,8 @@ class HardenedDaemon:
         finds what a proof must be made for on the connection (:func:`proof_target`)."""
         setattr(conn, PROOF_TARGET, proof_target(conn.sock, self.listening_since))
         answer = self.admit(conn, data)
-        self.shares.take(conn, current().per_user_limit)
+        limits = current()
+        self.shares.take(conn, limits.per_user_limit, limits.users_limit)
         return answer
 
     def admit(self, conn: Any, data: Any) -> Any:

@@ -430,6 +430,31 @@ def test_one_user_cannot_take_every_connection(cluster: Cluster) -> None:
                 proxy._pyroRelease()
 
 
+def test_users_together_cannot_take_the_owners_connections(cluster: Cluster) -> None:
+    """Two users at their shares held every connection and the owner's CLI was refused
+    as busy (session 32): users together hold at most seven eighths of them."""
+    users = UsersFile()
+    for name, password in PASSWORDS.items():
+        users.add(name, password, GRANTS[name])
+    users.save(cluster.tmp / "users.yaml")
+    limits = ("--max-connections", "8", "--max-connections-per-user", "4")
+    cluster.broker("orders", extra=("--users", str(cluster.tmp / "users.yaml"), *limits))
+    uri = channel_uri(cluster)
+    held = [_binds(uri, who("bob")) for _ in range(4)] + [
+        _binds(uri, who("alice")) for _ in range(3)
+    ]
+    try:
+        assert not any(isinstance(proxy, str) for proxy in held), held
+        refused = _binds(uri, who("alice"))
+        assert isinstance(refused, str) and "limit of 7 connections of users" in refused
+        listed = cluster.run(["-m", "channel_server", "list", *cluster.ns])
+        assert listed.returncode == 0, listed.stderr  # the owner's eighth
+    finally:
+        for proxy in held:
+            if not isinstance(proxy, str):
+                proxy._pyroRelease()
+
+
 def test_a_user_removed_from_the_users_file_is_refused_without_a_restart(
     secured: tuple[Cluster, Any],
 ) -> None:
