@@ -5,7 +5,10 @@ counted and named by line, not sent), and published in batches; the channel orde
 batch.
 ``always`` (or ``auto`` at or above the threshold): the ``spark_partitions`` job groups the
 batch by (publisher, partition), orders each group and balances the groups over the
-subscribers; the publisher then sends the plan block by block, in plan order (the plan's
+subscribers, dropping duplicates as the channel would (the same publisher and id, or the
+same id on a channel with ids unique per channel: :meth:`Publisher.channel_id_scope`, so
+the plan never drops an event the direct path would have published); the publisher then
+sends the plan block by block, in plan order (the plan's
 rejects have no line numbers: Spark reads a file in splits). Either way a progress bar shows
 events sent.
 """
@@ -117,8 +120,9 @@ def _publish_planned(
     from spark_partitions.engine import Engine, Request, run
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are noise here
+    config = PlanConfig(subscribers, id_scope=publisher.channel_id_scope())
     with tempfile.TemporaryDirectory(prefix="plan-") as plan_dir:
-        request = Request(path, plan_dir, fmt, PlanConfig(subscribers), Engine.SPARK, spark=spark)
+        request = Request(path, plan_dir, fmt, config, Engine.SPARK, spark=spark)
         outcome = run(request)
         plan = outcome.plan
         report = FileReport(

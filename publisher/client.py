@@ -34,7 +34,7 @@ from channel_server.errors import (
     ProcessingTimeout,
     QueueFull,
 )
-from channel_server.events import Partition, pack_batch, validate_batch
+from channel_server.events import IdScope, Partition, pack_batch, validate_batch
 from channel_server.log_throttle import Throttle
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.pipeline import SendPipeline
@@ -174,6 +174,7 @@ class Publisher:
         self._options = ClientOptions(
             ns_host, ns_port, attempts, timeout_s, drop_replies, reply_spin_s
         )
+        self._id_scope = id_scope
         self._remote = RemoteChannel(
             self._options,
             channel,
@@ -210,6 +211,16 @@ class Publisher:
     @property
     def retries(self) -> int:
         return self._remote.retries
+
+    def channel_id_scope(self) -> IdScope:
+        """Where the channel's event ids must be unique (``publisher`` or ``channel``), as
+        its ``stats`` say: a batch planned for it must dedupe the same way, or the plan
+        drops events the channel would accept. A broker that does not say gets the scope
+        this publisher asked for, else ``publisher``: the narrower dedupe, whose leftovers
+        the channel still reports as duplicates (never a silent drop)."""
+        self._check_open()
+        scope = self._call("stats").get("ids") or self._id_scope
+        return IdScope(scope or IdScope.PUBLISHER)
 
     def __enter__(self) -> Publisher:
         return self

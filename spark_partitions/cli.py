@@ -27,7 +27,7 @@ from spark_partitions.config import (
 )
 from spark_partitions.formats import Format, detect_format
 from spark_partitions.generate import GenerateConfig
-from spark_partitions.rules import DEFAULT_MAX_PAYLOAD_BYTES
+from spark_partitions.rules import DEFAULT_MAX_PAYLOAD_BYTES, IdScope
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -150,6 +150,12 @@ def _add_plan(commands) -> None:
         help="spark: the PySpark job; reference: pure Python, in memory; "
         "auto (default): reference below --auto-spark-rows input rows",
     )
+    cc.add_ids_flag(
+        plan,
+        IdScope.PUBLISHER.value,
+        "as on the channel the batch is for: what counts as a duplicate, the same "
+        "(publisher_id, id) or the same id (default publisher)",
+    )
     _add_numbers(plan, _PLAN_NUMBERS)
     _add_spark_flags(plan)
     plan.add_argument(
@@ -266,6 +272,7 @@ def _figures(outcome, seconds: float, out: str) -> dict:
     return {
         "engine": outcome.engine,
         "seconds": round(seconds, 3),
+        "ids": plan.id_scope,
         "total_events": plan.total_events,
         "blocks": len(plan.blocks),
         "duplicates_dropped": plan.duplicates_dropped,

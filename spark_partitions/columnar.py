@@ -13,6 +13,7 @@ A rejected JSON line's ``record`` is the row re-serialised, not the raw line.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -182,9 +183,10 @@ def plan_columnar(table: pa.Table, blocks_file: Path, config: PlanConfig, sink: 
     reason = first_reason(table, config.max_payload_bytes)
     _reject(table.filter(pc.is_valid(reason)), reason.filter(pc.is_valid(reason)), sink)
     valid = _clean(table.filter(pc.is_null(reason)))
-    kept = _dedupe(valid)
+    kept = _dedupe(valid, config.dedupe_key)
     stats = _group_stats(kept)
-    plan = build_plan(stats, config.subscribers, valid.num_rows - kept.num_rows, sink.total)
+    dropped = valid.num_rows - kept.num_rows
+    plan = build_plan(stats, config.subscribers, dropped, sink.total, config.id_scope)
     _write_blocks(kept, plan, blocks_file)
     return plan
 
@@ -215,15 +217,17 @@ def _clean(valid: pa.Table) -> pa.Table:
     )
 
 
-def _dedupe(valid: pa.Table) -> pa.Table:
-    """The first row per id in reference.dedupe_rank order (payload nulls first)."""
-    keys = ["id", "timestamp", "publisher_id", "partition_text", "payload", "partition_is_int"]
-    order = pc.sort_indices(valid, sort_keys=[(k, "ascending", "at_start") for k in keys])
-    ranked = valid.take(order).combine_chunks()
-    ids = ranked["id"].combine_chunks()
-    if len(ids) < 2:
+def _dedupe(valid: pa.Table, key: tuple[str, ...]) -> pa.Table:
+    """The first row per dedupe ``key`` (PlanConfig.dedupe_key) in reference.dedupe_rank
+    order (payload nulls first): sorted by key then rank, a row is kept where the key
+    changes."""
+    rank = ["timestamp", "publisher_id", "partition_text", "payload", "partition_is_int"]
+    sort_keys = [(k, "ascending", "at_start") for k in (*key, *rank)]
+    ranked = valid.take(pc.sort_indices(valid, sort_keys=sort_keys)).combine_chunks()
+    if ranked.num_rows < 2:
         return ranked
-    changed = pc.not_equal(ids[1:], ids[:-1])
+    columns = [ranked[name].combine_chunks() for name in key]
+    changed = functools.reduce(pc.or_, (pc.not_equal(c[1:], c[:-1]) for c in columns))
     return ranked.filter(pa.concat_arrays([pa.array([True]), changed]))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spark_partitions.plan import Plan
-from spark_partitions.rules import DEFAULT_MAX_PAYLOAD_BYTES
+from spark_partitions.rules import DEFAULT_MAX_PAYLOAD_BYTES, IdScope
 
 DEFAULT_SHUFFLE_PARTITIONS = 4
 DEFAULT_REJECT_EXAMPLES = 20
@@ -21,6 +21,11 @@ DEFAULT_AUTO_SPARK_ROWS = 3_000_000
 DEFAULT_DRIVER_HOST = "127.0.0.1"
 DEFAULT_APP_NAME = "spark-partitions"
 DEFAULT_LOG_LEVEL = "ERROR"
+# How the summary line names the dedupe of each id scope.
+DUPLICATES_BY = {
+    IdScope.PUBLISHER: "same publisher_id and id",
+    IdScope.CHANNEL: "same id, any publisher",
+}
 
 
 # -- errors: the CLI turns each into a one-line reason and a non-zero exit, never a traceback
@@ -46,12 +51,17 @@ class PlanConfig:
     ``shuffle_partitions``: Spark shuffle partitions, hence block files (Spark's 200 is far
     too many for a small cluster; raise it for a big one).
     ``reject_examples``: rejected rows echoed in the run summary (all go to ``rejects/``).
+    ``id_scope``: where the target channel's ids are unique (``channel_server.events.
+    IdScope``), hence what a duplicate is: the same ``(publisher_id, id)`` by default, the
+    same id alone for ``channel``. Deduping wider than the channel would drop events it
+    accepts, silently (DESIGN §11); a text value is turned into the enum (and checked).
     """
 
     subscribers: int
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS
     reject_examples: int = DEFAULT_REJECT_EXAMPLES
+    id_scope: IdScope = IdScope.PUBLISHER
 
     def __post_init__(self) -> None:
         for name in ("subscribers", "max_payload_bytes", "shuffle_partitions"):
@@ -59,6 +69,13 @@ class PlanConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.reject_examples < 0:
             raise ValueError(f"reject_examples must be >= 0, got {self.reject_examples}")
+        object.__setattr__(self, "id_scope", IdScope(self.id_scope))  # frozen: set once here
+
+    @property
+    def dedupe_key(self) -> tuple[str, ...]:
+        """The columns two rows share when one is a duplicate of the other (every engine
+        partitions its dedupe by these)."""
+        return ("publisher_id", "id") if self.id_scope is IdScope.PUBLISHER else ("id",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +118,12 @@ class Outcome:
     def summary(self) -> str:
         """One line for the terminal."""
         plan = self.plan
+        duplicates = DUPLICATES_BY[IdScope(plan.id_scope)]
         line = (
             f"{self.engine}: {plan.total_events} events in {len(plan.blocks)} blocks over "
             f"{plan.subscribers} slots, skew {plan.skew}; "
-            f"{plan.duplicates_dropped} duplicates dropped, {plan.rejected} rejected"
+            f"{plan.duplicates_dropped} duplicates dropped ({duplicates}), "
+            f"{plan.rejected} rejected"
         )
         if self.reject_reasons:
             reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.reject_reasons.items()))

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from spark_partitions.rules import IdScope
+
 SKEW_DIGITS = 6
 EMPTY_SKEW = 1.0
 
@@ -66,9 +68,14 @@ class SlotTotal:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The whole plan; :meth:`to_json` is exactly the ``plan.json`` document."""
+    """The whole plan; :meth:`to_json` is exactly the ``plan.json`` document.
+
+    ``id_scope`` (``ids`` in ``plan.json``): which rows counted as duplicates, so a reader
+    of ``duplicates_dropped`` knows what was dropped (see ``PlanConfig.id_scope``).
+    """
 
     subscribers: int
+    id_scope: str
     total_events: int
     duplicates_dropped: int
     rejected: int
@@ -84,6 +91,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         return {
             "subscribers": self.subscribers,
+            "ids": self.id_scope,
             "total_events": self.total_events,
             "duplicates_dropped": self.duplicates_dropped,
             "rejected": self.rejected,
@@ -150,13 +158,19 @@ def skew(loads: Sequence[int]) -> float:
 
 
 def build_plan(
-    groups: Iterable[GroupStats], subscribers: int, duplicates_dropped: int, rejected: int
+    groups: Iterable[GroupStats],
+    subscribers: int,
+    duplicates_dropped: int,
+    rejected: int,
+    id_scope: str = IdScope.PUBLISHER,
 ) -> Plan:
-    """The plan of a batch from its group aggregates alone."""
+    """The plan of a batch from its group aggregates alone; ``id_scope`` is the dedupe the
+    engine applied, recorded in the plan."""
     blocks = assign_slots(resolve_partitions(groups), subscribers)
     slots = slot_totals(blocks, subscribers)
     return Plan(
         subscribers=subscribers,
+        id_scope=IdScope(id_scope).value,
         total_events=sum(block.count for block in blocks),
         duplicates_dropped=duplicates_dropped,
         rejected=rejected,

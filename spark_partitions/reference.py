@@ -4,14 +4,17 @@ Two paths, one result: :mod:`spark_partitions.columnar` (pyarrow, about ten time
 when the input's column types already satisfy the rules as a whole, and the row-by-row
 path here for everything else (CSV, mixed-type JSON lines, odd Parquet types). Either holds
 the valid events in memory, so the reference is for batches that fit one machine; the
-Spark job is for the rest. Duplicate ids keep the row that sorts first by
+Spark job is for the rest. Rows that are one event (the same
+:attr:`~spark_partitions.config.PlanConfig.dedupe_key`: ``(publisher_id, id)``, or the id
+alone for a channel with ids unique per channel) keep the row that sorts first by
 :func:`dedupe_rank`, the exact order the Spark job's window uses.
 """
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from pathlib import Path
 
 from spark_partitions.config import Outcome, PlanConfig
@@ -39,7 +42,7 @@ Key = tuple[str, str]
 
 
 def dedupe_rank(event: Clean) -> tuple[object, ...]:
-    """Which of two rows with one id is kept: the smaller rank.
+    """Which of two rows with one dedupe key is kept: the smaller rank.
 
     Earliest timestamp; then the smallest publisher_id, partition text, payload (null
     first), and an int partition before the same text as a string. Every field of the
@@ -84,30 +87,33 @@ def _plan_rows(
     rows: Iterable[RawRow], blocks_file: Path, config: PlanConfig, sink: RejectSink
 ) -> Plan:
     """The row-by-row path: any input, one Python check per row."""
-    kept, valid = _validate_and_dedupe(rows, config.max_payload_bytes, sink)
+    kept, valid = _validate_and_dedupe(rows, config, sink)
     groups = _group(kept.values())
     stats = [_stats(key, events) for key, events in groups.items()]
-    plan = build_plan(stats, config.subscribers, valid - len(kept), sink.total)
+    plan = build_plan(stats, config.subscribers, valid - len(kept), sink.total, config.id_scope)
     _write_blocks(plan, groups, blocks_file)
     return plan
 
 
 def _validate_and_dedupe(
-    rows: Iterable[RawRow], limit: int, sink: RejectSink
-) -> tuple[dict[str, Clean], int]:
-    kept: dict[str, Clean] = {}
+    rows: Iterable[RawRow], config: PlanConfig, sink: RejectSink
+) -> tuple[dict[Hashable, Clean], int]:
+    """The kept row of each dedupe key, and how many rows were valid."""
+    key_of = operator.attrgetter(*config.dedupe_key)
+    kept: dict[Hashable, Clean] = {}
     valid = 0
     for values, reason, source in rows:
         if reason is None:
             assert values is not None  # the reader gives a row's values or why it has none
-            result = check(values, limit)
+            result = check(values, config.max_payload_bytes)
         else:
             result = reason
         if isinstance(result, Clean):
             valid += 1
-            held = kept.get(result.id)
+            key = key_of(result)
+            held = kept.get(key)
             if held is None or dedupe_rank(result) < dedupe_rank(held):
-                kept[result.id] = result
+                kept[key] = result
         else:
             sink.add(result, source_text(source))
     return kept, valid

@@ -32,6 +32,7 @@ from channel_server.events import (
     MAX_ID_CHARS,
     MAX_PARTITION_CHARS,
     PUBLISHER_ID_PATTERN,
+    IdScope,
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_PARTITION",
     "FIELDS",
     "Clean",
+    "IdScope",
     "Kind",
     "Reason",
     "check",

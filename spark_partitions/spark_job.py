@@ -8,7 +8,7 @@ driver bound to ``driver_host`` (:class:`~spark_partitions.config.SparkSettings`
 
 :func:`run_spark` plans with a session. Steps: read and validate (:mod:`spark_read`,
 :mod:`spark_rules`), write every rejected row to ``rejects/`` (JSON lines with ``reason``
-and ``record``), keep one row per id (window ordered as
+and ``record``), keep one row per dedupe key (``PlanConfig.dedupe_key``; window ordered as
 :func:`spark_partitions.reference.dedupe_rank`), aggregate the groups and bring only those
 aggregates to the driver, plan there in plain Python (:mod:`plan`), then write the events
 to ``blocks/`` sorted by ``(block, timestamp, id)`` and ``plan.json`` last. Paths are used
@@ -77,7 +77,8 @@ def run_spark(
     # source text, so the cache is about the size of the events).
     rows = normalize(read_raw(spark, input_path, fmt), config.max_payload_bytes)
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    kept = _dedupe(rows.filter(F.col("reason").isNull())).persist(StorageLevel.MEMORY_AND_DISK)
+    valid_rows = rows.filter(F.col("reason").isNull())
+    kept = _dedupe(valid_rows, config.dedupe_key).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         reasons = _write_rejects(rows, writer.child(REJECTS_DIR))
         valid = reasons.pop(VALID, 0)
@@ -85,7 +86,8 @@ def run_spark(
         groups = _group_stats(kept)
         rows.unpersist()
         total = sum(group.count for group in groups)
-        plan = build_plan(groups, config.subscribers, valid - total, sum(reasons.values()))
+        rejected = sum(reasons.values())
+        plan = build_plan(groups, config.subscribers, valid - total, rejected, config.id_scope)
         _write_blocks(spark, kept, plan, writer.child(BLOCKS_DIR), config.shuffle_partitions)
     finally:
         rows.unpersist()
@@ -115,9 +117,10 @@ def _reject_examples(spark: SparkSession, path: str, limit: int) -> list[dict[st
     return [row.asDict() for row in rejects.limit(limit).collect()]
 
 
-def _dedupe(valid: DataFrame) -> DataFrame:
-    """One row per id: the one :func:`reference.dedupe_rank` ranks first."""
-    rank = Window.partitionBy("id").orderBy(
+def _dedupe(valid: DataFrame, key: tuple[str, ...]) -> DataFrame:
+    """One row per dedupe ``key`` (``PlanConfig.dedupe_key``): the one
+    :func:`reference.dedupe_rank` ranks first."""
+    rank = Window.partitionBy(*key).orderBy(
         "timestamp",
         "publisher_id",
         "partition_text",

@@ -177,7 +177,8 @@ def kit() -> SimpleNamespace:
     )
 
 
-# Duplicates, a timestamp tie, a missing partition and payload, three rejects (limit 8).
+# Duplicates (one of the same publisher, one of another: "a"), a timestamp tie, a missing
+# partition and payload, three rejects (limit 8).
 MIXED = [
     {"id": "a", "publisher_id": "p1", "partition": 1, "timestamp": 3.0, "payload": "x"},
     {"id": "b", "publisher_id": "p1", "partition": 1, "timestamp": 1.0, "payload": "y"},
@@ -192,10 +193,12 @@ MIXED = [
     {"id": "i", "publisher_id": "p1", "partition": 1, "timestamp": 2.0, "payload": "l"},
 ]
 
+# Ids unique per publisher (the default): p2's "a" is an event of its own, "i" is dropped.
 MIXED_PLAN = {
     "subscribers": 2,
-    "total_events": 6,
-    "duplicates_dropped": 2,
+    "ids": "publisher",
+    "total_events": 7,
+    "duplicates_dropped": 1,
     "rejected": 3,
     "blocks": [
         {
@@ -209,15 +212,31 @@ MIXED_PLAN = {
         {
             "publisher_id": "p2",
             "partition": 0,
-            "count": 2,
+            "count": 3,
             "first_timestamp": 0.5,
-            "last_timestamp": 2.0,
+            "last_timestamp": 5.0,
             "slot": 1,
         },
+    ],
+    "slots": [{"slot": 0, "events": 4, "blocks": 1}, {"slot": 1, "events": 3, "blocks": 1}],
+    "skew": 1.142857,
+}
+MIXED_BLOCK_IDS = [["b", "c", "i", "a"], ["e", "d", "a"]]
+
+# Ids unique per channel (--ids channel): p2's later "a" is a duplicate of p1's too.
+MIXED_CHANNEL_PLAN = {
+    **MIXED_PLAN,
+    "ids": "channel",
+    "total_events": 6,
+    "duplicates_dropped": 2,
+    "blocks": [
+        MIXED_PLAN["blocks"][0],
+        dict(MIXED_PLAN["blocks"][1], count=2, last_timestamp=2.0),
     ],
     "slots": [{"slot": 0, "events": 4, "blocks": 1}, {"slot": 1, "events": 2, "blocks": 1}],
     "skew": 1.333333,
 }
+MIXED_CHANNEL_BLOCK_IDS = [["b", "c", "i", "a"], ["e", "d"]]
 
 MIXED_REASONS = {
     "publisher_id: must be 1-128 characters of [A-Za-z0-9._-]": 1,
@@ -267,8 +286,16 @@ def json_edges() -> SimpleNamespace:
 
 @pytest.fixture(scope="session")
 def mixed() -> SimpleNamespace:
-    """A batch with duplicates, a tie, defaults and rejects, and its known plan."""
-    return SimpleNamespace(rows=MIXED, plan=MIXED_PLAN, reasons=MIXED_REASONS)
+    """A batch with duplicates, a tie, defaults and rejects, and its known plan (and block
+    ids) per id scope: ``plan`` for the default, ``channel_plan`` for ``--ids channel``."""
+    return SimpleNamespace(
+        rows=MIXED,
+        plan=MIXED_PLAN,
+        block_ids=MIXED_BLOCK_IDS,
+        channel_plan=MIXED_CHANNEL_PLAN,
+        channel_block_ids=MIXED_CHANNEL_BLOCK_IDS,
+        reasons=MIXED_REASONS,
+    )
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ Values come from small pools so duplicate ids and timestamp ties are common; "ec
 copy of a row with the same id and timestamp and one other field changed) exercise the
 dedupe tie-break on nearly every example; some rows break a rule; batches may be empty.
 Each example compares plan.json byte for byte, the rejects by reason, and every block's
-events in order.
+events in order, under either id scope (what a duplicate is).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from spark_partitions.columnar import load_table
 from spark_partitions.config import PlanConfig
 from spark_partitions.formats import Format
 from spark_partitions.reference import run_reference
+from spark_partitions.rules import IdScope
 
 pytestmark = pytest.mark.slow
 
@@ -90,13 +91,16 @@ TIE = [
 ]
 
 
+scopes = st.sampled_from(list(IdScope))
+
+
 @settings(max_examples=PATH_EXAMPLES, **SETTINGS)
-@given(batch=typed_batches, fmt=st.sampled_from([Format.JSONL, Format.PARQUET]))
-def test_columnar_and_row_paths_agree(kit, tmp_path, batch, fmt):
+@given(batch=typed_batches, fmt=st.sampled_from([Format.JSONL, Format.PARQUET]), scope=scopes)
+def test_columnar_and_row_paths_agree(kit, tmp_path, batch, fmt, scope):
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     source = kit.write_batch(work / f"in{kit.suffix[fmt]}", batch, fmt)
     assert load_table(str(source), fmt) is not None  # these inputs all take the fast path
-    config = PlanConfig(2, max_payload_bytes=PAYLOAD_LIMIT)
+    config = PlanConfig(2, max_payload_bytes=PAYLOAD_LIMIT, id_scope=scope)
     fast = run_reference(str(source), fmt, str(work / "fast"), config)
     rows = run_reference(str(source), fmt, str(work / "rows"), config, columnar=False)
     assert (work / "fast" / "plan.json").read_text() == (work / "rows" / "plan.json").read_text()
@@ -106,17 +110,21 @@ def test_columnar_and_row_paths_agree(kit, tmp_path, batch, fmt):
 
 @pytest.mark.spark
 @settings(max_examples=SPARK_EXAMPLES, **SETTINGS)
-@example(batch=TIE, fmt=Format.JSONL, subscribers=2)
-@example(batch=[], fmt=Format.PARQUET, subscribers=1)
+@example(batch=TIE, fmt=Format.JSONL, subscribers=2, scope=IdScope.PUBLISHER)
+@example(batch=TIE, fmt=Format.JSONL, subscribers=2, scope=IdScope.CHANNEL)
+@example(batch=[], fmt=Format.PARQUET, subscribers=1, scope=IdScope.PUBLISHER)
 @given(
     batch=batches(mixed_partitions, odd_timestamps),
     fmt=st.sampled_from(list(Format)),
     subscribers=st.integers(min_value=1, max_value=3),
+    scope=scopes,
 )
-def test_spark_and_reference_agree(spark, kit, tmp_path, batch, fmt, subscribers):
+def test_spark_and_reference_agree(spark, kit, tmp_path, batch, fmt, subscribers, scope):
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     source = kit.write_batch(work / f"in{kit.suffix[fmt]}", batch, fmt)
-    config = PlanConfig(subscribers, max_payload_bytes=PAYLOAD_LIMIT, shuffle_partitions=2)
+    config = PlanConfig(
+        subscribers, max_payload_bytes=PAYLOAD_LIMIT, shuffle_partitions=2, id_scope=scope
+    )
     outcome = kit.engines_agree(spark, work, source, fmt, config)
     plan = outcome.plan
     assert plan.total_events + plan.duplicates_dropped + plan.rejected == len(batch)

@@ -78,11 +78,12 @@ def test_partitions_stay_ints_only_when_every_group_is_integral():
 
 def test_plan_json_has_exactly_the_documented_shape(tmp_path):
     groups = [group("pub", "1", 4), group("pub", "2", 3), group("other", "1", 3)]
-    plan = build_plan(groups, subscribers=2, duplicates_dropped=5, rejected=7)
+    plan = build_plan(groups, subscribers=2, duplicates_dropped=5, rejected=7, id_scope="channel")
     write_plan_local(plan, tmp_path)
     doc = json.loads((tmp_path / "plan.json").read_text())
     assert list(doc) == [
         "subscribers",
+        "ids",
         "total_events",
         "duplicates_dropped",
         "rejected",
@@ -91,6 +92,7 @@ def test_plan_json_has_exactly_the_documented_shape(tmp_path):
         "skew",
     ]
     assert doc["subscribers"] == 2
+    assert doc["ids"] == "channel"  # which rows counted as duplicates
     assert doc["total_events"] == 10
     assert (doc["duplicates_dropped"], doc["rejected"]) == (5, 7)
     assert doc["blocks"][0] == {
@@ -122,3 +124,4 @@ def test_empty_batch_plan():
     assert [s["events"] for s in doc["slots"]] == [0, 0, 0, 0]
     assert doc["skew"] == 1.0
     assert doc["rejected"] == 2
+    assert doc["ids"] == "publisher"  # the default, as a channel's

@@ -19,7 +19,7 @@ def test_mixed_batch_plan(kit, tmp_path, small_config, fmt, mixed):
     assert plan == mixed.plan
     assert outcome.reject_reasons == mixed.reasons
     blocks = kit.block_listing(tmp_path / "ref")
-    assert [[e["id"] for e in events] for _, events in blocks] == [["b", "c", "i", "a"], ["e", "d"]]
+    assert [[e["id"] for e in events] for _, events in blocks] == mixed.block_ids
     assert [block for block, _ in blocks] == mixed.plan["blocks"]
     first = blocks[0][1]
     assert first[2] == {
@@ -40,16 +40,43 @@ def test_every_reject_is_written_with_its_reason(kit, tmp_path, small_config, mi
     assert {json.loads(r["record"])["id"] for r in lines} == {"f", "g", "h"}
 
 
-def test_duplicate_tie_goes_to_the_smallest_publisher_then_partition(kit, tmp_path):
-    rows = [
-        {"id": "x", "publisher_id": "p2", "partition": 0, "timestamp": 1.0},
-        {"id": "x", "publisher_id": "p1", "partition": 5, "timestamp": 1.0},
-        {"id": "x", "publisher_id": "p1", "partition": 3, "timestamp": 1.0},
-        {"id": "x", "publisher_id": "p0", "partition": 0, "timestamp": 2.0},
-    ]
-    _, plan = kit.plan_reference(tmp_path, rows, Format.JSONL, PlanConfig(subscribers=1))
-    assert [(b["publisher_id"], b["partition"]) for b in plan["blocks"]] == [("p1", 3)]
-    assert plan["duplicates_dropped"] == 3
+SAME_ID = [
+    {"id": "x", "publisher_id": "p2", "partition": 0, "timestamp": 1.0},
+    {"id": "x", "publisher_id": "p1", "partition": 5, "timestamp": 1.0},
+    {"id": "x", "publisher_id": "p1", "partition": 3, "timestamp": 1.0},
+    {"id": "x", "publisher_id": "p0", "partition": 0, "timestamp": 2.0},
+]
+"""One id, three publishers: p1 sends it twice (a tie on the timestamp)."""
+
+
+def _kept(plan: dict) -> list[tuple[str, int]]:
+    return sorted((b["publisher_id"], b["partition"]) for b in plan["blocks"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("columnar", [True, False])
+def test_the_same_id_of_two_publishers_is_two_events(tmp_path, kit, fmt, columnar):
+    # Ids are unique per publisher on a channel by default: only p1's repeat is a duplicate
+    source = kit.write_batch(tmp_path / f"in{kit.suffix[fmt]}", SAME_ID, fmt)
+    out = tmp_path / "ref"
+    outcome = run_reference(str(source), fmt, str(out), PlanConfig(1), columnar=columnar)
+    plan = json.loads((out / "plan.json").read_text())
+    assert _kept(plan) == [("p0", 0), ("p1", 3), ("p2", 0)]
+    assert (plan["duplicates_dropped"], plan["ids"]) == (1, "publisher")
+    assert "1 duplicates dropped (same publisher_id and id)" in outcome.summary()
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_ids_channel_keeps_one_row_per_id_smallest_publisher_then_partition(
+    tmp_path, kit, columnar
+):
+    source = kit.write_batch(tmp_path / "in.jsonl", SAME_ID, Format.JSONL)
+    config = PlanConfig(subscribers=1, id_scope="channel")
+    outcome = run_reference(str(source), Format.JSONL, str(tmp_path / "ref"), config, columnar)
+    plan = json.loads((tmp_path / "ref" / "plan.json").read_text())
+    assert _kept(plan) == [("p1", 3)]
+    assert (plan["duplicates_dropped"], plan["ids"]) == (3, "channel")
+    assert "3 duplicates dropped (same id, any publisher)" in outcome.summary()
 
 
 @pytest.mark.parametrize(

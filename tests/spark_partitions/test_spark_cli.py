@@ -19,6 +19,7 @@ PLAN_FLAGS = [
     "--out",
     "--format",
     "--engine",
+    "--ids",
     "--auto-spark-rows",
     "--max-payload-bytes",
     "--reject-examples",
@@ -114,6 +115,36 @@ def test_generate_then_plan_with_the_reference(tmp_path, capsys):
     assert figures["total_events"] + figures["duplicates_dropped"] == 40
     assert figures["duplicates_dropped"] > 0
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["subscribers"] == 3
+
+
+CROSS_PUBLISHER = [
+    {"id": "e1", "publisher_id": "a", "timestamp": 1.0},
+    {"id": "e1", "publisher_id": "b", "timestamp": 2.0},
+    {"id": "e1", "publisher_id": "b", "timestamp": 3.0},
+    {"id": "e2", "publisher_id": "a", "timestamp": 1.0},
+]
+"""Id e1 of two publishers, b's twice."""
+
+
+@pytest.mark.parametrize(
+    ("flags", "scope", "kept", "dropped", "said"),
+    [
+        ([], "publisher", 3, 1, "1 duplicates dropped (same publisher_id and id)"),
+        (["--ids", "channel"], "channel", 2, 2, "2 duplicates dropped (same id, any publisher)"),
+    ],
+)
+def test_ids_says_what_a_duplicate_is(tmp_path, capsys, flags, scope, kept, dropped, said):
+    batch = tmp_path / "in.jsonl"
+    batch.write_text("".join(json.dumps(row) + "\n" for row in CROSS_PUBLISHER))
+    out = tmp_path / "out"
+    args = ["plan", str(batch), "--subscribers", "2", "--out", str(out), *flags]
+    assert main(args) == 0
+    assert said in capsys.readouterr().out
+    plan = json.loads((out / "plan.json").read_text())
+    assert (plan["ids"], plan["total_events"], plan["duplicates_dropped"]) == (scope, kept, dropped)
+    assert main([*args, "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (figures["ids"], figures["duplicates_dropped"]) == (scope, dropped)
 
 
 def _request(tmp_path, engine: Engine, threshold: int) -> Request:

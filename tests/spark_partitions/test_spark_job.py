@@ -18,7 +18,16 @@ def test_mixed_batch_matches_the_known_plan(spark, kit, tmp_path, mixed, small_c
     outcome = kit.engines_agree(spark, tmp_path, source, fmt, small_config)
     assert outcome.plan.to_json() == mixed.plan
     events = kit.block_listing(tmp_path / "spark")
-    assert [[e["id"] for e in block] for _, block in events] == [["b", "c", "i", "a"], ["e", "d"]]
+    assert [[e["id"] for e in block] for _, block in events] == mixed.block_ids
+
+
+def test_ids_channel_dedupes_across_publishers_like_the_reference(spark, kit, tmp_path, mixed):
+    source = kit.write_batch(tmp_path / "in.jsonl", mixed.rows, Format.JSONL)
+    config = PlanConfig(2, max_payload_bytes=8, shuffle_partitions=2, id_scope="channel")
+    outcome = kit.engines_agree(spark, tmp_path, source, Format.JSONL, config)
+    assert outcome.plan.to_json() == mixed.channel_plan
+    events = kit.block_listing(tmp_path / "spark")
+    assert [[e["id"] for e in block] for _, block in events] == mixed.channel_block_ids
 
 
 def test_rejects_dataset_has_every_rejected_row(spark, kit, tmp_path, mixed, small_config):

@@ -167,9 +167,9 @@ def test_publish_a_file_planned_on_a_standalone_cluster(
         extra = ("--master", standalone.url)
         result = publish_file(cluster, path, "always", JOB_TIMEOUT_S, *extra)
         assert result.returncode == 7, result.stderr[-3000:]  # one invalid row, named
-        assert "plan: spark: 40 events in 6 blocks over 2 slots" in result.stdout
+        assert "plan: spark: 41 events in 6 blocks over 2 slots" in result.stdout
         figures = json.loads(result.stdout.splitlines()[-1])
-        assert (figures["accepted"], figures["duplicates"]) == (40, 0)
+        assert (figures["accepted"], figures["duplicates"]) == (41, 0)
         check_delivery(cluster, valid, order)
     finally:
         cluster.close()

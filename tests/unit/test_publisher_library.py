@@ -308,3 +308,24 @@ def test_a_batch_refused_for_its_own_fault_is_not_sent_again_plain(fake: FakeRem
     assert [type(args[0]).__name__ for method, args in fake.calls if method == "publish"] == [
         "bytes"
     ]
+
+
+# -- the channel's id scope (what a plan of a batch file must call a duplicate) -------------
+@pytest.mark.parametrize(
+    ("stats", "asked", "scope"),
+    [
+        ({"ids": "channel"}, None, "channel"),  # the channel says, whatever was asked
+        ({"ids": "publisher"}, "channel", "publisher"),
+        ({}, "channel", "channel"),  # a broker that does not say: what this one asked for
+        ({}, None, "publisher"),  # else the narrower dedupe, never a silent drop
+    ],
+)
+def test_the_channel_id_scope_is_the_channels_own(
+    fake: FakeRemote, stats: dict[str, str], asked: str | None, scope: str
+) -> None:
+    def answer(method: str, *args: Any) -> Any:
+        return stats if method == "stats" else None
+
+    fake.call = answer  # type: ignore[method-assign]
+    with Publisher("c", "P", state_dir=None, id_scope=asked) as pub:
+        assert pub.channel_id_scope() == scope
