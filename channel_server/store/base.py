@@ -98,6 +98,11 @@ class Store(ABC):
         """Record that one group acknowledged events other groups still hold. May be
         written later (deferred, see the module docstring)."""
 
+    def write_deferred_now(self) -> None:  # noqa: B027 - a store that defers nothing
+        """Write what was deferred now, before the caller answers: a pull client names only
+        the last message it got, so an ack its get made and a crash lost would hand that
+        message out again (nothing to write for a store that defers nothing)."""
+
     @abstractmethod
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
         """Forget events every group has acknowledged (retention, DESIGN §4). May be

@@ -307,6 +307,9 @@ class PostgresStore(PgWrites, Store):
         self._held(channel)
         self._deferred.delete(channel, offsets)
 
+    def write_deferred_now(self) -> None:
+        self._write_deferred()
+
     def trim_delivered(self, channel: str, count: int) -> None:
         self._held(channel)
         if count > 0:

@@ -513,6 +513,9 @@ class SQLiteStore(Store):
     def delete(self, channel: str, offsets: Sequence[int]) -> None:
         self._deferred.delete(channel, offsets)
 
+    def write_deferred_now(self) -> None:
+        self._write_deferred()
+
     def trim_delivered(self, channel: str, count: int) -> None:
         if count > 0:
             self._deferred.trim(channel, count)
