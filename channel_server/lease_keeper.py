@@ -36,9 +36,12 @@ RENEWALS_PER_TERM = 3
 
 def takeable(lease: Lease, me: str) -> bool:
     """Whether this broker may take a lease it does not hold: expired, released, or handed
-    to it; a release handed to another broker is theirs until it expires once more."""
+    to it; a release handed to another broker is theirs until it expires once more. One
+    still in its name but not held was dropped when it could not be renewed (the
+    database was away for a term): once expired, it is taken back (session 32: a lone
+    broker never served its channels again after a database outage)."""
     if lease.owner == me:
-        return False
+        return lease.expires_in_s <= 0
     if lease.handoff_to is not None:
         return lease.handoff_to == me or lease.expires_in_s <= 0
     return lease.owner is None or lease.expires_in_s <= 0

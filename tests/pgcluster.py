@@ -92,6 +92,11 @@ class PgCluster:
         )
         pwfile.unlink()
         self.port = free_port()
+        return self.launch()
+
+    def launch(self) -> PgCluster:
+        """Run the server on the data dir and port it has (again after :meth:`stop`)."""
+        data, sockets = self.root / "data", self.root / "sockets"
         self.process = subprocess.Popen(
             _as_server_user(
                 [

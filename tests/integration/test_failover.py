@@ -5,6 +5,7 @@ partition kept, a duplicate only within what the dead owner had delivered."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 
@@ -217,3 +218,29 @@ def test_rebalance_spreads_channels_over_the_brokers(cluster: Cluster, pg_dsn: s
         owners = dict(conn.execute("SELECT channel, owner FROM channel_leases").fetchall())
     assert sorted(owners.values()) == ["b1", "b1", "b2", "b2"]
     assert "balanced: 4 channels over 2 brokers" in admin(cluster, "rebalance")
+
+
+def test_a_lone_broker_serves_its_channels_again_after_the_database_was_away(
+    cluster: Cluster,
+) -> None:
+    """The database stopped for longer than a lease term: the broker dropped its channel,
+    and with no other broker to take it, never served it again (session 32's Jepsen
+    probe). Once the lease has expired in the database, it takes it back."""
+    from tests.pgcluster import start_cluster
+
+    pg = start_cluster()  # its own: this one stops and starts again
+    try:
+        dsn = pg.create_database("lone")
+        broker = pg_broker(cluster, dsn, "b1", "back")
+        pg.stop()
+        broker.wait_for(r"channel back: no longer served here", TAKE_OVER_S)
+        pg.launch()
+        broker.wait_for(r"taking over channel back from b1", TAKE_OVER_S)
+        wait_until(lambda: lease_of(dsn, "back") == ("b1", 1), TAKE_OVER_S, "b1 holds it again")
+        cluster.subscriber("back", "s1")
+        done = publish(cluster, "back", rate=1000.0)
+        assert done.popen.wait(60) == 0, done.output()
+        wait_for_every_event(cluster, "back", "every event after the outage", ("s1",))
+    finally:
+        pg.stop()
+        shutil.rmtree(pg.root, ignore_errors=True)

@@ -72,7 +72,8 @@ def test_takeable_leases() -> None:
     assert takeable(Lease("c", "other", 1, -0.1), "me")
     assert not takeable(Lease("c", "other", 1, 2.0), "me")
     assert takeable(Lease("c", None, 1, 2.0), "me")
-    assert not takeable(Lease("c", "me", 1, -1.0), "me")  # ours: renewed, not taken
+    assert takeable(Lease("c", "me", 1, -1.0), "me")  # ours, dropped when the db was away
+    assert not takeable(Lease("c", "me", 1, 1.0), "me")  # dropped, not expired yet
     assert takeable(Lease("c", None, 1, 2.0, handoff_to="me"), "me")
     assert not takeable(Lease("c", None, 1, 2.0, handoff_to="b3"), "me")
     assert takeable(Lease("c", None, 1, -0.5, handoff_to="b3"), "me")  # b3 never came
@@ -115,6 +116,22 @@ def test_an_unreachable_database_drops_the_channel_only_after_a_term() -> None:
     clock.now += 0.5
     k.round()
     assert dropped == ["c"] and k.held() == {}
+
+
+def test_a_lone_broker_takes_its_channels_back_once_the_database_returns() -> None:
+    """Nobody else took the lease while the database was away: once it has expired in the
+    database, this broker takes it back (it never did: its channels stayed unserved)."""
+    store, clock = FakeLeases(), Clock()
+    k, taken, dropped = keeper(store, clock)
+    assert k.take("c")
+    store.down = True
+    clock.now += LEASE_S
+    k.round()
+    assert dropped == ["c"]
+    store.down = False
+    store.rows["c"] = Lease("c", "me", 1, -0.1)  # the database's clock: it expired
+    k.round()
+    assert taken == ["c"] and k.held() == {"c": 1}  # the same epoch: nobody wrote since
 
 
 def test_release_all_hands_every_lease_back() -> None:
