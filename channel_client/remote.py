@@ -20,7 +20,7 @@ import Pyro5.errors
 
 from channel_client.lookup import resolve_channel
 from channel_client.reply_spin import CALLER_SPIN_S, spin_for_replies
-from channel_server.errors import BrokerUnavailable, InvalidArgument, UnknownChannel
+from channel_server.errors import BrokerUnavailable, InvalidArgument, StoreError, UnknownChannel
 from channel_server.wire import as_refusal, check_name, closed_by_peer, make_proxy
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,10 @@ class RemoteChannel:
         self.retries = 0
 
     def call(self, method: str, *args: Any) -> Any:
-        """Call ``method`` remotely; errors of the service itself are raised at once."""
+        """Call ``method`` remotely; errors of the service itself are raised at once, but
+        a StoreError is tried again like an unreachable broker (a database restarting:
+        a call that failed on the store changed nothing, and every call here may be
+        repeated), and raised as itself when it lasts."""
         last: Exception | None = None
         for attempt in range(1, self._attempts + 1):
             try:
@@ -140,6 +143,7 @@ class RemoteChannel:
                 BrokerUnavailable,
                 LostReply,
                 UnknownChannel,
+                StoreError,
             ) as exc:
                 if isinstance(exc, UnknownChannel) and last is None:
                     raise  # unknown from the start; after a lost connection, a broker restarting
@@ -154,6 +158,8 @@ class RemoteChannel:
                     self.retries += 1
                     self._log_retry(method, exc, attempt)
                     time.sleep(self._pause_s)  # client-side back-off between attempts
+        if isinstance(last, StoreError):
+            raise last
         raise BrokerUnavailable(
             f"channel {self.channel}", f"no answer after {self._attempts} attempts ({last})"
         )
