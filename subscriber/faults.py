@@ -7,6 +7,9 @@
                    handler, before it runs, so N-1 events were processed
 ``drop-acks:P``    with probability P, process an event but leave it out of the reply
 ``fail-on:ID``     the handler fails on event ID every time (a poison event)
+``fail-first:P``   with probability P, the handler fails on an event's first delivery (a
+                   transient failure: its retry succeeds, behind it the rest of its
+                   partition waits)
 """
 
 from __future__ import annotations
@@ -22,14 +25,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 CRASH_EXIT_CODE = 137
 """What a shell reports for a SIGKILLed process; crash-after uses it too."""
-KINDS = ("delay", "long-delay", "slow", "crash-after", "drop-acks", "fail-on")
+KINDS = ("delay", "long-delay", "slow", "crash-after", "drop-acks", "fail-on", "fail-first")
 TIMED = ("delay", "long-delay", "slow")
-AROUND_EVENTS = frozenset(("slow", "crash-after", "drop-acks", "fail-on"))
+PROBABLE = ("drop-acks", "fail-first")
+AROUND_EVENTS = frozenset(("slow", "crash-after", "drop-acks", "fail-on", "fail-first"))
 """The kinds that act as an event is handled (the others act as a push arrives)."""
 
 
 class InjectedFailure(Exception):
-    """Raised instead of running the handler on a ``fail-on`` event."""
+    """Raised instead of running the handler on a ``fail-on`` or ``fail-first`` event."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,8 @@ class FaultSpec:
             return f"{self.kind}:{self.probability:g}:{self.seconds:g}"
         if self.kind == "crash-after":
             return f"crash-after:{self.count}"
-        if self.kind == "drop-acks":
-            return f"drop-acks:{self.probability:g}"
+        if self.kind in PROBABLE:
+            return f"{self.kind}:{self.probability:g}"
         return f"fail-on:{self.event_id}"
 
 
@@ -63,7 +67,7 @@ def parse_fault(text: str) -> FaultSpec:
         if count < 1 or str(count) != args[0]:
             raise ValueError(f"crash-after needs a whole number of events >= 1, got {args[0]!r}")
         return FaultSpec(kind, count=count)
-    if kind == "drop-acks":
+    if kind in PROBABLE:
         _arity(text, args, 1)
         return FaultSpec(kind, _probability(args[0]))
     if kind == "fail-on":
@@ -137,10 +141,13 @@ class Faults:
         self._sleep(spec.seconds)
 
     def check_poison(self, event: dict[str, Any]) -> None:
-        """Raise InjectedFailure for a ``fail-on`` event (instead of its handler)."""
+        """Raise InjectedFailure for a ``fail-on`` event, or a ``fail-first`` one on its
+        first delivery (instead of its handler)."""
         for spec in self.specs:
-            if spec.kind == "fail-on" and event["id"] == spec.event_id:
-                log.warning("fault %s fired: handler fails", spec)
+            poison = spec.kind == "fail-on" and event["id"] == spec.event_id
+            first = spec.kind == "fail-first" and event["attempt"] == 1 and self._fires(spec)
+            if poison or first:
+                log.warning("fault %s fired on %s: handler fails", spec, event["id"])
                 raise InjectedFailure(f"injected failure on {event['id']}")
 
     def drop_ack(self, event: dict[str, Any]) -> bool:

@@ -78,6 +78,12 @@ class RunResult:
         )
 
 
+FLAKY = "fail-first:0.01"
+"""Every subscriber's handler fails on 1 % of first deliveries: the retry succeeds, and the
+rest of the partition must wait for it (the checker's order per partition would see an
+event handled after a later one of its partition)."""
+
+
 class ChaosWorld:
     """The processes of one run by target name; the nemesis restarts them through it."""
 
@@ -113,7 +119,7 @@ class ChaosWorld:
                     wait_until(self.channel_answers, RESTART_TIMEOUT_S, f"{CHANNEL} answering")
                     proc = self.cluster.subscriber(
                         CHANNEL, target, "--state-dir", str(self.sub_state),
-                        "--prefetch", str(PREFETCH), "--quiet", *extra,
+                        "--prefetch", str(PREFETCH), "--quiet", "--fault", FLAKY, *extra,
                     )  # fmt: skip
                 break
             except AssertionError:  # it exited before ready (the broker went away again)

@@ -19,6 +19,7 @@ from subscriber.faults import CRASH_EXIT_CODE, Faults, FaultSpec, InjectedFailur
         ("drop-acks:0.5", FaultSpec("drop-acks", 0.5)),
         ("fail-on:PUB-5", FaultSpec("fail-on", event_id="PUB-5")),
         ("fail-on:a:b", FaultSpec("fail-on", event_id="a:b")),
+        ("fail-first:0.25", FaultSpec("fail-first", 0.25)),
     ],
 )
 def test_parse_round_trips(text: str, spec: FaultSpec) -> None:
@@ -84,9 +85,24 @@ def test_fail_on_and_drop_acks() -> None:
     assert Faults([]).drop_ack({"id": "good"}) is False
 
 
+def test_fail_first_fails_only_a_first_delivery() -> None:
+    faults = Faults([parse_fault("fail-first:1")])
+    with pytest.raises(InjectedFailure):
+        faults.check_poison({"id": "e0", "attempt": 1})
+    faults.check_poison({"id": "e0", "attempt": 2})  # the retry succeeds
+
+
 @pytest.mark.parametrize(
     "text",
-    ["delay:1:0.2", "long-delay:1:0.2", "slow:1:0.2", "crash-after:1", "drop-acks:1", "fail-on:e0"],
+    [
+        "delay:1:0.2",
+        "long-delay:1:0.2",
+        "slow:1:0.2",
+        "crash-after:1",
+        "drop-acks:1",
+        "fail-on:e0",
+        "fail-first:1",
+    ],
 )
 def test_the_worker_may_skip_the_per_event_hooks_only_of_faults_that_do_nothing_there(
     text: str,
@@ -96,7 +112,7 @@ def test_the_worker_may_skip_the_per_event_hooks_only_of_faults_that_do_nothing_
     slept: list[float] = []
     exits: list[int] = []
     faults = Faults([parse_fault(text)], sleep=slept.append, hard_exit=exits.append)
-    event = {"id": "e0"}
+    event = {"id": "e0", "attempt": 1}
     faults.before(event)
     try:
         faults.check_poison(event)
