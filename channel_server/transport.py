@@ -19,7 +19,6 @@ import contextlib
 import ipaddress
 import logging
 import resource
-import selectors
 import socket
 import ssl
 import threading
@@ -50,6 +49,7 @@ from channel_server.frames import (
 from channel_server.log_throttle import Throttle
 from channel_server.proofs import PROOF_TARGET, Target
 from channel_server.tls_sockets import plain_refusal
+from channel_server.waiting_room import WaitingRoom, Waker, recv_ready
 from channel_server.wire import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -229,12 +229,9 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
 
     def __init__(self) -> None:
         super().__init__()
-        self._waiting: dict[socket.socket, _Waiting] = {}
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._room: WaitingRoom[_Waiting] = WaitingRoom(self._selector, "daemon")
+        self._waker = Waker(self._selector)
         """What ends the loop's wait at once (:meth:`wakeup`)."""
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)  # a wake-up never waits (one byte is enough)
-        self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._loop_thread: threading.Thread | None = None
         self._loop_ended = threading.Event()
 
@@ -246,76 +243,50 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             self._loop_ended.set()
 
     def events(self, eventsockets: Any) -> None:
-        for key, _ in self._selector.select(self._select_timeout()):
+        for key, _ in self._selector.select(self._room.timeout(Pyro5.config.POLLTIMEOUT)):
             if key.fileobj is self.sock:
                 self._accept()
-            elif key.fileobj is self._wake_r:
-                _read_what_is_there(self._wake_r)
+            elif self._waker.owns(key.fileobj):
+                self._waker.drain()
             else:
                 self._read(cast(socket.socket, key.fileobj))
-        self._expire(time.monotonic())
+        self._room.expire(time.monotonic())
 
     def wakeup(self) -> None:
         """End the loop's wait at once. (Pyro5 connects to the daemon's own port for it,
         which a listening socket closed or with a full backlog does not let through.)"""
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"!")
-
-    def _select_timeout(self) -> float:
-        poll = Pyro5.config.POLLTIMEOUT
-        if not self._waiting:
-            return poll
-        first = next(iter(self._waiting.values()))
-        return max(0.01, min(poll, first.deadline - time.monotonic()))
+        self._waker.wake()
 
     def _accept(self) -> None:
-        try:
-            sock, address = self.sock.accept()
-        except (TimeoutError, BlockingIOError):
-            return
-        except OSError as exc:  # out of file descriptors: make room, the client retries
-            throttle.warning("accept", "cannot accept a connection: %s", exc)
-            self._evict_oldest()
-            return
+        self._room.accept(self.sock, self._waiting, current().max_waiting)
+
+    def _waiting(self, sock: socket.socket, address: Any) -> _Waiting | None:
         if self.shutting_down:
-            sock.close()
-            return
-        limits = current()
-        if len(self._waiting) >= limits.max_waiting:
-            self._evict_oldest()
-        sock.setblocking(False)
-        deadline = time.monotonic() + limits.handshake_timeout_s
-        self._waiting[sock] = _Waiting(address, deadline, bytearray())
-        self._selector.register(sock, selectors.EVENT_READ)
+            return None
+        deadline = time.monotonic() + current().handshake_timeout_s
+        return _Waiting(address, deadline, bytearray())
 
     def _read(self, sock: socket.socket) -> None:
-        waiting = self._waiting.get(sock)
+        waiting = self._room.get(sock)
         if waiting is None:  # dropped since the select: evicted by an accept of the same
             return  # round, or closed by a shutdown (the loop thread must not die of it)
         if waiting.draining:
             if _read_what_is_there(sock):
-                self._drop(sock)
+                self._room.drop(sock)
             return
         pending = getattr(sock, "handshake_pending", False) and not waiting.plain
         if pending and not self._tls_ready(sock, waiting):
             return
         limit = HEADER_BYTES + HANDSHAKE_MAX_BYTES - len(waiting.received)
-        try:
-            chunk = socket.socket.recv(sock, limit) if waiting.plain else recv_ready(sock, limit)
-        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        recv = socket.socket.recv if waiting.plain else recv_ready
+        if not self._room.read(sock, waiting, limit, recv):
             return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(sock)
-            return
-        waiting.received += chunk
         if not PYRO_TAG.startswith(bytes(waiting.received[: len(PYRO_TAG)])):
             # Not Pyro5 from the first bytes: no reason to wait for a whole header.
             throttle.warning(
                 "handshake", "refused a connection from %s: not Pyro5", _host(waiting.address)
             )
-            self._drop(sock)
+            self._room.drop(sock)
             return
         if len(waiting.received) < HEADER_BYTES:
             return
@@ -355,14 +326,14 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
         except OSError:
             head = b""
         if not head:
-            self._drop(sock)
+            self._room.drop(sock)
             return False
         if PYRO_TAG.startswith(head[: len(PYRO_TAG)]):
             whole = _whole_plain_frame(head)
             if whole:
                 self._hand_over(sock, waiting)
             elif whole is None:
-                self._drop(sock)
+                self._room.drop(sock)
             else:  # no TLS handshake starts so: read on as plain Pyro
                 waiting.plain = True
                 return True
@@ -380,7 +351,7 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
     def _hand_over(
         self, sock: socket.socket, waiting: _Waiting, frame: Frame | None = None
     ) -> None:
-        self._forget(sock)
+        self._room.forget(sock)
         limits = current()
         sock.settimeout(limits.handshake_timeout_s)
         conn = CheckedConnection(sock, bytes(waiting.received), limits.max_message_bytes)
@@ -401,7 +372,7 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
     ) -> None:
         """Answer a handshake with its refusal if it can be sent at once, then close
         (``plain``: in plain Pyro, under the TLS layer of a socket that never used it)."""
-        self._forget(sock)
+        self._room.forget(sock)
         if frame is not None and (plain or not isinstance(sock, ssl.SSLSocket)):
             serializer = serializers.serializers_by_id.get(frame.serializer)
             serializer = serializer or serializers.serializers_by_id[MSGPACK_ID]
@@ -417,34 +388,12 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
                 socket.socket.send(sock, reply.data)
         _close(sock)
 
-    def _expire(self, now: float) -> None:
-        while self._waiting:
-            sock, waiting = next(iter(self._waiting.items()))
-            if waiting.deadline > now:
-                return
-            log.debug("%s sent no handshake in time: closed", _host(waiting.address))
-            self._drop(sock)
-
     def _drain(self, sock: socket.socket, waiting: _Waiting) -> None:
         if _read_what_is_there(sock):
-            self._drop(sock)
+            self._room.drop(sock)
             return
-        del self._waiting[sock]  # to the end of the deadline order
         waiting.draining, waiting.deadline = True, time.monotonic() + DRAIN_S
-        self._waiting[sock] = waiting
-
-    def _evict_oldest(self) -> None:
-        if self._waiting:
-            self._drop(next(iter(self._waiting)))
-
-    def _drop(self, sock: socket.socket) -> None:
-        self._forget(sock)
-        _close(sock)
-
-    def _forget(self, sock: socket.socket) -> None:
-        if self._waiting.pop(sock, None) is not None:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(sock)
+        self._room.to_back(sock, waiting)
 
     def shutdown(self) -> None:
         """:meth:`close` wakes the loop and waits for its end itself (Pyro5's shutdown woke
@@ -461,11 +410,9 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             self.wakeup()
             if not self._loop_ended.wait(LOOP_END_WAIT_S):
                 log.warning("the accept loop did not end within %g s", LOOP_END_WAIT_S)
-        for sock in list(self._waiting):
-            self._drop(sock)
+        self._room.drop_all()
         super().close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._waker.close()
 
 
 def proof_target(sock: socket.socket, since: float) -> Target:
@@ -555,15 +502,6 @@ def bind_failure(exc: OSError, what: str, host: str, port: int) -> OSError:
     names no port)."""
     where = f"{what} at {host}:{port}" if port else f"{what} on {host}"
     return OSError(exc.errno, f"{where}: {exc.strerror or exc}")
-
-
-def recv_ready(sock: socket.socket, limit: int) -> bytes:
-    """What a lobby socket has ready, up to ``limit`` bytes: a TLS socket may hold
-    decrypted bytes that no readiness event will announce, so they are taken too."""
-    data = sock.recv(limit)
-    while data and len(data) < limit and isinstance(sock, ssl.SSLSocket) and sock.pending():
-        data += sock.recv(min(limit - len(data), sock.pending()))
-    return data
 
 
 def _read_what_is_there(sock: socket.socket) -> bool:

@@ -40,6 +40,7 @@ from channel_server.strict_calls import StrictMsgpack, checked_arity, serving
 from channel_server.tls_sockets import PLAIN_REFUSED, PyroTlsSocket
 from channel_server.transport import FILES_RESERVED, LobbyServer, TransportConfig, _Waiting
 from channel_server.unpacking import MAX_CONTAINERS
+from channel_server.waiting_room import WaitingRoom
 from tests.integration.procs import wait_until
 
 LIMIT = 1 << 20
@@ -280,12 +281,13 @@ def test_the_lobby_skips_a_socket_dropped_since_its_select() -> None:
     may drop a socket the same select() reported readable. Reading it then raised
     KeyError in the lobby's loop thread, which died: the daemon accepted nothing more."""
     lobby = LobbyServer.__new__(LobbyServer)  # only its lobby: no socket, pool or daemon
-    lobby.sock, lobby.pool, lobby.housekeeper, lobby._waiting = None, None, None, {}
+    lobby.sock, lobby.pool, lobby.housekeeper = None, None, None
+    lobby._room = WaitingRoom(selectors.DefaultSelector(), "daemon")
     left, right = socket.socketpair()
     try:
         right.sendall(b"PYRO")  # readable, as the select said
         lobby._read(left)  # no longer waiting: nothing to do
-        assert lobby._waiting == {}
+        assert len(lobby._room) == 0
     finally:
         left.close()
         right.close()
@@ -314,12 +316,10 @@ def tls_lobby(tls_ca: trustme.CA, monkeypatch: pytest.MonkeyPatch) -> Iterator[L
     try:
         yield lobby
     finally:
-        for sock in list(lobby._waiting):
-            lobby._drop(sock)
+        lobby._room.drop_all()
         lobby._selector.close()
         listener.close()
-        lobby._wake_r.close()
-        lobby._wake_w.close()
+        lobby._waker.close()
         lobby.sock = None
 
 
@@ -343,10 +343,10 @@ def accepted(lobby: LobbyServer) -> tuple[socket.socket, _Waiting]:
 
     def one() -> bool:
         turn(lobby)
-        return len(lobby._waiting) == 1
+        return len(lobby._room.snapshot()) == 1
 
     wait_until(one, timeout_s=5, what="the lobby to accept the connection")
-    return next(iter(lobby._waiting.items()))
+    return next(iter(lobby._room.snapshot().items()))
 
 
 HELLO = frame(kind=protocol.MSG_CONNECT, data=msgpack.packb({"handshake": "hi"}))
@@ -365,7 +365,7 @@ def test_a_plain_client_that_stops_midway_does_not_spin_a_tls_lobby(
         sock, waiting = accepted(tls_lobby)
         turns = turns_within(tls_lobby, 0.2)
         assert turns < 0.2 / POLL_S * 3, f"the lobby turned {turns} times in 0.2 s: it spins"
-        assert tls_lobby._waiting == {sock: waiting}  # still waiting, until its deadline
+        assert tls_lobby._room.snapshot() == {sock: waiting}  # still waiting, until its deadline
         assert not waiting.draining
 
 
@@ -380,7 +380,7 @@ def test_a_plain_client_whose_handshake_comes_in_pieces_is_told_tls_is_required(
 
         def refused() -> bool:
             turn(tls_lobby)
-            return sock not in tls_lobby._waiting
+            return sock not in tls_lobby._room.snapshot()
 
         wait_until(refused, timeout_s=5, what="the lobby to refuse the plain client")
         client.settimeout(5)
@@ -405,7 +405,7 @@ def test_a_tls_client_hello_in_pieces_is_not_refused(
         client.sendall(hello[:3])
         sock, waiting = accepted(tls_lobby)
         turns_within(tls_lobby, 0.05)
-        assert tls_lobby._waiting == {sock: waiting} and not waiting.draining
+        assert tls_lobby._room.snapshot() == {sock: waiting} and not waiting.draining
         client.sendall(hello[3:])
         client.setblocking(False)
 
@@ -419,7 +419,7 @@ def test_a_tls_client_hello_in_pieces_is_not_refused(
             return not getattr(sock, "handshake_pending", True)
 
         wait_until(handshaken, timeout_s=5, what="the TLS handshake")
-        assert tls_lobby._waiting == {sock: waiting} and not waiting.draining
+        assert tls_lobby._room.snapshot() == {sock: waiting} and not waiting.draining
 
 
 def test_connections_waiting_for_a_handshake_leave_the_process_its_own_files() -> None:
