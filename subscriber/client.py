@@ -367,17 +367,16 @@ class Subscriber:
                 now = time.monotonic()  # it waited for its standing
             if not inbox.current(item.session):
                 continue  # its session ended: the channel gave it to another member
-            key = (item.session, item.event["publisher_id"], item.event["partition"])
-            if failed and key in failed:
+            if failed and _partition_of(item) in failed:
                 outcome: Outcome | None = Outcome(item.session, item.seq, uid, returned=True)
             else:
                 outcome = self._process(item, uid, uid in known or uid in handled, now)
             if outcome is None:
                 continue
-            if outcome.processed:
+            if outcome.error is not None:
+                failed.add(_partition_of(item))
+            elif not outcome.returned:
                 handled.add(uid)
-            elif outcome.error is not None:
-                failed.add(key)
             if not done:
                 first_at = now
             done.append(outcome)
@@ -390,7 +389,7 @@ class Subscriber:
 
     def _hand_over(self, done: list[Outcome], urgent: bool) -> None:
         """Outcomes to the control thread, the processed ids in the window first."""
-        self._processed.add([o.uid for o in done if o.processed])
+        self._processed.add([o.uid for o in done if o.error is None and not o.returned])
         self._outbox.add(done, urgent=urgent)
 
     def _trusted_now(self) -> bool:
@@ -451,6 +450,11 @@ class Subscriber:
         if self._recorder is not None:
             self._recorder.write(event)
         return _outcome(item, uid, faults, event)
+
+
+def _partition_of(item: Item) -> tuple[int, str, Any]:
+    """The partition sub-queue of a pushed event, in its session."""
+    return item.session, item.event["publisher_id"], item.event["partition"]
 
 
 def _outcome(item: Item, uid: str, faults: Faults | None, event: dict[str, Any]) -> Outcome:

@@ -153,10 +153,6 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     """Not handled: an earlier event of its partition failed in the same push, and the
     channel delivers this one again after that one (a partition is processed in order)."""
 
-    @property
-    def processed(self) -> bool:
-        return self.error is None and not self.returned
-
 
 class AckMessage(msgspec.Struct, frozen=True, gc=False):
     """One ack message: what became of a session's events from ``from_seq`` through
@@ -310,7 +306,7 @@ class Outbox:
             session,
             start if session == self._offered else None,
             through,
-            [o.uid for o in done if o.processed and not o.dropped],
+            [o.uid for o in done if o.error is None and not (o.dropped or o.returned)],
             {o.uid: o.error for o in done if o.error is not None},
             [o.uid for o in done if o.returned],
         )
