@@ -51,8 +51,6 @@ class StrictMsgpack(MsgpackSerializer):
         target, method, args, kwargs = call
         if type(target) is not str or type(method) is not str:
             raise InvalidArgument("message", "object and method must be strings")
-        if kwargs is None and method in _PROPERTY_CALLS:  # how Pyro5 reads a property
-            kwargs = {}
         if type(args) is not list or type(kwargs) is not dict:
             raise InvalidArgument("message", "args must be a list and kwargs a map")
         _check_target(target, method)

@@ -178,19 +178,6 @@ def test_a_well_formed_call_decodes() -> None:
     )
 
 
-def test_a_property_read_decodes_as_pyro5_sends_it() -> None:
-    """Pyro5 reads an exposed property as ``__getattr__`` with no kwargs (None): it was
-    refused as malformed, so ``proxy.name`` never worked (session 32)."""
-    assert STRICT.loadsCall(call_bytes("obj", "__getattr__", ["name"], None)) == (
-        "obj",
-        "__getattr__",
-        ["name"],
-        {},
-    )
-    with pytest.raises(InvalidArgument, match="kwargs a map"):
-        STRICT.loadsCall(call_bytes("obj", "stats", [], None))
-
-
 @pytest.mark.parametrize(
     "data, reason",
     [
