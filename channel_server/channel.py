@@ -117,9 +117,10 @@ class EventChannel:
         Call once, before the channel is published. Returns the events restored."""
         return self._upkeep.restore()
 
-    @Pyro5.api.expose  # type: ignore[prop-decorator]  # Pyro5 exposes properties so
     @property
     def name(self) -> str:
+        """(Not exposed: the daemons refuse property reads over the wire, so a proxy would
+        list a ``name`` it cannot read; callers know the name they looked up.)"""
         return self._name
 
     @property

@@ -252,6 +252,18 @@ def test_a_call_names_a_served_object_and_an_exposed_method(target, method, reas
         serving(None)
 
 
+@pytest.mark.parametrize("served", ["EventChannel", "BrokerService"])
+def test_served_objects_expose_no_properties(served: str) -> None:
+    """A property read is refused (above: ``__getattr__`` has no method), so a served
+    object must list none in its metadata, or a proxy offers an attribute it cannot read
+    (``proxy.name`` failed so, session 32)."""
+    from channel_server.broker_service import BrokerService
+    from channel_server.channel import EventChannel
+
+    cls = {"EventChannel": EventChannel, "BrokerService": BrokerService}[served]
+    assert Pyro5.server._get_exposed_members(cls)["attrs"] == set()
+
+
 def test_wrong_arguments_are_a_typed_refusal_and_bugs_stay_bugs() -> None:
     target = _Target()
     assert target.call(1, b=2) == 3
