@@ -52,7 +52,11 @@ class BrokerService:
         return self._broker.create_channel(name, kind, id_scope)
 
     def channels(self) -> list[str]:
-        return self._broker.channel_names()
+        """The channels hosted here that the caller has some permission on (as the name
+        server's listing and the monitor show them: the others are not the caller's to
+        learn of)."""
+        user = self._broker.access.current()
+        return [name for name in self._broker.channel_names() if user.allows_any(name)]
 
     def channel_count(self) -> int:
         return len(self._broker.channel_names())
@@ -72,7 +76,7 @@ class BrokerService:
             "leases": self._broker.leases is not None,
             "broker_id": self._broker.config.broker_id,
             "uri": self._broker.uri,
-            "channels": self._broker.channel_names(),
+            "channels": self.channels(),
             "durable": self._broker.store.durable,
             "fault_injection": self._broker.config.allow_fault_injection,
         }

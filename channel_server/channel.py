@@ -135,7 +135,9 @@ class EventChannel:
 
     @Pyro5.api.expose
     def ping(self) -> str:
-        """Liveness check for clients; returns the channel name."""
+        """Liveness check for clients; returns the channel name. Only to a caller with
+        some permission on it (NotAuthorized otherwise, as for everything else here)."""
+        self._access.require_any(self._name)
         return self._name
 
     # -- publishing ----------------------------------------------------------------------

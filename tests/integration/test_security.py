@@ -27,6 +27,7 @@ from channel_server.store.sqlite import DB_FILE
 from channel_server.users import Action, Grant, UsersFile
 from channel_server.wire import (
     ANONYMOUS,
+    NS_BROKER_PREFIX,
     NS_CHANNEL_PREFIX,
     NS_OBJECT,
     as_refusal,
@@ -381,7 +382,13 @@ def test_list_shows_a_user_the_channels_it_may_see(cluster: Cluster) -> None:
     with locate_ns("127.0.0.1", cluster.ns_port, credential=who("bob")) as ns:
         assert set(ns.list(prefix=NS_CHANNEL_PREFIX)) == {NS_CHANNEL_PREFIX + "orders"}
         assert NS_CHANNEL_PREFIX + "payroll" not in ns.list()  # not even its name
-        assert ns.lookup(NS_CHANNEL_PREFIX + "payroll")  # by name: the channel refuses bob
+        payroll = ns.lookup(NS_CHANNEL_PREFIX + "payroll")  # by name: the channel refuses bob
+        broker = ns.lookup(NS_BROKER_PREFIX + "b1")
+    with pytest.raises(NotAuthorized, match="no permission on channel 'payroll'"):
+        call(str(payroll), who("bob"), "ping")  # it answered its name to anyone
+    assert call(str(broker), who("bob"), "channels") == ["orders"]
+    assert call(str(broker), who("bob"), "info")["channels"] == ["orders"]
+    assert call(str(broker), None, "channels") == ["orders", "payroll"]
     with locate_ns("127.0.0.1", cluster.ns_port) as ns:  # the owner sees every channel
         assert NS_CHANNEL_PREFIX + "payroll" in ns.list(prefix=NS_CHANNEL_PREFIX)
 
