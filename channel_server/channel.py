@@ -287,17 +287,25 @@ class EventChannel:
     # -- pull ----------------------------------------------------------------------------
     @Pyro5.api.expose
     def get(
-        self, subscriber_id: str, last_uid: str | None = None, group: str | None = None
+        self,
+        subscriber_id: str,
+        last_uid: str | None = None,
+        group: str | None = None,
+        absorbs: bool = False,
     ) -> dict[str, Any]:
         """The classic exactly-once get. ``last_uid`` (``publisher_id/id`` of the event the
         client got last) is acknowledged and the next event returned; a retried get with
         the same ``last_uid`` returns the same event again. Answers ``{"status":
         "message", "event": {...}}`` or ``{"status": "empty"}``; raises NotSubscribed. A
-        member timed out for not calling ``get`` is readmitted by its next one."""
+        member timed out for not calling ``get`` is readmitted by its next one. The ack is
+        on disk before the reply, unless the client ``absorbs`` repeats (it remembers
+        what it got, as ``PullClient`` does, and acknowledges a message handed out again
+        after a crash without showing it): then it is written with the other acks."""
         boundary.check_name("subscriber_id", subscriber_id)
         group = self._members.group_of(subscriber_id, group)
         last_uid = boundary.check_last_uid(last_uid)
-        return self._pull.get(subscriber_id, group, last_uid)
+        absorbs = boundary.check_flag("absorbs", absorbs)
+        return self._pull.get(subscriber_id, group, last_uid, absorbs)
 
     # -- visibility ----------------------------------------------------------------------
     @Pyro5.api.expose

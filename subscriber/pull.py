@@ -21,6 +21,7 @@ from channel_client.per_topic import PerTopic
 from channel_client.remote import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, ClientOptions, RemoteChannel
 from channel_client.reply_spin import CALLER_SPIN_S
 from channel_client.statefile import StateFile, state_path
+from channel_server.events import event_uid
 from channel_server.private_files import default_state_dir
 from channel_server.wire import (
     DEFAULT_HOST,
@@ -70,12 +71,21 @@ class PullClient:
 
     def get(self, topic: str, group: str | None = None) -> dict[str, Any]:
         """The next message: ``{"status": "message", "event": ...}`` or ``{"status":
-        "empty"}``; raises NotSubscribed."""
+        "empty"}``; raises NotSubscribed. A message got before (a broker killed before it
+        wrote that ack hands it out again) is acknowledged by the next get and not shown:
+        the channel is told this client absorbs such repeats, and spares a write per get."""
         last = self.received.last_uid(topic)
-        reply = self._remote(topic).call("get", self.subscriber_id, last, group)
-        if reply["status"] == "message":
-            self.received.record(topic, reply["event"])  # before it is shown
-        return reply
+        while True:
+            reply = self._remote(topic).call("get", self.subscriber_id, last, group, True)
+            if reply["status"] != "message":
+                return reply
+            event = reply["event"]
+            repeat = self.received.seen(topic, event)
+            self.received.record(topic, event)  # before it is shown
+            if not repeat:
+                return reply
+            log.info("%s on %s was got before: acknowledged again", event["id"], topic)
+            last = event_uid(event["publisher_id"], event["id"])
 
     def topics(self) -> list[dict[str, Any]]:
         """Every subscription of this id, asked of every channel in the name server."""

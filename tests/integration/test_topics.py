@@ -280,3 +280,43 @@ def test_gets_acknowledged_just_before_a_broker_sigkill_are_not_got_again(
         while (reply := reader.get("t"))["status"] == "message":
             got.append(reply["event"]["id"])
     assert len(got) == len(set(got)) == 60, [i for i in got if got.count(i) > 1]
+
+
+def test_bare_gets_are_not_got_again_after_a_broker_sigkill(cluster: Cluster) -> None:
+    """A client that absorbs no repeats (a bare RPC caller, another language) gets each
+    message once too: its gets' acks are on disk before their replies."""
+    from channel_client.lookup import resolve_channel
+    from channel_server.wire import make_proxy
+    from publisher import Putter
+
+    broker = cluster.broker()
+    with Putter.open("writer", ns_port=cluster.ns_port, state_dir=cluster.tmp) as writer:
+        for i in range(60):
+            writer.put("t", i)  # creates the topic; then the reader subscribes
+    got: list[str] = []
+
+    def drain(channel, last: str | None, limit: int) -> str | None:
+        for _ in range(limit):
+            reply = channel.get("reader", last)
+            if reply["status"] != "message":
+                break
+            event = reply["event"]
+            got.append(event["id"])
+            last = f"{event['publisher_id']}/{event['id']}"
+        return last
+
+    uri = resolve_channel("127.0.0.1", cluster.ns_port, "t")
+    with make_proxy(uri, 10.0) as channel:
+        channel.subscribe("reader")
+    with Putter.open("writer", ns_port=cluster.ns_port, state_dir=cluster.tmp) as writer:
+        for i in range(60):
+            writer.put("t", i)
+    with make_proxy(uri, 10.0) as channel:
+        last = drain(channel, None, 40)
+        broker.popen.send_signal(signal.SIGKILL)
+    broker.popen.wait(10)
+    cluster.broker()
+    uri = resolve_channel("127.0.0.1", cluster.ns_port, "t")
+    with make_proxy(uri, 10.0) as channel:
+        drain(channel, last, 100)
+    assert len(got) == len(set(got)) == 60, [i for i in got if got.count(i) > 1]

@@ -49,3 +49,30 @@ def test_the_journal_is_compacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert ReceivedJournal(path).last_id("a") == "p-11"
     with pytest.raises(ValueError, match="closed"):
         journal.record("a", event(99))
+
+
+def message(i: int, offset: int) -> dict:
+    return {"id": f"p-{i}", "publisher_id": "P", "offset": offset, "payload": f"m{i}"}
+
+
+def test_messages_got_before_are_known_across_reopening_and_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lets a client absorb the repeats a killed broker hands out: a window of what
+    it got, per topic, kept when the journal is compacted (at every open)."""
+    monkeypatch.setattr(received, "WINDOW", 3)
+    path = tmp_path / "s.received"
+    journal = ReceivedJournal(path)
+    for i in range(1, 6):
+        journal.record("a", message(i, 10 + i))
+    journal.record("b", message(9, 99))
+    assert journal.seen("a", message(5, 15)) and journal.seen("a", message(3, 13))
+    assert not journal.seen("a", message(2, 12))  # out of the window of 3
+    assert not journal.seen("a", message(5, 50))  # the same id again, a new event
+    assert not journal.seen("b", message(5, 15))  # another topic's
+    again = ReceivedJournal(path)  # compacted as it opens
+    assert [again.seen("a", message(i, 10 + i)) for i in range(1, 6)] == [0, 0, 1, 1, 1]
+    assert again.last_id("a") == "p-5" and again.seen("b", message(9, 99))
+    assert len(path.read_text().splitlines()) == 3 + 1  # a's window and b's last
+    again.record("a", None)  # unsubscribed: forgotten
+    assert not ReceivedJournal(path).seen("a", message(5, 15))
