@@ -225,7 +225,8 @@ class Access:
         user = self.current()
         if user.name == OWNER or user.allows(Action.ADMIN, channel):
             return user
-        names = self._users.names() if self._users is not None else []
+        users = self._users
+        names = users.names() if users is not None else []
         for publisher_id in set(publisher_ids):
             if not owns_publisher_id(user.name, publisher_id, names):
                 self._refuse(

@@ -11,7 +11,7 @@ reply").
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from channel_server import boundary
@@ -57,11 +57,11 @@ class Acking:
         acked: list[str],
         nacked: dict[str, str],
         from_seq: int = 0,
-        returned: list[str] | None = None,
+        returned: Sequence[str] = (),
     ) -> dict[str, Any]:
         """See EventChannel.ack (arguments checked already)."""
         with self._push.acking(who.key):
-            stale = self._apply(who, from_seq, through_seq, acked, nacked, returned or [])
+            stale = self._apply(who, from_seq, through_seq, acked, nacked, returned)
         return {"status": "stale" if stale else "ok"}
 
     def answered(self, key: MemberKey, session: int, answer: Any) -> None:
@@ -85,7 +85,7 @@ class Acking:
         through_seq: int,
         acked: list[str],
         nacked: dict[str, str],
-        returned: list[str],
+        returned: Sequence[str],
     ) -> bool:
         """Apply an ack message of a push member; whether its session was over."""
         with self._state.lock:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from channel_server.credentials import OWNER
 from channel_server.errors import LimitReached
@@ -53,23 +53,19 @@ class ConnectionShares:
         with self._lock:
             held = self._held.get(name, 0)
             if held >= limit:
-                self._refusals.warning(
+                self._refuse(
                     "share",
-                    "user %s holds %d connections: refused one more (see "
+                    f"user {name} holds {limit} connections: refused one more (see "
                     "--max-connections-per-user)",
-                    name,
-                    limit,
+                    LimitReached("connections", limit, f"user {name}"),
                 )
-                raise LimitReached("connections", limit, f"user {name}")
             if self._total >= users_limit:
-                self._refusals.warning(
+                self._refuse(
                     "users",
-                    "users hold %d connections together, the most they may (an eighth of "
-                    "--max-connections is the owner's): refused one more of user %s",
-                    users_limit,
-                    name,
+                    f"users hold {users_limit} connections together, the most they may (an "
+                    f"eighth of --max-connections is the owner's): refused one more of user {name}",
+                    LimitReached("connections of users", users_limit, "this daemon"),
                 )
-                raise LimitReached("connections of users", users_limit, "this daemon")
             self._held[name] = held + 1
             self._total += 1
         setattr(conn, SHARE_ATTRIBUTE, name)
@@ -92,3 +88,7 @@ class ConnectionShares:
     def held(self, name: str) -> int:
         with self._lock:
             return self._held.get(name, 0)
+
+    def _refuse(self, kind: str, message: str, error: LimitReached) -> NoReturn:
+        self._refusals.warning(kind, "%s", message)
+        raise error

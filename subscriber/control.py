@@ -223,10 +223,9 @@ class ChannelSession:
             who = self._who
             args: list[Any] = [who.subscriber_id, self.group, message.session]
             args += [message.through_seq, message.acked, message.nacked]
-            if message.from_seq is not None:  # a channel that takes acks in push replies
-                args.append(message.from_seq)
+            if message.from_seq is not None or message.returned:  # (from_seq: a channel
+                args.append(message.from_seq or 0)  # that takes acks in push replies)
             if message.returned:
-                args += [] if message.from_seq is not None else [0]
                 args.append(message.returned)
             reply = self._call("ack", *args)
             if reply is not None and reply.get("status") != "ok":

@@ -133,12 +133,17 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     protocol_version = "HTTP/1.0"
 
+    def __init__(self, request: Any, address: Any, server: _HttpServer, arrival: Arrival) -> None:
+        self.arrival = arrival
+        """What the accept loop read of this connection, and its deadline."""
+        super().__init__(request, address, server)  # serves the request
+
     def setup(self) -> None:
         config = self.server.config
         # each send and receive on the socket; per connection, from the config
         self.timeout = config.request_timeout_s  # type: ignore[misc]
         self.command, self.request_version = "", self.default_request_version
-        arrival = self.server.arrival_of(self.request)
+        arrival = self.arrival
         super().setup()
         head = _Prefixed(bytes(arrival.received), cast(BinaryIO, self.rfile))
         # duck-typed: http.server only calls readline and read on it
@@ -252,12 +257,11 @@ class _HttpServer(HTTPServer):
     def __init__(self, config: HttpConfig, handle: BrokerHandle, app: MonitorApp) -> None:
         self.config, self.handle, self.app = config, handle, app
         self.slots = _Slots(config.max_connections)
-        self._arrivals: dict[socket.socket, Arrival] = {}
-        """Handed from the accept loop to the connection's request thread."""
-        self._arrivals_lock = threading.Lock()
         if ":" in config.host:
             self.address_family = socket.AF_INET6
-        super().__init__((config.host, config.port), _Handler)
+        # (not called by the server: each request thread makes its _Handler with what
+        # the accept loop read of the connection)
+        super().__init__((config.host, config.port), cast(Any, _Handler))
         if config.cert is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -274,10 +278,6 @@ class _HttpServer(HTTPServer):
         socketserver.TCPServer.server_bind(self)  # not HTTPServer's: no reverse DNS lookup
         self.server_name, self.server_port = self.config.host, self.server_address[1]
 
-    def arrival_of(self, sock: socket.socket) -> Arrival:
-        with self._arrivals_lock:
-            return self._arrivals.pop(sock)
-
     def _serve(self, sock: socket.socket, arrival: Arrival) -> None:
         """A connection whose head is here: a request thread, or 503 when all are busy."""
         if not self.slots.try_enter(BUSY_GRACE_S):
@@ -289,27 +289,20 @@ class _HttpServer(HTTPServer):
                 pass
             self.shutdown_request(sock)
             return
-        with self._arrivals_lock:
-            self._arrivals[sock] = arrival
         try:
             threading.Thread(
-                target=self._request_thread,
-                args=(sock, arrival.address),
-                name="http-request",
-                daemon=True,
+                target=self._request_thread, args=(sock, arrival), name="http-request", daemon=True
             ).start()
         except BaseException:  # no thread started: nobody else frees the slot
-            with self._arrivals_lock:
-                self._arrivals.pop(sock, None)
             self.slots.leave()
             self.shutdown_request(sock)
             raise
 
-    def _request_thread(self, sock: socket.socket, address: Any) -> None:
+    def _request_thread(self, sock: socket.socket, arrival: Arrival) -> None:
         try:
-            self.finish_request(sock, address)
+            _Handler(sock, arrival.address, self, arrival)
         except Exception:
-            self.handle_error(sock, address)
+            self.handle_error(sock, arrival.address)
         finally:
             self.shutdown_request(sock)
             self.slots.leave()
