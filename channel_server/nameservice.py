@@ -2,10 +2,10 @@
 
 The embedded name server authenticates like the broker (the same :class:`Access`): anyone
 with a valid credential may look names up, only brokers may register or remove them, regex
-listings are refused (a hostile pattern could stall it), and a listing shows a user only
-the channels it has a permission on. An existing name server must authenticate too, or the
-broker refuses to use it unless told ``--insecure-name-server`` (a stock ``pyro5-ns`` lets
-any local process rewrite every name).
+listings are refused (a hostile pattern could stall it), and a user sees (in a listing, a
+count or a lookup) only the channels it has a permission on. An existing name server must
+authenticate too, or the broker refuses to use it unless told ``--insecure-name-server`` (a
+stock ``pyro5-ns`` lets any local process rewrite every name).
 
 Any thread may call a NameService: with an embedded name server it calls the in-process
 object (which has its own lock); with a remote one it opens a proxy per call, because a
@@ -46,15 +46,21 @@ class GuardedNameServer:
         self._access = access
 
     def count(self) -> int:
-        return self._inner.count()
+        """The names the caller may see (a user's count leaves out others' channels)."""
+        if self._access.current().broker:
+            return self._inner.count()
+        return len(self._visible(self._inner.list()))
 
     def ping(self) -> None:
         self._inner.ping()
 
     def lookup(self, name: str, return_metadata: bool = False) -> Any:
-        return self._inner.lookup(
-            _name("name", name), check_flag("return_metadata", return_metadata)
-        )
+        """A channel's entry for a user with some permission on it; any other user is
+        refused whether the channel exists or not, so a lookup tells it nothing."""
+        name = _name("name", name)
+        if name.startswith(NS_CHANNEL_PREFIX) and not self._access.current().broker:
+            self._access.require_any(name[len(NS_CHANNEL_PREFIX) :])
+        return self._inner.lookup(name, check_flag("return_metadata", return_metadata))
 
     def yplookup(self, meta_all: Any = None, meta_any: Any = None, return_metadata: bool = True):
         return self._visible(
@@ -77,8 +83,7 @@ class GuardedNameServer:
 
     def _visible(self, listing: dict[str, Any]) -> dict[str, Any]:
         """A listing without the channels the caller has no permission on: a user learns
-        the names of its channels only (a lookup by name still answers, and the channel
-        then refuses what the user may not do)."""
+        the names of its channels only."""
         user = self._access.current()
         if user.broker:
             return listing

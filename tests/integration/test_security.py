@@ -382,8 +382,13 @@ def test_list_shows_a_user_the_channels_it_may_see(cluster: Cluster) -> None:
     with locate_ns("127.0.0.1", cluster.ns_port, credential=who("bob")) as ns:
         assert set(ns.list(prefix=NS_CHANNEL_PREFIX)) == {NS_CHANNEL_PREFIX + "orders"}
         assert NS_CHANNEL_PREFIX + "payroll" not in ns.list()  # not even its name
-        payroll = ns.lookup(NS_CHANNEL_PREFIX + "payroll")  # by name: the channel refuses bob
+        assert ns.count() == len(ns.list())
+        for name in ("payroll", "nosuch"):  # refused alike, whether it exists or not
+            with pytest.raises(NotAuthorized, match=f"no permission on channel '{name}'"):
+                ns.lookup(NS_CHANNEL_PREFIX + name)
         broker = ns.lookup(NS_BROKER_PREFIX + "b1")
+    with locate_ns("127.0.0.1", cluster.ns_port) as ns:
+        payroll = ns.lookup(NS_CHANNEL_PREFIX + "payroll")
     with pytest.raises(NotAuthorized, match="no permission on channel 'payroll'"):
         call(str(payroll), who("bob"), "ping")  # it answered its name to anyone
     assert call(str(broker), who("bob"), "channels") == ["orders"]
@@ -391,6 +396,7 @@ def test_list_shows_a_user_the_channels_it_may_see(cluster: Cluster) -> None:
     assert call(str(broker), None, "channels") == ["orders", "payroll"]
     with locate_ns("127.0.0.1", cluster.ns_port) as ns:  # the owner sees every channel
         assert NS_CHANNEL_PREFIX + "payroll" in ns.list(prefix=NS_CHANNEL_PREFIX)
+        assert ns.count() > len(ns.list(prefix=NS_CHANNEL_PREFIX)) >= 2
 
 
 def _binds(uri: str, credential: Credential) -> Pyro5.client.Proxy | str:
