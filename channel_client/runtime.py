@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +141,15 @@ def join_in_slices(thread: threading.Thread, timeout_s: float) -> None:
         thread.join(min(left, STOP_POLL_S))
 
 
-def serve_until_stopped(stop: threading.Event) -> None:
+def serve_until_stopped(
+    stop: threading.Event, failed: Callable[[], str | None] | None = None
+) -> str | None:
     """Block until a stop signal sets ``stop`` (see :func:`stop_on_signals`): the wait of a
-    process that serves from other threads (broker, name server, push subscriber)."""
+    process that serves from other threads (broker, name server, push subscriber). Returns
+    early with what ``failed`` says (asked each poll) once a thread the process cannot
+    serve without has died: the process should then stop and exit with an error, for its
+    supervisor to restart it, rather than live on half served."""
     while not stop.wait(STOP_POLL_S):
-        pass
+        if failed is not None and (reason := failed()) is not None:
+            return reason
+    return None

@@ -227,6 +227,14 @@ class Broker:
         if self.ns is not None:
             self._claims.give_up_if_ours(name)
 
+    def failed(self) -> str | None:
+        """Why the broker no longer serves though nobody stopped it (None while it does):
+        its request loop, or its embedded name server's, ended."""
+        for loop in (self._serving, self.ns.serving if self.ns is not None else None):
+            if loop is not None and (reason := loop.failed()) is not None:
+                return reason
+        return None
+
     def stop(self) -> None:
         """Unpublish, stop dispatching, close the daemon and the embedded name server."""
         self._stopping = True
@@ -236,9 +244,8 @@ class Broker:
             self.monitor.stop()
         channels = self._hosted.close()
         if self.ns is not None:
-            for channel in channels:
-                self.ns.remove(channel_ns_name(channel.name))
-            self.ns.remove(broker_ns_name(self.config.broker_id))
+            names = [channel_ns_name(channel.name) for channel in channels]
+            self.ns.remove(*names, broker_ns_name(self.config.broker_id))
         for channel in channels:
             channel.close()
         if self.leases is not None:

@@ -126,11 +126,11 @@ def serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        cc.serve_until_stopped(stop)
+        failed = cc.serve_until_stopped(stop, broker.failed)
     finally:
         log.info("stopping broker %s", config.broker_id)
         broker.stop()
-    return cc.EXIT_OK
+    return cc.EXIT_OK if failed is None else cc.fail(failed, cc.EXIT_ERROR)
 
 
 SETTINGS_TITLE = """\
@@ -166,10 +166,10 @@ def run_nameserver(args: argparse.Namespace) -> int:
     serving.start()
     print(f"name server ready at {args.ns_host}:{daemon.sock.getsockname()[1]}", flush=True)
     try:
-        cc.serve_until_stopped(stop)
+        failed = cc.serve_until_stopped(stop, serving.failed)
     finally:
         serving.stop(STOP_POLL_S * 5)
-    return cc.EXIT_OK
+    return cc.EXIT_OK if failed is None else cc.fail(failed, cc.EXIT_ERROR)
 
 
 COMMANDS = {

@@ -244,12 +244,15 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
 
     def events(self, eventsockets: Any) -> None:
         for key, _ in self._selector.select(self._room.timeout(Pyro5.config.POLLTIMEOUT)):
-            if key.fileobj is self.sock:
-                self._accept()
-            elif self._waker.owns(key.fileobj):
-                self._waker.drain()
-            else:
-                self._read(cast(socket.socket, key.fileobj))
+            try:
+                if key.fileobj is self.sock:
+                    self._accept()
+                elif self._waker.owns(key.fileobj):
+                    self._waker.drain()
+                else:
+                    self._read(cast(socket.socket, key.fileobj))
+            except Exception as exc:  # Pyro5's loop ends on anything but an OSError
+                self._room.lost(key.fileobj, exc)
         self._room.expire(time.monotonic())
 
     def wakeup(self) -> None:
@@ -366,6 +369,11 @@ class LobbyServer(Pyro5.svr_threads.SocketServer_Threadpool):
             )
             busy = f"busy: all {limits.max_connections} connections are in use, retry later"
             self._refuse(sock, frame, busy)
+        except RuntimeError as exc:  # "can't start new thread": out of memory or threads
+            throttle.error(
+                "thread", "no thread for a connection from %s: %s", _host(waiting.address), exc
+            )
+            self._refuse(sock, frame, "busy: no thread could be started for it, retry later")
 
     def _refuse(
         self, sock: socket.socket, frame: Frame | None, reason: str, plain: bool = False

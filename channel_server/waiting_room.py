@@ -145,6 +145,21 @@ class WaitingRoom(Generic[W]):
             )
             self.drop(sock)
 
+    def lost(self, fileobj: Any, exc: Exception) -> None:
+        """An error the loop's handling did not expect (a bug; no thread to spare): logged
+        with its trace, and the connection it came from closed. The loop goes on: ended by
+        one connection, it would leave its daemon deaf for good while the process lives."""
+        throttle.error(
+            "lost",
+            "%s: closed a connection that failed in the accept loop: %s: %s",
+            self._what,
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+        )
+        if fileobj in self._waiting:
+            self.drop(fileobj)
+
     def drop(self, sock: socket.socket) -> None:
         self.forget(sock)
         with contextlib.suppress(OSError):

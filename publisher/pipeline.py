@@ -149,13 +149,16 @@ class SendPipeline:
         self, events: list[dict[str, Any]], timeout_s: float | None
     ) -> Future[dict[str, Any]]:
         """Queue a batch; waits while PENDING_MAX_EVENTS (or _BYTES) wait (TimeoutError after
-        ``timeout_s``; None: as long as it takes). InvalidEvent at once for a batch that is
+        ``timeout_s``; None: as long as it takes), but in a future's callback: the sender
+        thread runs those, and only it makes room (a callback's submissions go past the
+        bound, by at most one per future done). InvalidEvent at once for a batch that is
         not a list of maps with string ids (what the sender reads); the channel checks
         the rest."""
         shaped = _shaped(events)
         sub = Submission(shaped, sum(_payload_bytes(event) for event in shaped))
+        on_sender = threading.current_thread() is self._thread
         with self._cond:
-            if not self._cond.wait_for(self._has_room, timeout_s):
+            if not on_sender and not self._cond.wait_for(self._has_room, timeout_s):
                 raise TimeoutError(
                     f"{self._queued} events wait to be sent to a channel that does not take "
                     f"them (full, or away) after {timeout_s:g} s"

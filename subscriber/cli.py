@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        cc.serve_until_stopped(stop)
+        failed = cc.serve_until_stopped(stop, subscriber.why_failed)
     finally:
         cc.exit_on_next_signal("events not acknowledged yet will be delivered again")
         log.info(
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
             subscriber.processed,
         )
         subscriber.stop()
-    return cc.EXIT_OK
+    return cc.EXIT_OK if failed is None else cc.fail(failed, cc.EXIT_ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,6 +166,9 @@ class Subscriber:
         self._session: ChannelSession | None = None
         self.uri = ""
         self.processed = 0
+        self.failure: BaseException | None = None
+        """Why the subscriber stopped by itself: a thread of its own failed (None: it did
+        not). A handler's exceptions are not this: they nack their event."""
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -245,10 +248,43 @@ class Subscriber:
 
     def _spawn(self, role: str, target: Callable[[], Any]) -> None:
         thread = threading.Thread(
-            target=target, name=f"subscriber-{self.subscriber_id}-{role}", daemon=True
+            target=self._vital,
+            args=(role, target),
+            name=f"subscriber-{self.subscriber_id}-{role}",
+            daemon=True,
         )
         self._threads[role] = thread
         thread.start()
+
+    def _vital(self, role: str, target: Callable[[], Any]) -> None:
+        """Run a thread of ours; one that fails stops the subscriber (:meth:`_fail`)."""
+        try:
+            target()
+        except BaseException as exc:
+            self._fail(role, exc)
+
+    def _fail(self, role: str, exc: BaseException) -> None:
+        """A thread of ours died of ``exc``: rather than half a subscriber (pushes taken in
+        that nobody handles, or handled and never acknowledged), stop, so the channel
+        hands our events on now and not after its handler timeout. With the worker gone,
+        the control thread sends what was done and unsubscribes; with the control thread
+        gone, the callback daemon closes, and the channel finds us gone at its next ping.
+        ``failure`` says why; ``stop`` still ends the rest."""
+        log.critical(
+            "subscriber %s stops: its %s thread failed: %s: %s",
+            self.subscriber_id,
+            role,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        self.failure = exc
+        self._stopping.set()
+        self._inbox.close()
+        if role == "worker" and self._session is not None:
+            self._session.finish(unsubscribe=True)
+        elif self._serving is not None:
+            self._serving.stop(STOP_TIMEOUT_S)
 
     def stop(self, unsubscribe: bool = True) -> None:
         """Graceful stop: finish the event in hand, send the acks of what was done,
@@ -285,6 +321,11 @@ class Subscriber:
         if thread is not None and thread.is_alive():
             wait_s = max(STOP_TIMEOUT_S, min(timeout_s or 0.0, HANDLER_WAIT_MAX_S))
             join_in_slices(thread, wait_s)  # a second Ctrl-C still quits at once
+
+    def why_failed(self) -> str | None:
+        """What :attr:`failure` says, as one line (None while it has not failed)."""
+        exc = self.failure
+        return None if exc is None else f"a thread of the subscriber failed: {exc!r}"
 
     def _holding(self, session: int) -> int:
         """Events of ``session`` still to handle or acknowledge (the chunk in the worker's
@@ -441,8 +482,9 @@ class Subscriber:
             if faults is not None:
                 faults.check_poison(event)
             self._handler(event)
-        except Exception as exc:
-            log.warning("handler failed on %s: %s: %s", uid, type(exc).__name__, exc)
+        except BaseException as exc:  # SystemExit, CancelledError too: the event failed
+            level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
+            log.log(level, "handler failed on %s: %s: %s", uid, type(exc).__name__, exc)
             return Outcome(item.session, item.seq, uid, nack_text(exc))
         finally:
             self._busy_since = None
@@ -464,7 +506,7 @@ def _outcome(item: Item, uid: str, faults: Faults | None, event: dict[str, Any])
     return Outcome(item.session, item.seq, uid, dropped=faults.drop_ack(event))
 
 
-def nack_text(exc: Exception) -> str:
+def nack_text(exc: BaseException) -> str:
     """A handler's error as the nack carries it: always valid UTF-8 (a lone surrogate, as
     in an undecodable file name, is escaped), or the broker would refuse the ack."""
     text = f"{type(exc).__name__}: {exc}"

@@ -52,6 +52,9 @@ class ProcessedIds:
         self._ids: set[str] = set()
         self._order: deque[str] = deque()
         self._unwritten: list[str] = []
+        self._rewrite_due = False
+        """An append failed: the next flush rewrites the file whole."""
+        self._closed = False
         if self._file is not None:
             private_dir(self._file.path.parent)
             self._remember(read_window(self._file.path))
@@ -84,14 +87,37 @@ class ProcessedIds:
                 self._unwritten.extend(fresh)
 
     def flush(self) -> None:
-        """Put the ids remembered so far on disk (fsync) before their acks go out."""
+        """Put the ids remembered so far on disk (fsync) before their acks go out.
+
+        A write that fails (a full disk) is logged, and the acks go out anyway: held back,
+        their events would go to another member once this one looked stuck, and be run
+        again for certain, where a window short of them matters only if an ack is lost
+        and this process restarts. The next flush rewrites the whole file (the failed
+        append may have left part of a line)."""
         with self._lock:
-            if self._file is None or not self._file.is_open or not self._unwritten:
+            if self._file is None or self._closed:
                 return
-            self._file.append([json.dumps(i) for i in self._unwritten], sync=True)
+            try:
+                if self._rewrite_due:
+                    self._compact()
+                elif self._unwritten:
+                    self._file.append([json.dumps(i) for i in self._unwritten], sync=True)
+                    if self._file.lines > COMPACT_FACTOR * self.window:
+                        self._compact()
+            except OSError as exc:
+                if not self._rewrite_due:
+                    log.error(
+                        "processed-ID window %s not written (%s): acknowledging anyway; "
+                        "until it is, a restart may run these events again",
+                        self.path,
+                        exc,
+                    )
+                self._rewrite_due = True
+                return
+            if self._rewrite_due:
+                log.warning("processed-ID window %s written again", self.path)
+            self._rewrite_due = False
             self._unwritten.clear()
-            if self._file.lines > COMPACT_FACTOR * self.window:
-                self._compact()
 
     def _remember(self, event_ids: Iterable[str]) -> list[str]:
         """Add the ids not in the window yet (whole lists at a time: a chunk of events
@@ -113,6 +139,7 @@ class ProcessedIds:
     def close(self) -> None:
         self.flush()
         with self._lock:
+            self._closed = True
             if self._file is not None:
                 self._file.close()
 

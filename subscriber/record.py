@@ -8,6 +8,7 @@ processed what, and when.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -17,6 +18,8 @@ from typing import IO, Any
 from channel_client.statefile import open_private_append
 
 RECORDED_FIELDS = ("id", "publisher_id", "partition", "timestamp", "attempt")
+
+log = logging.getLogger(__name__)
 
 
 class Recorder:
@@ -41,8 +44,13 @@ class Recorder:
             self._file.flush()  # on disk before the next event starts, so before the ack
 
     def close(self) -> None:
+        """Close the file; one that cannot take its last lines (a full disk) is logged, so
+        the subscriber's stop goes on to its other files."""
         with self._lock:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:
+                log.error("record file %s: its last lines were not written: %s", self.path, exc)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -81,10 +81,13 @@ class HeadLobby:
         try:
             while not self._stopping.is_set():
                 for key, _ in self._selector.select(self._room.timeout(self._poll_s)):
-                    if key.fileobj is self._listener:
-                        self._accept()
-                    elif not self._waker.owns(key.fileobj):
-                        self._read(key.fileobj)  # type: ignore[arg-type]
+                    try:
+                        if key.fileobj is self._listener:
+                            self._accept()
+                        elif not self._waker.owns(key.fileobj):
+                            self._read(key.fileobj)  # type: ignore[arg-type]
+                    except Exception as exc:  # (a request thread that would not start)
+                        self._room.lost(key.fileobj, exc)
                 self._room.expire(time.monotonic())
         finally:
             self._room.drop_all()

@@ -88,17 +88,24 @@ def write_in_background(
     errors: tuple[type[Exception], ...],
 ) -> None:
     """A store's maintenance thread: ``write(round number)`` every ``interval_s`` until
-    ``stop`` is set. A failure (one of ``errors``) is retried the next round; it is logged
-    once, and so is the recovery, not every round."""
+    ``stop`` is set. A failure is retried the next round; it is logged once, and so is the
+    recovery, not every round. One not of the ``errors`` expected (a bug, no memory) is
+    retried too, and logged with its traceback: a thread ended by it would leave acks
+    deferred in memory for good, the journal growing and the WAL never copied back."""
     failing = False
     for round_no in itertools.count(1):
         if stop.wait(interval_s):
             return
         try:
             write(round_no)
-        except errors as exc:
+        except Exception as exc:
             if not failing:
-                log.error("background writes to %s fail (retrying): %s", where, exc)
+                log.error(
+                    "background writes to %s fail (retrying): %s",
+                    where,
+                    exc,
+                    exc_info=not isinstance(exc, errors),
+                )
             failing = True
             continue
         if failing:

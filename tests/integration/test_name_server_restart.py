@@ -4,6 +4,9 @@ without a broker restart. Real processes on 127.0.0.1; the name servers really S
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
 from tests.integration.procs import Cluster, wait_until
@@ -55,3 +58,19 @@ def test_a_broker_puts_its_names_back_in_another_brokers_embedded_name_server(
     cluster.broker(name="b1again", extra=again)
     wait_until(lambda: {"one", "two"} <= set(listed(cluster).split()), FOUND_S, "both listed")
     assert "5 accepted" in publish(cluster, "two", "P", 5)
+
+
+def test_a_broker_stopping_while_its_name_server_is_frozen_asks_it_once(
+    cluster: Cluster,
+) -> None:
+    """Its names were removed one connection each, each waiting out its timeout: 20
+    channels took a stop 100 s, past a supervisor's patience, and the leases went last."""
+    ns = cluster.start("ns", [*CLI, "nameserver", *cluster.ns], "ready at")
+    broker = cluster.broker("a", "b", "c", "d", extra=("--memory",))
+    os.kill(ns.popen.pid, signal.SIGSTOP)
+    try:
+        assert broker.terminate(60.0) == 0
+    finally:
+        os.kill(ns.popen.pid, signal.SIGCONT)
+    assert broker.count("could not remove") == 1, broker.output()
+    assert broker.count(r"could not remove 5 names \(pubsub.channel.a, ...\)") == 1

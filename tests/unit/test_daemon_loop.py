@@ -1,4 +1,6 @@
-"""DaemonLoop: one thread serves a real Pyro5 daemon; stop ends it and closes the socket."""
+"""DaemonLoop: one thread serves a real Pyro5 daemon; stop ends it and closes the socket; a
+loop that ends without a stop is reported, so the process stops and exits with an error
+(its supervisor restarts it) instead of living on deaf."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import Pyro5.api
 import Pyro5.socketutil
 import pytest
 
+from channel_client.runtime import serve_until_stopped
 from channel_server import transport
 from channel_server.daemon_loop import DaemonLoop
 
@@ -65,3 +68,49 @@ def test_a_stop_does_not_need_a_connection_to_the_daemon_to_end_its_loop(
     serving = DaemonLoop(daemon, "test-loop")
     serving.start()
     assert serving.stop(timeout_s=30.0) is True
+
+
+DEADLINE_S = 10.0
+
+
+class Daemon:
+    """Serves until shut down, or fails when told to (what a Pyro5 daemon's loop does on an
+    error it does not catch)."""
+
+    def __init__(self) -> None:
+        self.fail = threading.Event()
+        self.down = threading.Event()
+
+    def requestLoop(self) -> None:
+        while not self.down.wait(0.01):
+            if self.fail.is_set():
+                raise RuntimeError("can't start new thread")
+
+    def shutdown(self) -> None:
+        self.down.set()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_loop_that_fails_is_reported_and_ends_the_wait_for_a_stop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    daemon = Daemon()
+    loop = DaemonLoop(daemon, "test-daemon")
+    assert loop.failed() is None  # not started yet
+    loop.start()
+    assert loop.failed() is None
+    daemon.fail.set()
+    reason = serve_until_stopped(threading.Event(), loop.failed)  # returns, not waits on
+    assert reason == "test-daemon: the request loop ended; no connection is accepted"
+    assert "can't start new thread" in caplog.text
+    loop.stop(DEADLINE_S)
+    assert loop.failed() is None
+
+
+def test_a_loop_stopped_on_purpose_is_no_failure() -> None:
+    loop = DaemonLoop(Daemon(), "test-daemon")
+    loop.start()
+    assert loop.stop(DEADLINE_S)
+    assert loop.failed() is None

@@ -188,3 +188,25 @@ def test_the_window_holds_the_newest_distinct_ids_whatever_the_batches(
     assert ids.recent(window) == held
     assert len(ids) == len(held)
     assert all(event_id in ids for event_id in held)
+
+
+def test_a_full_disk_delays_the_window_file_and_never_the_acks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The flush before an ack: a write refused by the disk (the kernel's own ENOSPC, from
+    /dev/full) is logged, not raised into the thread that sends the acks (which died of it);
+    the next flush rewrites the whole window, so no id is lost and no torn line stays."""
+    path = window_path(tmp_path)
+    window = ProcessedIds(100, path)
+    window.add(["a", "b"])
+    window.flush()
+    appending = window._file._file  # the open file the appends go to
+    window._file._file = open("/dev/full", "a")  # noqa: SIM115 (closed by the rewrite)
+    window.add(["c"])
+    window.flush()  # refused by the disk: no exception
+    assert "processed-ID window" in caplog.text and "No space left" in caplog.text
+    appending.close()
+    window.add(["d"])
+    window.flush()  # the whole window written anew
+    window.close()
+    assert restarted(path).recent(100) == ["a", "b", "c", "d"]

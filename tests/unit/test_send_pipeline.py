@@ -297,6 +297,24 @@ def test_a_callback_that_flushes_or_closes_is_refused_instead_of_waiting_for_its
     pipeline.close(WAIT_S)
 
 
+def test_a_callback_submits_at_once_while_the_queue_is_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A future's callback that submits (an audit event per event stored) waited for room
+    that only the sender thread, the one running it, makes: both waited for good."""
+    monkeypatch.setattr("publisher.pipeline.PENDING_MAX_EVENTS", 2)
+    channel = FakeChannel(hold_first=True)
+    pipeline, future = held_pipeline(channel)
+    audits: list[Future[dict[str, Any]]] = []
+    future.add_done_callback(lambda _: audits.append(pipeline.submit([ev("audit")], None)))
+    pipeline.submit([ev("a"), ev("b")], None)  # the queue is full behind the held send
+    channel.release.set()
+    wait_until(lambda: audits, what="the callback's submission")
+    assert audits[0].result(timeout=WAIT_S)["accepted"] == 1
+    assert pipeline.flush(WAIT_S)
+    pipeline.close(WAIT_S)
+
+
 def test_closing_while_full_gives_each_submission_its_own_counts() -> None:
     def front_only(batch: list[dict[str, Any]]) -> dict[str, Any]:
         ids = [e["id"] for e in batch]

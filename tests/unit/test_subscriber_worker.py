@@ -4,6 +4,7 @@ not remember, and the outcomes reach the outbox in delivery order."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -65,6 +66,27 @@ def test_a_failed_event_is_not_remembered_and_runs_again_when_redelivered() -> N
     assert handle(sub, [event("a")]) == [("P/a", None)]  # delivered again: runs again
     assert calls == ["a", "a"]
     assert sub._processed.known(["P/a"]) == {"P/a"}
+
+
+@pytest.mark.parametrize(
+    "raised", [SystemExit(3), asyncio.CancelledError("cancelled"), KeyboardInterrupt()]
+)
+def test_a_handler_raising_outside_exception_nacks_its_event_and_the_worker_goes_on(
+    raised: BaseException,
+) -> None:
+    """Not an Exception (sys.exit in a handler, asyncio's cancellation) ended the worker
+    thread, and the process lived on taking pushes that nobody handled."""
+
+    def handler(ev: dict[str, Any]) -> None:
+        if ev["id"] == "b":
+            raise raised
+
+    sub = Subscriber("c", "s1", handler)
+    assert handle(sub, [event("a"), event("b"), event("c", partition=1)]) == [
+        ("P/a", None),
+        ("P/b", f"{type(raised).__name__}: {raised}"),
+        ("P/c", None),
+    ]
 
 
 def test_after_a_failure_the_rest_of_its_partition_is_returned_unhandled() -> None:
