@@ -181,6 +181,24 @@ class Access:
         finally:
             self._checking.release()
 
+    @property
+    def users_generation(self) -> int:
+        """Counts the readings of the users file (0 for a fixed set of users): who keeps
+        what a user may do looks again when it moves."""
+        if self._reloaded is None:
+            return 0
+        self._reloaded.current()  # reads the file again if it changed
+        return self._reloaded.generation
+
+    def may(self, user_name: str, action: Action, channel: str) -> bool:
+        """Whether the user of that name may still do ``action`` on ``channel``, as the
+        users file says now (the owner always may; without a users file there is no
+        other user)."""
+        if user_name == OWNER or (users := self._users) is None:
+            return True
+        user = users.find(user_name)
+        return user is not None and user.allows(action, channel)
+
     def current(self) -> User:
         """The user of the call being served (the owner for an in-process call)."""
         conn = current_context.client

@@ -2,8 +2,8 @@
 
 :class:`Membership` changes the groups' members and keeps the backup, the push links and
 liveness in step with them. Its entry methods take the channel lock; the ones marked
-"under the lock" are for the other parts, which hold it already. It keeps no state of its
-own: members live in the core, their links in the push side.
+"under the lock" are for the other parts, which hold it already. Members live in the core,
+their links in the push side; it keeps only which users file it last checked them by.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ class Membership:
         self._backup = backup
         self._push = push
         self._liveness = liveness
+        self._users_seen = -1
+        """The users file's generation :meth:`drop_revoked` last looked at (under the
+        channel lock)."""
 
     def group_of(self, subscriber_id: str, group: str | None) -> str:
         """The group named (checked), or the subscriber's default one."""
@@ -253,6 +256,30 @@ class Membership:
                 self._state.config.member_expiry_s,
             )
             self._gone(group, member_id)
+
+    def drop_revoked(self) -> None:
+        """Under the lock: forget the members whose user may no longer subscribe here (it
+        left the users file, or lost the grant), so that their events go to others at
+        once. Their calls were refused already, but the channel went on pushing to them
+        (session 33's operator probe), across a restart too. Looked at when the users
+        file was read anew, and in the first round after a restore."""
+        generation = self._access.users_generation
+        if generation == self._users_seen:
+            return
+        self._users_seen = generation
+        for group, grp in list(self._core.groups.items()):
+            for member_id, member in list(grp.members.items()):
+                if self._access.may(member.user, Action.SUBSCRIBE, self._name):
+                    continue
+                self._core.forget_member(group, member_id, force=True)
+                log.warning(
+                    "%s: %s forgotten from group %s: its user %r may no longer subscribe here",
+                    self._name,
+                    member_id,
+                    group,
+                    member.user,
+                )
+                self._gone(group, member_id)
 
     def _gone(self, group: str, member_id: str, keep_group: bool = False) -> None:
         """After a member left its group: close its link, forget its subscription, and

@@ -68,6 +68,7 @@ class Upkeep:
             self._backup.repair()
             self._liveness.round(now)
             self._members.expire(now)
+            self._members.drop_revoked()
             self._backup.trim()
             self._stats.sample(now)
             self._push.changed()

@@ -32,7 +32,13 @@ from channel_client.lookup import resolve_channel
 from channel_client.remote import polling
 from channel_client.runtime import join_in_slices
 from channel_server.daemon_loop import DaemonLoop
-from channel_server.errors import BrokerUnavailable, ChannelError, InvalidArgument, UnknownChannel
+from channel_server.errors import (
+    BrokerUnavailable,
+    ChannelError,
+    InvalidArgument,
+    NotAuthorized,
+    UnknownChannel,
+)
 from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
 from channel_server.strict_calls import checked_arity
@@ -276,7 +282,7 @@ class Subscriber:
             role,
             type(exc).__name__,
             exc,
-            exc_info=exc,
+            exc_info=None if isinstance(exc, NotAuthorized) else exc,
         )
         self.failure = exc
         self._stopping.set()
@@ -325,7 +331,7 @@ class Subscriber:
     def why_failed(self) -> str | None:
         """What :attr:`failure` says, as one line (None while it has not failed)."""
         exc = self.failure
-        return None if exc is None else f"a thread of the subscriber failed: {exc!r}"
+        return None if exc is None else f"the subscriber stopped: {type(exc).__name__}: {exc}"
 
     def _holding(self, session: int) -> int:
         """Events of ``session`` still to handle or acknowledge (the chunk in the worker's

@@ -21,7 +21,7 @@ from typing import Any
 import Pyro5.errors
 
 from channel_client.remote import ClientOptions, RemoteChannel
-from channel_server.errors import BrokerUnavailable, ChannelError, UnknownChannel
+from channel_server.errors import BrokerUnavailable, ChannelError, NotAuthorized, UnknownChannel
 from subscriber.inbox import AckMessage, Inbox, Outbox
 from subscriber.processed import ProcessedIds
 
@@ -272,6 +272,8 @@ class ChannelSession:
         self._last_drop = why
         try:
             self._subscribe()
+        except NotAuthorized:
+            raise  # (see _call)
         except (ChannelError, *UNREACHABLE) as exc:
             if first:
                 log.warning("subscribing again failed: %s (retried at each heartbeat)", exc)
@@ -295,6 +297,10 @@ class ChannelSession:
                 threading.Event().wait(pause)  # back-off while the channel is away
                 pause = min(pause * 2, RETRY_MAX_S)
                 continue
+            except NotAuthorized:
+                if self._finishing.is_set():
+                    return None
+                raise  # the user was removed, or lost the grant: the subscriber stops
             except ChannelError as exc:
                 log.error("%s refused by the channel: %s", method, exc)
                 self._contact()  # it answered: the next heartbeat waits its interval

@@ -497,3 +497,33 @@ def test_a_user_removed_from_the_users_file_is_refused_without_a_restart(
     bobs = {"id": "b-1", "publisher_id": "bob", "timestamp": 1.0}
     assert call(uri, who("bob"), "publish", [bobs])["accepted"] == 1
     logged(broker, r"users file .* read again: 2 users", 1)
+
+
+def test_a_subscriber_whose_user_loses_the_grant_is_sent_no_more_events(
+    secured: tuple[Cluster, Any],
+) -> None:
+    """Its calls were refused, but the channel went on pushing to it and taking its acks,
+    across a restart too (session 33's operator probe). Now the channel forgets it within
+    a housekeeping round of the change, its events go to others, and the subscriber stops
+    with an error instead of retrying a refused call for ever."""
+    cluster, broker = secured
+    argv = ["-m", "subscriber", "run", *cluster.ns, "--channel", "orders", "--id", "bob-1"]
+    argv += ["--record", str(cluster.record_path("orders", "bob-1"))]
+    env = dict(cluster.env, PUBSUB_USER="bob", PUBSUB_PASSWORD=PASSWORDS["bob"])
+    bob = cluster.start("bob-1", argv, r"subscriber bob-1 ready", env)
+    with publisher_for(cluster, "orders") as pub:
+        pub.publish([pub.event(n) for n in range(5)])
+    assert len(cluster.wait_for_records("orders", ("bob-1",), 5)["bob-1"]) == 5
+    users = UsersFile.load(cluster.tmp / "users.yaml")
+    others = (Grant("elsewhere*", frozenset({Action.SUBSCRIBE})),)
+    users.add("bob", PASSWORDS["bob"], others, replace=True)
+    users.save(cluster.tmp / "users.yaml")
+    logged(broker, r"bob-1 forgotten from group default: its user 'bob' may no longer", 1)
+    cluster.subscriber("orders", "s1")
+    with publisher_for(cluster, "orders", "PUB2") as pub:
+        pub.publish([pub.event(n) for n in range(10)])
+    assert len(cluster.wait_for_records("orders", ("s1",), 10)["s1"]) == 10
+    assert len(cluster.records("orders", "bob-1")["bob-1"]) == 5
+    wait_until(lambda: not bob.alive, what="bob's subscriber to stop")
+    assert bob.popen.returncode == 1
+    assert "error: the subscriber stopped: NotAuthorized" in bob.output()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from channel_server.errors import NotAuthorized
+from channel_server.errors import LimitReached, NotAuthorized
 from subscriber import inbox as inbox_module
 from subscriber.client import Subscriber
 from subscriber.control import ChannelSession, Identity
@@ -98,7 +98,11 @@ class _RefusingChannel(_Channel):
     def call(self, method: str, *args: Any) -> dict[str, str]:
         super().call(method, *args)
         self.at.append(time.monotonic())
-        raise NotAuthorized(f"refused {method}")
+        raise self.refusal(method)
+
+    @staticmethod
+    def refusal(method: str) -> Exception:
+        return LimitReached(f"refused {method}", 1, "the test")
 
 
 def test_a_refused_heartbeat_waits_its_interval_before_the_next(
@@ -124,6 +128,24 @@ def test_a_refused_heartbeat_waits_its_interval_before_the_next(
     assert [method for method, _ in channel.calls[:2]] == ["heartbeat", "heartbeat"]
     assert second - first >= HEARTBEAT_S, f"the next heartbeat {second - first:.6f} s later"
     assert "heartbeat refused by the channel" in caplog.text
+
+
+class _RevokingChannel(_RefusingChannel):
+    @staticmethod
+    def refusal(method: str) -> Exception:
+        return NotAuthorized(f"user 'bob' may not: {method}")
+
+
+def test_a_heartbeat_refused_as_not_authorized_ends_the_control_thread() -> None:
+    """The user left the users file or lost its grant: retrying for ever (an error every
+    2 s) kept the process alive and useless; the subscriber stops instead (its
+    ``failure``, the CLI's exit 1)."""
+    session = channel_session(Outbox())
+    session._remote = _RevokingChannel()  # type: ignore[assignment]
+    session.session = 1
+    session._last_contact = time.monotonic() - 10.0  # a heartbeat is due
+    with pytest.raises(NotAuthorized, match="may not: heartbeat"):
+        session._serve()
 
 
 def test_a_stop_sends_every_outcome_left_not_only_one_message_of_them() -> None:
