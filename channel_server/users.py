@@ -281,15 +281,37 @@ def _account_from(name: Any, entry: Any) -> _Account:
     return _Account(hashed, User(name, tuple(grants)))
 
 
-def _check_writers(path: Path) -> None:
-    """Refuse a users file someone other than this user (or root) may write."""
-    st = path.stat()
+def _read_checked(path: Path) -> str:
+    """The text of a users file no one but this user (or root) may change: checked on the
+    descriptor it is read from (a check of the path, then a read of the path, let a user
+    who could write the directory swap another file in between), not through a link, in a
+    directory only they may rename files in."""
+    _check_directory(path.parent)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, encoding="utf-8") as file:
+        _check_owner(path, os.fstat(fd), "users file")
+        if os.fstat(fd).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise InvalidArgument(
+                str(path), "other users may write to this users file (chmod 600 it)"
+            )
+        return file.read()
+
+
+def _check_directory(directory: Path) -> None:
+    st = directory.stat()
+    _check_owner(directory, st, "the users file's directory")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise InvalidArgument(
+            str(directory),
+            "other users may replace the users file in this directory (chmod 700 it)",
+        )
+
+
+def _check_owner(path: Path, st: os.stat_result, what: str) -> None:
     if st.st_uid not in (os.geteuid(), 0):
         raise InvalidArgument(
-            str(path), f"users file belongs to uid {st.st_uid}, not to this user or root"
+            str(path), f"{what} belongs to uid {st.st_uid}, not to this user or root"
         )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise InvalidArgument(str(path), "other users may write to this users file (chmod 600 it)")
 
 
 class UsersFile:
@@ -307,8 +329,7 @@ class UsersFile:
         A file that grants rights must be this user's (or root's) and writable by its
         owner alone: anyone who can write it can make themselves an admin."""
         try:
-            _check_writers(Path(path))
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            data = yaml.safe_load(_read_checked(Path(path)))
         except (OSError, UnicodeError) as exc:
             raise InvalidArgument(str(path), f"cannot read users file: {exc}") from None
         except yaml.YAMLError as exc:

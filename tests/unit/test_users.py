@@ -294,6 +294,26 @@ def test_a_users_file_others_may_write_is_refused(tmp_path: Path, mode: int) -> 
     assert UsersFile.load(path).names() == ["alice"]
 
 
+def test_a_users_file_others_may_swap_or_link_is_refused(tmp_path: Path) -> None:
+    """Its path was checked, then read again: a user who could write its directory swapped
+    in a file granting itself admin between the two (session 33's attacker probe, 2 wins in
+    3 runs). Now the directory must be closed to others (or sticky, as /tmp is), a link is
+    not followed, and the checks are of the file read."""
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    path = write(directory, one_user({"password": hash_password("pw")}))
+    directory.chmod(0o777)
+    with pytest.raises(InvalidArgument, match="other users may replace the users file"):
+        UsersFile.load(path)
+    directory.chmod(0o777 | stat.S_ISVTX)  # others cannot rename what is not theirs
+    assert UsersFile.load(path).names() == ["alice"]
+    directory.chmod(0o700)
+    link = directory / "link.yaml"
+    link.symlink_to(path)
+    with pytest.raises(InvalidArgument, match="cannot read users file"):
+        UsersFile.load(link)
+
+
 def test_unreadable_file_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="cannot read users file"):
         UsersFile.load(tmp_path / "missing.yaml")
