@@ -140,16 +140,18 @@ def show_status(args: argparse.Namespace) -> int:
 
         return watch(make_console(), lambda: status_renderables(_fetch_status(args)), args)
     channels = _fetch_status(args)
+    unreachable = any(isinstance(stats, Exception) for _, _, stats in channels)
+    code = cc.EXIT_UNAVAILABLE if unreachable else cc.EXIT_OK  # (a script's `status || alert`)
     if args.json:  # unreachable ones on stderr: stdout stays one JSON document
         for name, broker, stats in channels:
             if isinstance(stats, Exception):
                 print(f"{name} on broker {broker}: unreachable ({stats})", file=sys.stderr)
         print(json.dumps([channel_status(b, s) for _, b, s in channels if isinstance(s, dict)]))
-        return cc.EXIT_OK
+        return code
     console = make_console()
     for part in status_renderables(channels):
         console.print(part)
-    return cc.EXIT_OK
+    return code
 
 
 def _fetch_status(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any] | Exception]]:

@@ -79,3 +79,16 @@ def test_status_shows_members_partitions_and_dead_letters(cluster: Cluster) -> N
     missing = cluster.run(["-m", "channel_server", "status", "nope", *cluster.ns])
     assert missing.returncode == 2
     assert missing.stderr.strip() == f"error: unknown channel 'nope' {UNKNOWN_CHANNEL_HINT}"
+
+
+def test_status_of_a_channel_whose_broker_is_down_exits_unavailable(cluster: Cluster) -> None:
+    """It said so and exited 0 (``--json``: ``[]``), so a script's ``status || alert``
+    saw a healthy channel (session 33's operator probe)."""
+    cluster.start("ns", ["-m", "channel_server", "nameserver", *cluster.ns], "ready at")
+    cluster.broker("gone", extra=("--memory",)).kill()  # its name stays in the name server
+    text = cluster.run(["-m", "channel_server", "status", "gone", *cluster.ns])
+    assert text.returncode == 3, text.stdout + text.stderr
+    assert "gone on broker b1: unreachable" in text.stdout
+    raw = cluster.run(["-m", "channel_server", "status", "gone", "--json", *cluster.ns])
+    assert (raw.returncode, json.loads(raw.stdout)) == (3, [])
+    assert "gone on broker b1: unreachable" in raw.stderr
