@@ -40,7 +40,7 @@ def reparse(
     values = read(path, command)
     for group in command._mutually_exclusive_groups:
         actions = group._group_actions
-        named = [a for a in actions if a.dest in values]
+        named = [a for a in actions if a.dest in values and values[a.dest] != a.default]
         if len(named) > 1:
             keys = " and ".join(_key(a) for a in named)
             raise InvalidArgument(f"{path}: {_key(named[1])}", f"{keys} exclude each other")

@@ -147,16 +147,19 @@ def test_the_example_file_is_every_setting_with_its_default() -> None:
     assert tomllib.loads(EXAMPLE.read_text())["member-expiry"] == 600.0
 
 
+@pytest.mark.parametrize("store", [["--memory"], ["--data-dir", "d1"]], ids=["memory", "data-dir"])
 def test_print_config_writes_a_file_that_reads_back_the_same(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: list[str]
 ) -> None:
-    argv = ["serve", "--memory", "--capacity", "9", "--channel", "a", "--callback-hosts", "h,*"]
+    """With a data dir the file also says ``memory = false``, which read back as the flag
+    given: "data-dir and memory exclude each other" (session 33's operator probe)."""
+    argv = ["serve", *store, "--capacity", "9", "--channel", "a", "--callback-hosts", "h,*"]
     assert cli.main([*argv, "--print-config"]) == cc.EXIT_OK
     path = tmp_path / "printed.toml"
     path.write_text(capsys.readouterr().out)
-    assert cli.config_from_args(parse(["serve", "--config", str(path)])) == cli.config_from_args(
-        parse(argv)
-    )
+    printed = parse(["serve", "--config", str(path)])
+    assert cli.config_from_args(printed) == cli.config_from_args(parse(argv))
+    assert (printed.memory, printed.data_dir) == (parse(argv).memory, parse(argv).data_dir)
 
 
 def test_serve_flags_are_made_from_the_channel_settings() -> None:
