@@ -90,19 +90,22 @@ def setup_logging(level: str) -> None:
     logging.getLogger("Pyro5").setLevel(logging.CRITICAL)  # we report its errors ourselves
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+"""What stops a process gracefully. SIGHUP too: a terminal that goes away (an ssh session
+dropped), or an operator's "reload", killed a broker at once, without its clean stop (the
+users file is read again by itself; nothing needs a reload)."""
+
+
 def stop_on_signals() -> threading.Event:
-    """An Event set by SIGTERM or SIGINT; the handler only sets the flag."""
+    """An Event set by a stop signal (STOP_SIGNALS); the handler only sets the flag."""
     stop = threading.Event()
 
     def _handler(signum: int, frame: Any) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, _handler)
-    signal.signal(signal.SIGINT, _handler)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _handler)
     return stop
-
-
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 @contextlib.contextmanager
@@ -127,8 +130,8 @@ def exit_on_next_signal(why: str) -> None:
         print(f"stopping now: {why}", file=sys.stderr, flush=True)
         os._exit(EXIT_INTERRUPTED)
 
-    signal.signal(signal.SIGTERM, _now)
-    signal.signal(signal.SIGINT, _now)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _now)
 
 
 def join_in_slices(thread: threading.Thread, timeout_s: float) -> None:

@@ -140,6 +140,16 @@ def test_broker_stops_cleanly_on_sigterm(cluster: Cluster) -> None:
     assert "broker b1 stopped" in broker.output()
 
 
+def test_a_hang_up_stops_a_broker_cleanly_too(cluster: Cluster) -> None:
+    """SIGHUP (its terminal gone, an operator's "reload") killed it at once, with no clean
+    stop and nothing in its log (session 33's operator probe)."""
+    broker = cluster.broker("x")
+    broker.popen.send_signal(signal.SIGHUP)
+    assert broker.popen.wait(30.0) == 0
+    broker.kill()  # joins the output reader
+    assert "broker b1 stopped" in broker.output()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_publish_cleanly_with_what_was_done(cluster: Cluster, signum) -> None:
     cluster.broker("jobs")
