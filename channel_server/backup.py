@@ -71,12 +71,35 @@ class ChannelBackup:
         if outcome.dead:
             letters = [DeadLetterRecord(group, ev, error) for ev, error in outcome.dead]
             self.store.add_dead_letters(self._name, letters)
+            self._drop_letters()
         gone = {ev.offset for ev in retired}
         kept = [ev.offset for ev in outcome.done if ev.offset not in gone]
         if kept:
             self.store.ack(self._name, group, kept)
         if gone:
             self.store.delete(self._name, sorted(gone))
+
+    def _drop_letters(self) -> None:
+        """Remove from the store the dead letters the core dropped over their caps."""
+        core = self._state.core
+        dropped, core.letters_dropped = core.letters_dropped, []
+        if not dropped:
+            return
+        by_group: dict[str, list[int]] = {}
+        for letter in dropped:
+            by_group.setdefault(letter.group, []).append(letter.event.offset)
+        for group, offsets in by_group.items():
+            self.store.remove_dead_letters(self._name, group, offsets)
+        config = self._state.config
+        log.warning(
+            "%s: dropped the %d oldest dead letters (%s first): over --max-dead-letters %d "
+            "or --max-dead-letter-bytes %d",
+            self._name,
+            len(dropped),
+            dropped[0].event.uid,
+            config.max_dead_letters,
+            config.max_dead_letter_bytes,
+        )
 
     def owners(
         self, group: str, changes: dict[PartitionKey, str | None], opened: bool = False

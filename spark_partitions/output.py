@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from channel_server.private_files import private_dir, write_private
 from spark_partitions.formats import is_local, local_path
 from spark_partitions.plan import Plan
 
@@ -71,18 +72,17 @@ def plan_json_text(plan: Plan) -> str:
 
 
 def write_plan_local(plan: Plan, out_dir: str | os.PathLike[str]) -> Path:
-    """Write ``plan.json`` atomically into a local directory."""
+    """Write ``plan.json`` atomically into a local directory, 0600, from a temp file of
+    its own (a fixed temp name was written through a link another user planted)."""
     path = Path(out_dir) / PLAN_FILE
-    tmp = path.with_name(PLAN_FILE + ".tmp")
-    tmp.write_text(plan_json_text(plan), encoding="utf-8")
-    os.replace(tmp, path)
+    write_private(path, plan_json_text(plan))
     return path
 
 
 def clear_plan_local(out_dir: str) -> Path:
-    """Create ``out_dir`` and remove an earlier ``plan.json`` from it."""
-    root = local_path(out_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    """Create ``out_dir`` (0700: the plan's files hold the batch's payloads; one another
+    user owns is refused) and remove an earlier ``plan.json`` from it."""
+    root = private_dir(local_path(out_dir), "plan dir")
     (root / PLAN_FILE).unlink(missing_ok=True)
     return root
 
@@ -92,7 +92,7 @@ def prepare_local(out_dir: str) -> Path:
     root = clear_plan_local(out_dir)
     for name in (BLOCKS_DIR, REJECTS_DIR):
         shutil.rmtree(root / name, ignore_errors=True)
-        (root / name).mkdir()
+        (root / name).mkdir(mode=0o700)
     return root
 
 

@@ -20,6 +20,9 @@ from spark_partitions.formats import Format, data_files
 from spark_partitions.rules import BLANK_LINE_RE, FIELDS, Reason, csv_value
 
 PARQUET_BATCH_ROWS = 65_536
+CSV_FIELD_MAX_CHARS = 16 << 20
+"""The longest CSV field read (the csv module's default, 131,072, ended a whole run at a
+payload well under the channels' 1 MiB; a longer payload is refused per row)."""
 _ALLOWED = frozenset(FIELDS)
 
 
@@ -111,7 +114,7 @@ def parse_json_line(line: str) -> RawRow:
 
 
 def _read_jsonl(file: Path) -> Iterator[tuple[int, RawRow]]:
-    with file.open(encoding="utf-8", errors="replace") as handle:
+    with file.open(encoding="utf-8-sig", errors="replace") as handle:  # (-sig: a BOM)
         for number, raw in enumerate(handle, 1):
             line = raw.rstrip("\r\n")
             if not BLANK_LINE_RE.fullmatch(line):
@@ -121,7 +124,8 @@ def _read_jsonl(file: Path) -> Iterator[tuple[int, RawRow]]:
 # -- CSV ----------------------------------------------------------------------------------
 def _read_csv(file: Path) -> Iterator[tuple[int, RawRow]]:
     """Rows with the line each record starts on (a quoted field may span lines)."""
-    with file.open(encoding="utf-8", errors="replace", newline="") as handle:
+    csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_MAX_CHARS))
+    with file.open(encoding="utf-8-sig", errors="replace", newline="") as handle:
         rows = csv.reader(handle)
         header = next(rows, None)
         if header is None:

@@ -132,6 +132,23 @@ class ChannelConfig:
     )
     """Consecutive failed pushes before a member is inactive; handler failures before an
     event goes to the dead-letter queue."""
+    max_dead_letters: int = setting(
+        10_000,
+        "--max-dead-letters",
+        "positive_int",
+        "most dead letters a channel keeps; past it, or past --max-dead-letter-bytes, the "
+        "oldest are dropped (logged)",
+    )
+    """Dead letters are out of ``capacity`` and ``max_queued_bytes`` (no longer queued),
+    so they have caps of their own: a handler that always fails would otherwise hold every
+    event published, payloads and all. The oldest go first, as a retention does."""
+    max_dead_letter_bytes: int = setting(
+        16 << 20,
+        "--max-dead-letter-bytes",
+        "positive_int",
+        "most bytes of dead letters (ids and payloads) a channel keeps; the oldest go first",
+    )
+    """Under the wire's message cap, so one listing of them always fits in a reply."""
     retry_backoff_s: float = 0.05
     """First pause after a failed push; doubles with each further failure."""
     small_delay_s: float = setting(

@@ -13,7 +13,7 @@ from channel_client.lookup import resolve_channel
 from channel_server.errors import InvalidArgument, InvalidEvent, LimitReached
 from channel_server.wire import broker_ns_name, locate_ns, make_proxy
 from tests.integration.conftest import channel_stats, publisher_for
-from tests.integration.procs import Cluster
+from tests.integration.procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 SECRET = "a-callback-secret-of-the-test"
@@ -106,6 +106,29 @@ def test_bytes_queued_come_back_after_a_sigkill(cluster: Cluster) -> None:
     assert channel_stats(cluster, "orders")["queued_bytes"] == before
     refused = publish(cluster, "orders", "--count", "1", "--payload-size", str(MIB))
     assert refused.returncode == 4  # the restored bytes still count against the cap
+
+
+def test_dead_letters_past_their_cap_drop_the_oldest_and_stay_dropped(cluster: Cluster) -> None:
+    """A handler that always failed made the broker hold every event published, in memory
+    and on disk, past every cap (session 33's attacker probe)."""
+    dead = ("--max-attempts", "1", "--max-dead-letters", "3")
+    broker = cluster.broker("orders", extra=dead)
+    subscriber = cluster.subscriber("orders", "s1", "--fault", "fail-first:1.0")
+    assert publish(cluster, "orders", "--count", "10").returncode == 0
+    wait_until(lambda: channel_stats(cluster, "orders")["acked"] == 10, what="10 dead letters")
+    kept = _dead_letter_ids(cluster)
+    assert len(kept) == 3 and kept <= {f"PUB-{n}" for n in range(1, 11)}
+    assert broker.count(r"dropped the \d+ oldest dead letters") >= 1
+    subscriber.terminate()
+    broker.terminate()
+    cluster.broker("orders", extra=dead)  # the same data dir: the dropped ones stay gone
+    assert _dead_letter_ids(cluster) == kept
+
+
+def _dead_letter_ids(cluster: Cluster) -> set[str]:
+    listed = cluster.run(["-m", "channel_server", "dead-letters", "orders", *cluster.ns])
+    assert listed.returncode == 0, listed.stderr
+    return {word for word in listed.stdout.split() if word.startswith("PUB-")}
 
 
 # -- flags --------------------------------------------------------------------------------

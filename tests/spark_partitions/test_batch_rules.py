@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_partitions.reader import parse_json_line
+from spark_partitions.formats import Format
+from spark_partitions.reader import parse_json_line, read_located_rows
 from spark_partitions.rules import Clean, Reason, check, csv_value
 
 LIMIT = 8
@@ -102,3 +103,19 @@ def test_json_repeated_key_at_any_depth_is_malformed():
     assert parse_json_line('{"id": "a", "id": "b"}').reason is Reason.MALFORMED_JSON
     nested = '{"id": "a", "publisher_id": "p", "timestamp": 1, "payload": {"k": 1, "k": 2}}'
     assert parse_json_line(nested).reason is Reason.MALFORMED_JSON
+
+
+def test_a_long_csv_field_and_a_bom_are_read_as_rows(tmp_path):
+    """A 200 KB payload (under the channels' 1 MiB) ended a whole CSV run ("field larger
+    than field limit"), and a file starting with a UTF-8 BOM had its first line refused
+    as malformed JSON (session 33's attacker probe)."""
+    big = "x" * 200_000
+    csv_file = tmp_path / "in.csv"
+    csv_file.write_text(f"id,publisher_id,payload\nb1,P,{big}\nb2,P,small\n")
+    rows = [row for _, row in read_located_rows(str(csv_file), Format.CSV)]
+    assert [row.reason for row in rows] == [None, None]
+    assert big in rows[0].values
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('\ufeff{"id": "j1", "publisher_id": "P"}\n', encoding="utf-8")
+    (row,) = [row for _, row in read_located_rows(str(jsonl), Format.JSONL)]
+    assert row.reason is None and "j1" in row.values

@@ -117,6 +117,26 @@ def test_generate_then_plan_with_the_reference(tmp_path, capsys):
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["subscribers"] == 3
 
 
+def test_a_plan_dir_is_private_and_no_link_in_it_is_followed(tmp_path):
+    """Another user who made the plan dir first and planted ``plan.json.tmp`` as a link to
+    a file of the victim's had it overwritten with the plan (session 33's attacker probe),
+    and the blocks and rejects, holding the payloads, were readable by everyone."""
+    batch = str(tmp_path / "in.csv")
+    assert main(["generate", batch, "--count", "20", "--seed", "2"]) == 0
+    out = tmp_path / "out"
+    out.mkdir(mode=0o755)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    (out / "plan.json.tmp").symlink_to(precious)
+    assert main(["plan", batch, "--subscribers", "2", "--out", str(out)]) == 0
+    assert precious.read_text() == "mine\n"
+    assert json.loads((out / "plan.json").read_text())["subscribers"] == 2
+    assert not (out / "plan.json").is_symlink()
+    for path in (out, out / "blocks", out / "rejects"):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    assert (out / "plan.json").stat().st_mode & 0o777 == 0o600
+
+
 CROSS_PUBLISHER = [
     {"id": "e1", "publisher_id": "a", "timestamp": 1.0},
     {"id": "e1", "publisher_id": "b", "timestamp": 2.0},

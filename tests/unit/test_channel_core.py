@@ -525,3 +525,23 @@ def test_events_without_an_acceptance_time_are_not_timed() -> None:
     publish(core, [raw("a")])  # prepare() leaves accepted_at at 0, like a restored event
     complete(core, group, take(group, "s1"), {"a"}, {})
     assert group.ack_latency.count == 0 and group.nacked == 0
+
+
+def test_dead_letters_past_their_caps_drop_the_oldest() -> None:
+    """Out of capacity and max_queued_bytes once dead, letters had no cap: a handler that
+    always failed made the broker hold every event published (session 33's attacker)."""
+    core = ChannelCore("c", config(max_attempts=1, max_dead_letters=3))
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    publish(core, [raw(f"e{n}", ts=float(n)) for n in range(5)])
+    batch = take(group, "s")
+    complete(core, group, batch, set(), {f"e{n}": "bad" for n in range(5)})
+    assert [d.event.id for d in core.dead_letters] == ["e2", "e3", "e4"]
+    assert [d.event.id for d in core.letters_dropped] == ["e0", "e1"]
+    size = core.dead_letters[0].event.size
+    by_bytes = ChannelCore("c", config(max_attempts=1, max_dead_letter_bytes=2 * size))
+    group = by_bytes.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    publish(by_bytes, [raw(f"e{n}", ts=float(n)) for n in range(5)])
+    complete(by_bytes, group, take(group, "s"), set(), {f"e{n}": "bad" for n in range(5)})
+    assert [d.event.id for d in by_bytes.dead_letters] == ["e3", "e4"]
