@@ -18,7 +18,7 @@ from channel_server.channel_state import ChannelState
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK, Member
 from channel_server.dispatch import answers
-from channel_server.errors import SubscriberIdInUse
+from channel_server.errors import LimitReached, SubscriberIdInUse
 from channel_server.liveness import Liveness
 from channel_server.push import PushDelivery
 from channel_server.store.base import MemberRecord
@@ -86,6 +86,7 @@ class Membership:
             if grp is not None:
                 self._may_join(grp, subscriber_id)
             if grp is None or subscriber_id not in grp.members:
+                self._within_share()
                 self._make_room(group)
             grp = self._add_group(group)
             self._may_take(grp, grp.members.get(subscriber_id), callback, claimed)
@@ -193,6 +194,16 @@ class Membership:
                 existing.member_id,
                 existing.inactive_reason,
             )
+
+    def _within_share(self) -> None:
+        """A user of the users file holds at most its share of the members (the owner and
+        the channel's admins: any number); LimitReached past it."""
+        user = self._access.current()
+        if user.broker or user.allows(Action.ADMIN, self._name):
+            return
+        share = self._state.config.member_share
+        if self._core.members_of(user.name) >= share:
+            raise LimitReached(f"members of user {user.name}", share, f"channel {self._name}")
 
     def _make_room(self, joining: str) -> None:
         """Room for a new member of group ``joining`` (see ChannelCore.make_room_for_member);

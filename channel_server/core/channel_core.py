@@ -103,6 +103,10 @@ class ChannelCore:
         """Members of every group, active or not."""
         return sum(len(group.members) for group in self.groups.values())
 
+    def members_of(self, user: str) -> int:
+        """Members of every group that ``user`` subscribed."""
+        return sum(m.user == user for group in self.groups.values() for m in group.members.values())
+
     def make_room_for_member(self) -> list[tuple[str, str]]:
         """Room for one more member under ``max_members`` (see :func:`roster.make_room`)."""
         return roster.make_room(self)

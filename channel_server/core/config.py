@@ -51,6 +51,21 @@ class ChannelConfig:
     max_members: int = 1000
     """Most subscribers (push and pull, of every group) a channel keeps; at the cap a
     new one takes the place of the one inactive longest, or gets LimitReached."""
+    max_members_per_user: int = setting(
+        0,
+        "--max-members-per-user",
+        "non_negative_int",
+        "most of a channel's members one user of the users file may hold (its owner and "
+        "admins: any); 0: half of --max-members",
+    )
+    """One user's subscriptions kept every other user out of a channel: the last member
+    of a group is never replaced to make room (session 33's attacker probe)."""
+
+    @property
+    def member_share(self) -> int:
+        """What ``max_members_per_user`` comes to."""
+        return self.max_members_per_user or max(1, self.max_members // 2)
+
     member_expiry_s: float = setting(
         600.0,
         "--member-expiry",

@@ -22,7 +22,7 @@ import yaml
 
 from channel_client.lookup import resolve_channel
 from channel_server.credentials import Credential, ensure_token
-from channel_server.errors import NotAuthorized
+from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.store.sqlite import DB_FILE
 from channel_server.users import Action, Grant, UsersFile
 from channel_server.wire import (
@@ -527,3 +527,20 @@ def test_a_subscriber_whose_user_loses_the_grant_is_sent_no_more_events(
     wait_until(lambda: not bob.alive, what="bob's subscriber to stop")
     assert bob.popen.returncode == 1
     assert "error: the subscriber stopped: NotAuthorized" in bob.output()
+
+
+def test_one_user_holds_at_most_its_share_of_a_channels_members(cluster: Cluster) -> None:
+    """Alice's subscriptions, one group each, held every member slot for good (the last
+    member of a group is never replaced), so no one else could subscribe (session 33's
+    attacker probe). She now holds half of them; the owner still gets in."""
+    users = UsersFile()
+    users.add("alice", PASSWORDS["alice"], GRANTS["alice"])
+    users.save(cluster.tmp / "users.yaml")
+    extra = ("--users", str(cluster.tmp / "users.yaml"), "--max-members", "4", "--memory")
+    cluster.broker("orders", extra=extra)
+    uri = channel_uri(cluster)
+    for n in (1, 2):
+        call(uri, who("alice"), "subscribe", f"alice-{n}", None, f"g{n}")
+    with pytest.raises(LimitReached, match="members of user alice"):
+        call(uri, who("alice"), "subscribe", "alice-3", None, "g3")
+    assert call(uri, None, "subscribe", "mine", None, "g4")["group"] == "g4"
