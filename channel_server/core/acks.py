@@ -102,7 +102,8 @@ def acknowledge(
     group.ack_latency.observe_ages(now, map(EVENT_ACCEPTED_AT, outcome.done))
     finish(group, member, finished)
     # the handler failed: anyone may retry it, and what waited for it goes back behind it
-    give_back(group, member, failed + untried, hold=False)
+    give_back(group, member, failed, hold=False)
+    give_back(group, member, untried, hold=False, reached=False)  # never run: same attempt
     give_back(group, member, skipped)  # processed, maybe: they stay with the member
     completed = len(finished) + len(failed)
     if busy_since is not None:
