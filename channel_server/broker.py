@@ -36,11 +36,13 @@ from channel_server.errors import (
     ChannelError,
     FaultInjectionDisabled,
     InvalidArgument,
+    LimitReached,
     UnknownChannel,
 )
 from channel_server.events import IdScope
 from channel_server.hosted import HostedChannels
 from channel_server.lease_keeper import LeaseKeeper
+from channel_server.log_throttle import Throttle
 from channel_server.machine_cpu import MachineCpu
 from channel_server.monitor.app import BrokerHandle
 from channel_server.monitor.server import MonitorServer
@@ -83,6 +85,8 @@ class Broker:
         """How busy this machine's CPUs are, or the broker's one CPU when it is pinned
         (every channel's pushes ask)."""
         self._stopping = False
+        self._refusals = Throttle(log)
+        """Channels refused at the cap, logged at most every 10 s."""
         self.ns: NameService | None = None
         self.uri: str = ""
         self.monitor: MonitorServer | None = None
@@ -227,6 +231,14 @@ class Broker:
         if self.ns is not None:
             self._claims.give_up_if_ours(name)
 
+    def _reserve(self, name: str, restoring: bool) -> EventChannel | threading.Event | None:
+        """:meth:`HostedChannels.reserve`, a refusal at the cap logged (every 10 s)."""
+        try:
+            return self._hosted.reserve(name, restoring)
+        except LimitReached as exc:
+            self._refusals.warning("channels", "refused channel %.80r: %s", name, exc)
+            raise
+
     def failed(self) -> str | None:
         """Why the broker no longer serves though nobody stopped it (None while it does):
         its request loop, or its embedded name server's, ended."""
@@ -298,7 +310,7 @@ class Broker:
         channel_kind = check_kind(kind)
         asked = None if id_scope is None else check_id_scope(id_scope)
         deadline = time.monotonic() + CREATE_WAIT_S
-        while (found := self._hosted.reserve(name, restoring)) is not None:
+        while (found := self._reserve(name, restoring)) is not None:
             if isinstance(found, EventChannel):
                 if asked is not None and asked is not found.id_scope:
                     raise ChannelConflict(name, "ids", found.id_scope.value, asked.value)

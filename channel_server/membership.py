@@ -20,6 +20,7 @@ from channel_server.core.member import PULL_CALLBACK, Member
 from channel_server.dispatch import answers
 from channel_server.errors import LimitReached, SubscriberIdInUse
 from channel_server.liveness import Liveness
+from channel_server.log_throttle import Throttle
 from channel_server.push import PushDelivery
 from channel_server.store.base import MemberRecord
 from channel_server.users import Action
@@ -47,6 +48,8 @@ class Membership:
         self._push = push
         self._liveness = liveness
         self._users_seen = -1
+        self._refusals = Throttle(log)
+        """Subscribers refused at a cap, logged at most every 10 s."""
         """The users file's generation :meth:`drop_revoked` last looked at (under the
         channel lock)."""
 
@@ -86,8 +89,14 @@ class Membership:
             if grp is not None:
                 self._may_join(grp, subscriber_id)
             if grp is None or subscriber_id not in grp.members:
-                self._within_share()
-                self._make_room(group)
+                try:
+                    self._within_share()
+                    self._make_room(group)
+                except LimitReached as exc:
+                    self._refusals.warning(
+                        "members", "%s: refused %s: %s", self._name, subscriber_id, exc
+                    )
+                    raise
             grp = self._add_group(group)
             self._may_take(grp, grp.members.get(subscriber_id), callback, claimed)
             user = self._access.current().name

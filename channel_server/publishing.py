@@ -8,13 +8,17 @@ keeps no state of its own.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState
 from channel_server.errors import QueueFull
 from channel_server.events import Event, validate_batch, validate_packed
+from channel_server.log_throttle import Throttle
 from channel_server.push import PushDelivery
+
+log = logging.getLogger("channel_server.channel")
 
 
 class Publishing:
@@ -24,6 +28,9 @@ class Publishing:
         self._state = state
         self._backup = backup
         self._push = push
+        self._refusals = Throttle(log)
+        """A full channel's refusals, logged at most every 10 s: the operator learns of
+        them from the broker's log, not only from the publishers."""
 
     def validate(self, batch: Any) -> list[Event]:
         """A published batch validated whole (InvalidEvent: nothing of it is kept)."""
@@ -45,6 +52,14 @@ class Publishing:
             state.core.count_publish(len(events), outcome)
         if outcome.refused:
             by_bytes = outcome.full_by == "bytes"
+            self._refusals.warning(
+                "full",
+                "%s: full: refused %d events (%s reached: %s)",
+                state.name,
+                len(outcome.refused),
+                f"{config.max_queued_bytes} bytes" if by_bytes else f"{config.capacity} events",
+                "--max-queued-bytes" if by_bytes else "--capacity",
+            )
             raise QueueFull(
                 state.name,
                 config.max_queued_bytes if by_bytes else config.capacity,

@@ -13,7 +13,7 @@ from channel_client.lookup import resolve_channel
 from channel_server.errors import InvalidArgument, InvalidEvent, LimitReached
 from channel_server.wire import broker_ns_name, locate_ns, make_proxy
 from tests.integration.conftest import channel_stats, publisher_for
-from tests.integration.procs import Cluster, wait_until
+from tests.integration.procs import Cluster, logged, wait_until
 
 pytestmark = pytest.mark.integration
 SECRET = "a-callback-secret-of-the-test"
@@ -75,8 +75,10 @@ def test_callback_hosts_lets_a_named_host_in(cluster: Cluster) -> None:
 
 # -- caps ---------------------------------------------------------------------------------
 def test_channel_member_and_byte_caps_refuse_with_typed_errors(cluster: Cluster) -> None:
+    """Each refusal in the broker's log too: the operator learned of them only from the
+    clients (session 33's operator probe)."""
     limits = ("--max-channels", "2", "--max-members", "1", "--max-queued-bytes", "2M")
-    cluster.broker("a", extra=("--memory", *limits))
+    broker = cluster.broker("a", extra=("--memory", *limits))
     assert broker_call(cluster, "create_channel", "b").startswith("PYRO:channel.b@")
     with pytest.raises(LimitReached) as info:
         broker_call(cluster, "create_channel", "c")
@@ -94,6 +96,9 @@ def test_channel_member_and_byte_caps_refuse_with_typed_errors(cluster: Cluster)
     stats = channel_stats(cluster, "a")
     assert stats["unacked"] == 2
     assert stats["max_queued_bytes"] == 2 * MIB >= stats["queued_bytes"] > 2 * (MIB - 100)
+    logged(broker, r"refused channel 'c': .*limit of 2 channels", 1)
+    logged(broker, r"a: refused p2: .*limit of 1 members", 1)
+    logged(broker, r"a: full: refused 1 events \(2097152 bytes reached: --max-queued-bytes\)", 1)
 
 
 def test_bytes_queued_come_back_after_a_sigkill(cluster: Cluster) -> None:
