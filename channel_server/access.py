@@ -47,6 +47,11 @@ PASSWORD_CHECK_WAIT_S = 2.0
 refused as busy (the clients retry refused connections)."""
 
 
+NO_CREDENTIAL = "no credential"
+"""Why a connection that named no user is refused (logged at INFO: every broker's start
+probes its name server so)."""
+
+
 class Access:
     """The judge of one broker: its token and, optionally, a users file (read again when
     it changes). Any thread may call it: ``_lock`` guards ``_verified`` and
@@ -86,9 +91,11 @@ class Access:
         try:
             user, answer = self._admit(conn, data)
         except NotAuthorized as exc:
-            self._refused_log.warning(
-                "refused", "refused a connection from %s: %.200s", peer_of(conn), exc.reason
-            )
+            if exc.reason == NO_CREDENTIAL:  # a probe (a broker checks that a name server
+                log_as = self._refused_log.info  # refuses strangers), not a wrong secret
+            else:
+                log_as = self._refused_log.warning
+            log_as("refused", "refused a connection from %s: %.200s", peer_of(conn), exc.reason)
             raise
         except LimitReached as exc:
             self._busy_log.warning("busy", "refused a connection from %s: %s", peer_of(conn), exc)
@@ -129,7 +136,7 @@ class Access:
 
     def authenticate(self, data: Any) -> User:
         if not isinstance(data, dict) or not data.get("user"):
-            raise NotAuthorized("no credential")
+            raise NotAuthorized(NO_CREDENTIAL)
         name, secret = data.get("user"), data.get("secret")
         if type(name) is not str or type(secret) is not str:
             raise NotAuthorized("a malformed credential")

@@ -18,7 +18,9 @@ from functools import partial
 from typing import Any
 
 import Pyro5.api
+import Pyro5.errors
 import Pyro5.server
+from Pyro5.core import URI
 
 from channel_server.access import Access
 from channel_server.broker_service import BrokerDaemon, BrokerService, check_id_scope, check_kind
@@ -54,13 +56,18 @@ from channel_server.strict_calls import CHANNEL_OBJECT_PREFIX
 from channel_server.transport import bind_failure
 from channel_server.wire import (
     NS_CHANNEL_PREFIX,
+    as_refusal,
     broker_ns_name,
     channel_ns_name,
     check_name,
+    make_proxy,
     register_errors,
 )
 
 log = logging.getLogger(__name__)
+BROKER_ID_CHECK_S = 2.0
+"""How long a starting broker waits for a broker already registered with its id to answer
+(one that does not is taken for gone)."""
 STOP_TIMEOUT_S = 5.0
 CREATE_WAIT_S = 30.0
 """Longest a create_channel waits for another call creating the same channel (a name-server
@@ -145,6 +152,7 @@ class Broker:
         self.uri = str(
             self._daemon.register(service, objectId=broker_ns_name(self.config.broker_id))
         )
+        self._check_id_is_ours()
         self.ns.register(broker_ns_name(self.config.broker_id), self.uri, False, {"broker"})
         if self.leases is not None:
             self.leases.start()
@@ -230,6 +238,27 @@ class Broker:
         self._discard(channel)
         if self.ns is not None:
             self._claims.give_up_if_ours(name)
+
+    def _check_id_is_ours(self) -> None:
+        """InvalidArgument when another live broker has this broker id: the name server
+        kept only the last one's entry, and ``list`` and placement took the two for one
+        (session 33's operator probe). An entry whose broker does not answer (it crashed,
+        or it is this one, restarted on the same port) is taken over."""
+        assert self.ns is not None
+        found = self.ns.lookup(broker_ns_name(self.config.broker_id))
+        if found is None or URI(found[0]).location == URI(self.uri).location:
+            return
+        try:
+            with make_proxy(found[0], BROKER_ID_CHECK_S, self._credential) as other:
+                other._pyroBind()
+        except Pyro5.errors.CommunicationError as exc:
+            if as_refusal(exc) is None:
+                return  # nobody there
+        raise InvalidArgument(
+            "--broker-id",
+            f"{self.config.broker_id} is the id of another broker, serving at {found[0]}: "
+            "give each broker an id of its own",
+        )
 
     def _reserve(self, name: str, restoring: bool) -> EventChannel | threading.Event | None:
         """:meth:`HostedChannels.reserve`, a refusal at the cap logged (every 10 s)."""

@@ -74,3 +74,28 @@ def test_a_broker_stopping_while_its_name_server_is_frozen_asks_it_once(
         os.kill(ns.popen.pid, signal.SIGCONT)
     assert broker.count("could not remove") == 1, broker.output()
     assert broker.count(r"could not remove 5 names \(pubsub.channel.a, ...\)") == 1
+
+
+def test_a_second_broker_with_a_live_brokers_id_is_refused(cluster: Cluster) -> None:
+    """It took the name server's entry over silently, and list showed both brokers'
+    channels as one broker's (session 33's operator probe). A broker that crashed leaves
+    its entry behind: a new one with its id takes it."""
+    cluster.start("ns", [*CLI, "nameserver", *cluster.ns], "ready at")
+    first = cluster.broker("a", extra=("--memory",))
+    second = [*CLI, "serve", *cluster.ns, "--memory", "--channel", "b"]
+    refused = cluster.run(second, timeout_s=30.0)
+    assert refused.returncode != 0
+    assert "b1 is the id of another broker, serving at PYRO:" in refused.stderr
+    first.kill()  # its entry stays in the name server
+    cluster.start("b1-again", second, r"broker b1 ready at")
+    assert [line.split()[0] for line in listed(cluster).splitlines()] == ["a", "b"]
+
+
+def test_a_brokers_check_of_its_name_server_is_no_warning_there(cluster: Cluster) -> None:
+    """A broker makes sure its name server refuses strangers by calling it as one: each
+    broker start logged a refusal there as a WARNING, as if someone had tried to get in
+    (session 33's operator probe). A wrong password still is one."""
+    ns = cluster.start("ns", [*CLI, "nameserver", *cluster.ns], "ready at")
+    cluster.broker("a", extra=("--memory",))
+    ns.wait_for(r"INFO .*refused a connection from .*: no credential")
+    assert ns.count(r"WARNING .*refused a connection") == 0, ns.output()

@@ -167,7 +167,9 @@ def _cpu_list(line: str) -> list[int]:
 def test_a_broker_runs_its_threads_on_one_cpu_unless_told_otherwise(cluster: Cluster) -> None:
     allowed = sorted(os.sched_getaffinity(0))
     pinned = cluster.broker("orders", extra=("--memory",))
-    loose = cluster.broker("news", extra=("--memory", "--cpu", "all"), name="loose")
+    loose = cluster.broker(
+        "news", extra=("--memory", "--cpu", "all", "--broker-id", "b2"), name="loose"
+    )
     assert _cpus_of(loose.popen.pid) == [allowed]
     if len(allowed) > 1:
         ((cpu,),) = _cpus_of(pinned.popen.pid)  # every thread, the same one CPU
