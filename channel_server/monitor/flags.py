@@ -32,8 +32,9 @@ def add_http_flags(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="serve Prometheus /metrics, the JSON API /api/channels and a live page at / "
         "on this address (PORT 0: any free one), for callers with the broker's credentials "
-        "(HTTP Basic: a user and password of --users, or owner and the local token; or "
-        "Bearer TOKEN); HTTPS with the broker's --tls-cert/--tls-key, else plain HTTP, "
+        "(HTTP Basic: a user and password of --users, or owner and the monitor token, in "
+        "the state dir's monitor-token file; or Bearer with the monitor token); HTTPS "
+        "with the broker's --tls-cert/--tls-key, else plain HTTP, "
         "where a non-loopback HOST needs --insecure; default: off",
     )
     cc.add_count_flag(
