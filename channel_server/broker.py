@@ -160,7 +160,10 @@ class Broker:
             if self.leases is not None and not self.leases.take(record.name):
                 log.info("channel %s is served by another broker; standing by", record.name)
                 continue
-            self.create_channel(record.name, record.kind, record.id_scope, restoring=True)
+            try:
+                self.create_channel(record.name, record.kind, record.id_scope, restoring=True)
+            except BrokerUnavailable as exc:  # its lease lost while it was restored
+                log.warning("channel %s is not served here: %s", record.name, exc)
         for name in self.config.channels:
             self.create_channel(name)
             self._note_kept_scope(name)
@@ -389,6 +392,11 @@ class Broker:
             self._claims.give_up(name)  # claimed: no channel behind it now
             self._let_go(name)
             raise
+        if self.leases is not None and name not in self.leases.held():
+            # lost while it was restored: the lease round found nothing hosted to drop,
+            # and a channel hosted without its lease is never renewed nor dropped
+            self._drop(name, "its lease was lost while it was restored")
+            return self._claims.elsewhere(name)
         log.info("channel %s (%s, ids unique per %s) ready", name, kind.value, scope)
         return uri
 
