@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import channel_server
 from channel_client.arg_types import (
     HOST_NAME,
     host_name,
@@ -75,6 +76,7 @@ __all__ = [
     "add_script_command",
     "add_state_dir_flag",
     "add_transport_flags",
+    "add_version_flag",
     "exit_on_next_signal",
     "fail",
     "host_name",
@@ -102,6 +104,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """``--version`` on a command's top-level parser (an upgrade starts by asking it)."""
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s (pubsub-channels {channel_server.installed_version()})",
+    )
 
 
 def add_ns_flags(parser: argparse.ArgumentParser) -> None:

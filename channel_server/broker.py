@@ -22,6 +22,7 @@ import Pyro5.errors
 import Pyro5.server
 from Pyro5.core import URI
 
+from channel_server import installed_version
 from channel_server.access import Access
 from channel_server.broker_service import BrokerDaemon, BrokerService, check_id_scope, check_kind
 from channel_server.channel import EventChannel
@@ -178,7 +179,12 @@ class Broker:
             handle = BrokerHandle(self.config.broker_id, self.access, self.channel_table)
             self.monitor = MonitorServer(self.config.http, handle)
             self.monitor.start()
-        log.info("broker %s serving at %s", self.config.broker_id, self.uri)
+        log.info(
+            "broker %s (pubsub-channels %s) serving at %s",
+            self.config.broker_id,
+            installed_version(),
+            self.uri,
+        )
 
     def _client_gone(self, conn: Any) -> None:
         for channel in self._hosted.all():

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m channel_server",
         description="Event channel broker: competing consumers over Pyro5.",
     )
+    cc.add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_command(sub)
     add_inspect_commands(sub)

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cc.Parser(
         prog="python -m publisher", description="Publish events to an event channel."
     )
+    cc.add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pub = sub.add_parser(
         "publish",

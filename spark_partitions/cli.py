@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plan a large publish batch: validate, dedupe, group into blocks by "
         "(publisher_id, partition) and balance the blocks over subscriber slots.",
     )
+    cc.add_version_flag(parser)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=cc.Parser)
     _add_plan(commands)
     _add_generate(commands)

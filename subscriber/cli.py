@@ -27,6 +27,7 @@ SCRIPT_ACTIONS = ("subscribe", "unsubscribe", "get", "topics")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cc.Parser(prog="python -m subscriber", description="Subscribe to an event channel.")
+    cc.add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser(
         "run",
