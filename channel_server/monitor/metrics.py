@@ -58,7 +58,7 @@ CHANNEL_METRICS = (
 )
 GROUP_METRICS = (
     ("group_nacked_events", "counter", "Handler failures subscribers reported.", "nacked"),
-    ("group_redelivered_events", "counter", "Deliveries after the first.", "redelivered"),
+    ("group_redelivered_events", "counter", "Deliveries at attempt 2 or later.", "redelivered"),
     ("group_dead_lettered_events", "counter", "Events given up on.", "dead_lettered"),
 )
 MEMBER_METRICS = (
