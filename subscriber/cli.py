@@ -51,6 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="append one JSON line per processed event, flushed before the ack",
     )
     run.add_argument("--host", default="127.0.0.1", help="callback bind address")
+    run.add_argument(
+        "--port",
+        type=cc.port_number,
+        default=0,
+        help="callback port, the one the broker pushes to (default 0: any free one; give "
+        "one to let it through a firewall)",
+    )
+    run.add_argument(
+        "--wait-for-channel",
+        type=cc.non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for a channel that does not exist yet, which another process "
+        "creates, before giving up with exit code 2 (default 0: at once)",
+    )
     cc.add_bind_flags(run, "host", users=False)
     run.add_argument("--quiet", action="store_true", help="do not print a line per processed event")
     run.add_argument(
@@ -222,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
         ns_host=args.ns_host,
         ns_port=args.ns_port,
         host=args.host,
+        port=args.port,
+        wait_for_channel_s=args.wait_for_channel,
         recorder=recorder,
         faults=Faults(args.fault, random.Random(args.fault_seed)),
         processed=processed,

@@ -42,6 +42,7 @@ from channel_server.errors import (
 from channel_server.events import event_uid
 from channel_server.guard import GuardedDaemon, secret_gate
 from channel_server.strict_calls import checked_arity
+from channel_server.transport import bind_failure
 from channel_server.wire import (
     DEFAULT_HOST,
     DEFAULT_NS_PORT,
@@ -191,7 +192,11 @@ class Subscriber:
             self._find_channel()
         secret = secrets.token_urlsafe(CALLBACK_SECRET_BYTES)
         gate = secret_gate(secret, f"subscriber {self.subscriber_id}")
-        daemon = GuardedDaemon(gate, host=self._bind[0], port=self._bind[1])
+        try:
+            daemon = GuardedDaemon(gate, host=self._bind[0], port=self._bind[1])
+        except OSError as exc:  # a port in use, an address not of this machine
+            where = bind_failure(exc, "callback", *self._bind)
+            raise InvalidArgument("port" if self._bind[1] else "host", str(where)) from None
         self._serving = DaemonLoop(daemon, f"subscriber-{self.subscriber_id}-loop")
         self.uri = str(daemon.register(_Receiver(self), f"subscriber.{self.subscriber_id}"))
         who = Identity(

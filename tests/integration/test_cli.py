@@ -12,7 +12,7 @@ import pytest
 
 from channel_server.wire import NS_NOT_REACHABLE
 from tests.integration.conftest import channel_stats
-from tests.integration.procs import PROJECT_ROOT, Cluster, wait_until
+from tests.integration.procs import PROJECT_ROOT, Cluster, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -227,3 +227,18 @@ def test_a_publish_stopped_by_an_error_says_what_it_had_done(cluster: Cluster) -
     summary = pub.wait_for(r"P -> jobs: (\d+) accepted.* before an error stopped it")
     figures = json.loads(pub.wait_for(r"^\{.*\"error\": true.*\}$").group(0))
     assert figures["accepted"] == int(summary.group(1)) >= 100
+
+
+def test_a_subscriber_takes_its_callback_port_and_waits_for_its_channel(cluster: Cluster) -> None:
+    """Its callback bound a port of the system's choosing, which a firewall cannot let
+    through, and one started before its channel existed exited at once, though the library
+    could wait (session 33's operator probe)."""
+    port = free_port()
+    run = ["-m", "subscriber", "run", *cluster.ns, "--channel", "later", "--port", str(port)]
+    sub = cluster.start("s1", [*run, "--id", "s1", "--wait-for-channel", "30", "--quiet"], None)
+    sub.wait_for(r"waiting for channel later")
+    cluster.broker("later")  # its name server and the channel come up after
+    sub.wait_for(rf"subscriber s1 ready on channel later .* at PYRO:\S+@127\.0\.0\.1:{port}")
+    taken = cluster.run([*run, "--id", "s2"])
+    assert taken.returncode == 2, taken.stderr
+    assert f"callback at 127.0.0.1:{port}" in taken.stderr.strip().splitlines()[-1]
