@@ -436,7 +436,9 @@ class Broker:
         if self.leases is None or not isinstance(self.store, LeaseStore):
             raise InvalidArgument("store", "moving a channel needs a store shared by brokers")
         check_name("broker-id", to)
-        if to == self.config.broker_id or self._names().lookup(broker_ns_name(to)) is None:
+        if to == self.config.broker_id:
+            raise InvalidArgument("to", f"channel {name!r} is served by broker {to!r} already")
+        if self._names().lookup(broker_ns_name(to)) is None:
             raise InvalidArgument("to", f"no other broker {to!r} in the name server")
         epoch = self.leases.held().get(name)
         channel = self._hosted.remove(name)

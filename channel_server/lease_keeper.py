@@ -147,10 +147,17 @@ class LeaseKeeper:
         self._drop(name, why)
 
     def _take_over_one(self, lease: Lease) -> None:
-        since = f"expired {-lease.expires_in_s:.1f} s ago" if lease.expires_in_s <= 0 else "free"
-        log.warning(
-            "taking over channel %s from %s (lease %s)", lease.channel, lease.owner or "-", since
-        )
+        if lease.handoff_to == self.store.broker_id:  # a planned move: nothing went wrong
+            log.info("taking channel %s handed over to this broker", lease.channel)
+        else:
+            expired = lease.expires_in_s <= 0
+            since = f"expired {-lease.expires_in_s:.1f} s ago" if expired else "free"
+            log.warning(
+                "taking over channel %s from %s (lease %s)",
+                lease.channel,
+                lease.owner or "-",
+                since,
+            )
         self._take_over(lease.channel)  # it starts the restore elsewhere and says how it went
 
     def forget(self, name: str) -> None:

@@ -95,7 +95,9 @@ def _move(args: argparse.Namespace, channel: str, owner_uri: str, to: str) -> fl
 def move_channel(args: argparse.Namespace) -> int:
     owners, brokers = _owners(args)
     owner = owners.get(args.channel)
-    if owner is None or owner not in brokers:
+    if owner is None:
+        return cc.fail(f"unknown channel {args.channel!r}", cc.EXIT_USAGE)
+    if owner not in brokers:
         return cc.fail(f"channel {args.channel} is not served by any broker now", cc.EXIT_ERROR)
     return _run_moves(args, [(args.channel, owner, args.to)], brokers)
 
@@ -104,6 +106,12 @@ def rebalance(args: argparse.Namespace) -> int:
     owners, brokers = _owners(args)
     leased = [b for b, uri in sorted(brokers.items()) if _serves_with_leases(uri)]
     moves = plan_rebalance({c: o for c, o in owners.items() if o in leased}, leased)
+    if not leased:
+        return cc.fail(
+            "no broker here moves channels: rebalancing needs brokers sharing a database "
+            "(--store postgresql://...)",
+            cc.EXIT_USAGE,
+        )
     if not moves:
         print(f"balanced: {len(owners)} channels over {len(leased)} brokers")
         return cc.EXIT_OK

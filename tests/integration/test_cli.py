@@ -242,3 +242,17 @@ def test_a_subscriber_takes_its_callback_port_and_waits_for_its_channel(cluster:
     taken = cluster.run([*run, "--id", "s2"])
     assert taken.returncode == 2, taken.stderr
     assert f"callback at 127.0.0.1:{port}" in taken.stderr.strip().splitlines()[-1]
+
+
+def test_move_and_rebalance_say_what_is_wrong_on_brokers_that_cannot_move(
+    cluster: Cluster,
+) -> None:
+    """A channel that never existed was "not served by any broker now" (exit 1), and
+    rebalance over SQLite brokers said "balanced: 2 channels over 0 brokers" (session 33's
+    operator probe)."""
+    cluster.broker("a", "b")
+    nochan = cluster.run(["-m", "channel_server", "move", "nochan", "--to", "b1", *cluster.ns])
+    assert (nochan.returncode, nochan.stderr.strip()) == (2, "error: unknown channel 'nochan'")
+    dry = cluster.run(["-m", "channel_server", "rebalance", "--dry-run", *cluster.ns])
+    assert dry.returncode == 2
+    assert "rebalancing needs brokers sharing a database" in dry.stderr

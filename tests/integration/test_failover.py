@@ -201,10 +201,15 @@ def test_move_hands_a_channel_over_mid_flow(cluster: Cluster, pg_dsn: str) -> No
     wait_until(lambda: len(received(cluster, "mv", "s1", "s2")) >= EVENTS // 4, 30, "flowing")
     assert "moved mv: b1 -> b2" in admin(cluster, "move", "mv", "--to", "b2")
     target.wait_for(r"channel mv \(queue", TAKE_OVER_S)
+    assert target.count("taking channel mv handed over to this broker") == 1
+    assert target.count("WARNING .*taking over channel mv") == 0  # not a failover
     assert lease_of(pg_dsn, "mv") == ("b2", 2)
     assert pub.popen.wait(90) == 0, pub.output()
     wait_for_every_event(cluster, "mv", "every event after the move")
     assert_all_once_in_order(received(cluster, "mv", "s1", "s2"), 2 * PREFETCH)
+    again = cluster.run(["-m", "channel_server", "move", "mv", "--to", "b2", *cluster.ns])
+    assert again.returncode == 4  # it said "no other broker 'b2'" (session 33's operator)
+    assert "channel 'mv' is served by broker 'b2' already" in again.stderr
 
 
 def test_rebalance_spreads_channels_over_the_brokers(cluster: Cluster, pg_dsn: str) -> None:
