@@ -48,6 +48,10 @@ class Step:
         return (self.message or "").replace("{n}", str(n))
 
 
+TOPICLESS = frozenset({"topics"})
+"""Actions that name no topic (a step may leave ``topic`` out)."""
+
+
 def load_steps(path: Path, actions: tuple[str, ...], message_action: str | None) -> list[Step]:
     """Parse and check a scenario; ValueError names the step and what is wrong."""
     try:
@@ -71,10 +75,13 @@ def _step(number: int, raw: Any, actions: tuple[str, ...], message_action: str |
         raise ValueError(f"{where}: action must be one of {', '.join(actions)}, got {action!r}")
     if action == message_action and not isinstance(raw.get("message"), str | int | float):
         raise ValueError(f"{where}: {action} needs a message")
-    try:
-        check_name("topic", raw.get("topic"))
-    except Exception:
-        raise ValueError(f"{where}: topic must be 1-128 characters of [A-Za-z0-9._-]") from None
+    if action in TOPICLESS and "topic" not in raw:
+        raw = {**raw, "topic": ""}  # it names no topic (the subscriber's topics)
+    else:
+        try:
+            check_name("topic", raw.get("topic"))
+        except Exception:
+            raise ValueError(f"{where}: topic must be 1-128 characters of [A-Za-z0-9._-]") from None
     repeat = raw.get("repeat", 1)
     if type(repeat) is not int or repeat < 1:
         raise ValueError(f"{where}: repeat must be a whole number >= 1")

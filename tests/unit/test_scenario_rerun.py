@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from channel_client.scenario import ScenarioRunner, load_steps
 from channel_client.statefile import StateFile
 
@@ -57,3 +59,15 @@ def test_a_resumed_run_says_how_many_it_skipped(tmp_path: Path) -> None:
         again.summary(2)
         == f"script {path}: 2 steps run (resumed after 1 completed by an earlier run)"
     )
+
+
+def test_a_topics_step_names_no_topic(tmp_path: Path) -> None:
+    """``{action: topics}`` was refused for want of a topic it does not use (session 33's
+    operator probe); the other actions still need one."""
+    path = tmp_path / "steps.yaml"
+    path.write_text("- {action: subscribe, topic: news}\n- {action: topics}\n")
+    steps = load_steps(path, ("subscribe", "topics"), None)
+    assert [(s.action, s.topic) for s in steps] == [("subscribe", "news"), ("topics", "")]
+    path.write_text("- {action: subscribe}\n")
+    with pytest.raises(ValueError, match="step 1: topic must be"):
+        load_steps(path, ("subscribe", "topics"), None)
