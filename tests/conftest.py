@@ -14,6 +14,7 @@ import pytest
 
 from channel_client.statefile import STATE_DIR_ENV
 from tests.integration.procs import Cluster
+from tests.integration.tls_certs import certs  # noqa: F401 (a fixture for every test)
 from tests.pgcluster import PgCluster
 
 

@@ -63,6 +63,17 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+PLAIN_HTTP_ADMIN = (
+    "dead letters and their replay are served over HTTPS only (start the broker with "
+    "--tls-cert/--tls-key), or use python -m channel_server dead-letters: over plain HTTP, "
+    "the credential asking may have been read by a process that held this port while the "
+    "broker was away"
+)
+"""Why a plain-HTTP monitor refuses the admin routes: they hand out payloads and change
+the channel, and a credential sent over plain HTTP is whoever's holds the port (session
+33's attacker read dead letters and replayed them with a scraper's monitor token)."""
+
+
 def _json(status: int, value: Any) -> Response:
     return Response(status, "application/json", json.dumps(value, default=str).encode())
 
@@ -162,6 +173,8 @@ class MonitorApp:
         if not user.allows(Action.ADMIN, name):
             reason = f"user {user.name!r} may not: admin on channel {name!r}"
             return error(HTTPStatus.FORBIDDEN, reason)
+        if self._scheme != "https":
+            return error(HTTPStatus.FORBIDDEN, PLAIN_HTTP_ADMIN)
         return channel
 
     def _file(self, name: str) -> Response:

@@ -8,10 +8,13 @@ import http.client
 import io
 import json
 import socket
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import trustme
 
 from channel_server import users as um
 from channel_server.monitor.server import (
@@ -215,10 +218,20 @@ def test_stop_closes_the_port_within_its_budget() -> None:
     monitor.stop()  # twice is harmless
 
 
+def connect(server: MonitorServer, context: ssl.SSLContext | None) -> http.client.HTTPConnection:
+    if context is None:
+        return http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
+    return http.client.HTTPSConnection("127.0.0.1", port(server), timeout=5, context=context)
+
+
 def post(
-    server: MonitorServer, path: str, body: bytes, headers: dict[str, str]
+    server: MonitorServer,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
+    conn = connect(server, context)
     conn.request("POST", path, body=body, headers=headers)
     response = conn.getresponse()
     data = response.read()
@@ -226,32 +239,45 @@ def post(
     return response.status, data
 
 
-def test_a_replay_post_needs_credentials_the_session_token_and_its_own_host() -> None:
+def test_a_replay_post_needs_credentials_the_session_token_and_its_own_host(
+    tmp_path: Path,
+) -> None:
+    """Over HTTPS, as a replay needs (over plain HTTP it is refused to everyone)."""
+    ca = trustme.CA()
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    issued = ca.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
     orders = FakeChannel("orders")
     # room for more than CONFIG's 2 requests at once: a finished request's thread may
     # still hold its slot when the next one arrives (that is the cap's test, not this)
-    monitor = MonitorServer(dataclasses.replace(CONFIG, max_connections=16), handle(orders))
+    config = dataclasses.replace(CONFIG, max_connections=16, cert=str(cert), key=str(key))
+    monitor = MonitorServer(config, handle(orders))
     monitor.start()
     try:
         owner = {"Authorization": basic("owner", MONITOR_TOKEN)}
-        session = get_json(monitor, "/api/session", owner["Authorization"])
+        session = get_json(monitor, "/api/session", owner["Authorization"], context)
         path = "/api/channels/orders/dead-letters/replay"
         token = {"X-CSRF-Token": session["csrf"]}
-        assert post(monitor, path, b"{}", token)[0] == 401  # no credential
-        assert post(monitor, path, b"{}", owner)[0] == 403  # no token
-        evil = {**owner, **token, "Origin": "http://evil.example"}
-        assert post(monitor, path, b"{}", evil)[0] == 403
-        status, reply = post(monitor, path, b'{"ids": ["PUB-3"]}', {**owner, **token})
+        assert post(monitor, path, b"{}", token, context)[0] == 401  # no credential
+        assert post(monitor, path, b"{}", owner, context)[0] == 403  # no token
+        evil = {**owner, **token, "Origin": "https://evil.example"}
+        assert post(monitor, path, b"{}", evil, context)[0] == 403
+        status, reply = post(monitor, path, b'{"ids": ["PUB-3"]}', {**owner, **token}, context)
         assert (status, json.loads(reply)) == (200, {"replayed": 1})
         too_big = b'{"ids": ["' + b"x" * CONFIG.max_request_bytes + b'"]}'
-        assert post(monitor, path, too_big, {**owner, **token})[0] == 413
+        assert post(monitor, path, too_big, {**owner, **token}, context)[0] == 413
         assert orders.replayed == [["PUB-3"]]
     finally:
         monitor.stop()
 
 
-def get_json(server: MonitorServer, path: str, auth: str) -> dict:
-    conn = http.client.HTTPConnection("127.0.0.1", port(server), timeout=5)
+def get_json(
+    server: MonitorServer, path: str, auth: str, context: ssl.SSLContext | None = None
+) -> dict:
+    conn = connect(server, context)
     conn.request("GET", path, headers={"Authorization": auth})
     data = conn.getresponse().read()
     conn.close()

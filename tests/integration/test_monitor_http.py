@@ -150,7 +150,8 @@ def test_the_json_api_gives_what_list_and_status_print(cluster: Cluster) -> None
         k: v for k, v in status[0].items() if k not in volatile
     }
     assert (entry["accepted"], entry["broker"]) == (4, "b1")
-    assert monitor.json("/api/channels/orders/dead-letters") == []
+    status, refusal = monitor.get("/api/channels/orders/dead-letters")  # plain HTTP
+    assert status == 403 and b"served over HTTPS only" in refusal
     assert monitor.get("/api/channels/nope")[0] == 404
 
 

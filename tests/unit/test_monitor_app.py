@@ -27,7 +27,9 @@ def cheap_hashes() -> Iterator[None]:
 
 @pytest.fixture
 def app() -> MonitorApp:
-    return MonitorApp(handle(FakeChannel("orders"), FakeChannel("orders-eu"), FakeChannel("hr")))
+    """An HTTPS monitor (a plain-HTTP one refuses the dead-letter routes to everyone)."""
+    channels = FakeChannel("orders"), FakeChannel("orders-eu"), FakeChannel("hr")
+    return MonitorApp(handle(*channels), scheme="https")
 
 
 def body(app: MonitorApp, path: str, user: um.User | None = None) -> tuple[int, object]:
@@ -187,7 +189,7 @@ HOST = "127.0.0.1:9100"
 def post(
     app: MonitorApp, path: str, payload: bytes = b"{}", user: um.User | None = None, **headers: str
 ) -> tuple[int, object]:
-    sent = {"X-CSRF-Token": app.csrf_token, "Host": HOST, "Origin": f"http://{HOST}"} | {
+    sent = {"X-CSRF-Token": app.csrf_token, "Host": HOST, "Origin": f"https://{HOST}"} | {
         k.replace("_", "-"): v for k, v in headers.items()
     }
     response = app.respond_post(path, user or owner(), sent, payload)
@@ -205,7 +207,7 @@ def test_the_session_gives_the_user_and_the_token_a_post_needs(app: MonitorApp) 
 
 def test_replay_all_or_named_dead_letters() -> None:
     orders = FakeChannel("orders")
-    app = MonitorApp(handle(orders), frozenset({HOST}))
+    app = MonitorApp(handle(orders), frozenset({HOST}), "https")
     assert post(app, REPLAY) == (200, {"replayed": 1})
     assert post(app, REPLAY, b'{"ids": ["PUB-3", "P/PUB-4"]}') == (200, {"replayed": 2})
     assert orders.replayed == [None, ["PUB-3", "P/PUB-4"]]
@@ -216,13 +218,14 @@ def test_replay_all_or_named_dead_letters() -> None:
     [
         ({"X_CSRF_Token": ""}, "X-CSRF-Token"),
         ({"X_CSRF_Token": "guessed"}, "X-CSRF-Token"),
-        ({"Origin": "http://evil.example"}, "not of this server"),
-        ({"Host": "rebound.example:9100", "Origin": "http://rebound.example:9100"}, "not to this"),
+        ({"Origin": "https://evil.example"}, "not of this server"),
+        ({"Origin": f"http://{HOST}"}, "not of this server"),
+        ({"Host": "rebound.example:9100", "Origin": "https://rebound.example:9100"}, "not to this"),
     ],
 )
 def test_a_post_from_another_sites_page_is_refused(headers: dict[str, str], reason: str) -> None:
     orders = FakeChannel("orders")
-    app = MonitorApp(handle(orders), frozenset({HOST}))
+    app = MonitorApp(handle(orders), frozenset({HOST}), "https")
     status, reply = post(app, REPLAY, **headers)
     assert status == 403 and reason in str(reply)
     assert orders.replayed == []
@@ -230,7 +233,7 @@ def test_a_post_from_another_sites_page_is_refused(headers: dict[str, str], reas
 
 def test_replay_needs_admin_on_the_channel_and_a_well_formed_body() -> None:
     orders = FakeChannel("orders")
-    app = MonitorApp(handle(orders, FakeChannel("hr")), frozenset({HOST}))
+    app = MonitorApp(handle(orders, FakeChannel("hr")), frozenset({HOST}), "https")
     alice = authenticate(handle().access, basic("alice", "alice-pw"))
     assert post(app, REPLAY, user=alice)[0] == 403
     assert post(app, "/api/channels/hr/dead-letters/replay", user=alice)[0] == 404
@@ -239,3 +242,18 @@ def test_replay_needs_admin_on_the_channel_and_a_well_formed_body() -> None:
     assert post(app, REPLAY, b'{"ids": "PUB-3"}')[0] == 400
     assert post(app, "/api/channels/orders/nothing")[0] == 404
     assert orders.replayed == []
+
+
+def test_a_plain_http_monitor_serves_no_dead_letters_and_no_replay() -> None:
+    """Over plain HTTP the credential asking is whoever's held the port while the broker
+    was away: session 33's attacker read another user's dead letters, payloads and all, and
+    replayed them with a scraper's monitor token. Counts and metrics are still served."""
+    orders = FakeChannel("orders")
+    app = MonitorApp(handle(orders), frozenset({HOST}))
+    status, refusal = body(app, "/api/channels/orders/dead-letters")
+    assert status == 403 and "served over HTTPS only" in refusal["error"]
+    sent = {"X-CSRF-Token": app.csrf_token, "Host": HOST, "Origin": f"http://{HOST}"}
+    replay = app.respond_post(REPLAY, owner(), sent, b"{}")
+    assert replay.status == 403 and b"HTTPS only" in replay.body
+    assert orders.replayed == []
+    assert body(app, "/api/channels/orders")[0] == 200

@@ -32,6 +32,7 @@ async function getJSON(path) {
   if (!reply.ok) {
     const error = new Error(`${path}: HTTP ${reply.status}`);
     error.status = reply.status;
+    error.reason = (await reply.json().catch(() => ({}))).error;
     throw error;
   }
   return reply.json();
@@ -192,7 +193,7 @@ async function renderDetail(name) {
     }));
   } catch (error) {
     if (error.status !== 403) throw error;
-    note.textContent = "only a user with admin on this channel may see them";
+    note.textContent = error.reason || "only a user with admin on this channel may see them";
     document.getElementById("dead-letters").hidden = true;
     document.getElementById("replay-all").hidden = true;
     fill(tbody, []);
