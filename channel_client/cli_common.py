@@ -12,7 +12,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import channel_server
 from channel_client.arg_types import (
     HOST_NAME,
     host_name,
@@ -51,6 +50,7 @@ from channel_client.runtime import (
 from channel_server import tls
 from channel_server.events import IdScope
 from channel_server.transport import TransportConfig
+from channel_server.version import installed_version
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT
 
 __all__ = [
@@ -111,7 +111,7 @@ def add_version_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--version",
         action="version",
-        version=f"%(prog)s (pubsub-channels {channel_server.installed_version()})",
+        version=f"%(prog)s (pubsub-channels {installed_version()})",
     )
 
 

@@ -22,7 +22,6 @@ import Pyro5.errors
 import Pyro5.server
 from Pyro5.core import URI
 
-from channel_server import installed_version
 from channel_server.access import Access
 from channel_server.broker_service import BrokerDaemon, BrokerService, check_id_scope, check_kind
 from channel_server.channel import EventChannel
@@ -55,6 +54,7 @@ from channel_server.store import ChannelRecord, Store
 from channel_server.store.leases import LeaseStore
 from channel_server.strict_calls import CHANNEL_OBJECT_PREFIX
 from channel_server.transport import bind_failure
+from channel_server.version import installed_version
 from channel_server.wire import (
     NS_CHANNEL_PREFIX,
     as_refusal,

@@ -60,7 +60,29 @@ def private_dir(path: Path, what: str = "state dir") -> Path:
     if not stat.S_ISDIR(st.st_mode):
         raise StoreError(str(path), f"cannot use the {what}: not a directory")
     _tighten(path, st, DIR_MODE, what, lambda mode: os.chmod(path, mode))
+    _check_ancestors(path, what)
     return path
+
+
+def _check_ancestors(path: Path, what: str) -> None:
+    """Refuse a directory inside one that another user could rename it out of: one that
+    user owns (root aside), or that everyone may write without the sticky bit, as /tmp has
+    (session 33: a user who made ``pubsub-data`` first moved a broker's data dir away
+    while it was stopped, and the broker came back empty)."""
+    for parent in path.resolve().parents:
+        st = os.stat(parent)
+        if st.st_uid not in (os.geteuid(), 0):
+            raise StoreError(
+                str(path),
+                f"cannot use the {what}: {parent} belongs to uid {st.st_uid}, who could move "
+                "it away",
+            )
+        if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+            raise StoreError(
+                str(path),
+                f"cannot use the {what}: anyone may write {parent}, and so move it away "
+                "(chmod o-w or +t it)",
+            )
 
 
 def write_private(path: Path, text: str) -> None:

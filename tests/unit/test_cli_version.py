@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import channel_server
 from channel_server import cli as broker_cli
+from channel_server.version import installed_version
 from publisher import cli as publisher_cli
 from spark_partitions import cli as spark_cli
 from subscriber import cli as subscriber_cli
@@ -19,9 +19,5 @@ def test_version_is_printed_and_exits_0(main, capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
-    assert (
-        capsys.readouterr()
-        .out.strip()
-        .endswith(f"(pubsub-channels {channel_server.installed_version()})")
-    )
-    assert channel_server.installed_version().count(".") >= 2
+    assert capsys.readouterr().out.strip().endswith(f"(pubsub-channels {installed_version()})")
+    assert installed_version().count(".") >= 2

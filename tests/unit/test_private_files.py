@@ -355,3 +355,17 @@ def test_the_clients_report_a_malformed_state_file_in_one_line(
     assert len(lines) == 2, lines
     assert lines[0].startswith("error: ") and "publisher-p1.json: not a JSON" in lines[0]
     assert lines[1].startswith("error: ") and "subscriber-s1.received: line 1" in lines[1]
+
+
+def test_a_data_dir_in_a_directory_anyone_may_write_is_refused(tmp_path: Path) -> None:
+    """A user who made ``pubsub-data`` first (anyone may write it) moved a broker's data
+    dir out of it while the broker was stopped, and the broker came back empty (session
+    33's attacker probe). A sticky directory, as /tmp is, lets nobody rename what is not
+    theirs."""
+    shared = tmp_path / "pubsub-data"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(StoreError, match=r"anyone may write .*pubsub-data, and so move it"):
+        SQLiteStore(shared / "b1")
+    shared.chmod(0o777 | stat.S_ISVTX)
+    SQLiteStore(shared / "b1").close()
