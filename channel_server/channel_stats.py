@@ -197,7 +197,16 @@ def member_stats(m: Member, now: float) -> dict[str, Any]:
         "long_delays": m.delays.long,
         "offloads": m.offloads,
         "seen_s_ago": round(max(0.0, now - m.last_seen), 3),
+        "oldest_in_flight_s": _oldest_in_flight_s(m, now),
     }
+
+
+def _oldest_in_flight_s(m: Member, now: float) -> float:
+    """How long the member has held its oldest unacknowledged event (0: none): a handler
+    stuck on one shows here long before ``--handler-timeout`` (session 33's operator
+    probe could tell a hung handler from a busy one only by acks not moving)."""
+    first = next(iter(m.flights.values()), None)  # delivery order: the oldest first
+    return 0.0 if first is None else round(max(0.0, now - first.sent_at), 3)
 
 
 def dead_letter_rows(core: ChannelCore, max_attempts: int) -> list[dict[str, Any]]:

@@ -76,6 +76,12 @@ MEMBER_METRICS = (
     ("member_long_delays", "counter", "Pushes slower than --long-delay.", "long_delays"),
     ("member_offloads", "counter", "Times its partitions moved away for slowness.", "offloads"),
     ("member_last_seen_age_seconds", "gauge", "Seconds since its last sign of life.", "seen_s_ago"),
+    (
+        "member_oldest_in_flight_seconds",
+        "gauge",
+        "Seconds the member has held its oldest unacknowledged event (0: none).",
+        "oldest_in_flight_s",
+    ),
 )
 Family = CounterMetricFamily | GaugeMetricFamily
 """A metric family that takes samples (``add_metric``)."""

@@ -123,3 +123,20 @@ def test_a_second_client_with_the_same_id_is_refused_not_given_the_same_messages
     channel.housekeep()  # A went quiet: whoever gets next takes the id over
     assert got(channel.get("twin")) == ("m3", 2)
     assert channel.stats()["groups"]["twin"]["members"][0]["acked"] == 2
+
+
+def test_stats_say_how_long_a_member_has_held_its_oldest_event(
+    make_channel: ChannelFactory, clock: FakeClock
+) -> None:
+    """A hung handler shows as an age that grows, long before the handler timeout: an
+    operator could tell it from a busy one only by acks not moving (session 33)."""
+    channel = make_channel(clock=clock, pull_timeout_s=PULL_TIMEOUT_S)
+    channel.subscribe("p1")
+    assert member(channel, "p1")["oldest_in_flight_s"] == 0.0  # holds nothing
+    channel.publish([event("e1"), event("e2", ts=2.0)])
+    first = channel.get("p1")["event"]
+    clock.advance(7.5)
+    assert member(channel, "p1")["oldest_in_flight_s"] == 7.5
+    channel.get("p1", uid(first))  # acknowledges e1, takes e2
+    clock.advance(1.0)
+    assert member(channel, "p1")["oldest_in_flight_s"] == 1.0

@@ -35,6 +35,7 @@ def member(member_id: str, active: bool = True, **values: Any) -> dict[str, Any]
         "long_delays": 0,
         "offloads": 1,
         "seen_s_ago": 0.5,
+        "oldest_in_flight_s": 2.5,
     }
     return base | values
 

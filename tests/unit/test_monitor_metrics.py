@@ -67,6 +67,7 @@ def test_member_figures_are_labelled_by_channel_group_and_member() -> None:
     assert values["pubsub_member_small_delays_total", s1] == 2
     assert values["pubsub_member_long_delays_total", s1] == 0
     assert values["pubsub_member_last_seen_age_seconds", s1] == 0.5
+    assert values["pubsub_member_oldest_in_flight_seconds", s1] == 2.5
 
 
 def test_labels_never_hold_event_ids_and_text_is_escaped() -> None:
