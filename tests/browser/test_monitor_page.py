@@ -33,6 +33,14 @@ def publish(cluster: Cluster, channel: str, count: int) -> None:
         assert pub.publish([pub.event(i) for i in range(count)])["accepted"] == count
 
 
+def owner_context(browser: Any, cluster: Cluster) -> Any:
+    """A browser context with the owner's monitor credentials (Basic, the monitor token)
+    that takes the HTTPS tests' certificates (their trustme CA is not the browser's)."""
+    token = read_monitor_token(cluster.tmp / "state")
+    credentials = {"username": "owner", "password": token}
+    return browser.new_context(http_credentials=credentials, ignore_https_errors=True)
+
+
 def cell(page: Any, channel: str, column: int) -> Any:
     """A cell of a channel's row in the channels table (0: its name)."""
     return page.locator(f'#channels tr[data-channel="{channel}"] td').nth(column)
@@ -48,8 +56,7 @@ def test_the_page_follows_two_channels_live(cluster: Cluster, browser: Any, tmp_
     sub = cluster.subscriber("orders", "s1", "--fault", "fail-on:PUB-3")
     publish(cluster, "orders", 5)
     publish(cluster, "audit", 2)
-    token = read_monitor_token(cluster.tmp / "state")
-    context = browser.new_context(http_credentials={"username": "owner", "password": token})
+    context = owner_context(browser, cluster)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -93,10 +100,7 @@ def test_over_https_the_owner_replays_a_dead_letter_from_the_page(
     # Given a TLS broker whose subscriber fails on PUB-3 (the clients take TLS too)
     port = tls_cluster(cluster, certs, monkeypatch, "fail-on:PUB-3")
     publish_over_tls(cluster, 5)
-    token = read_monitor_token(cluster.tmp / "state")
-    context = browser.new_context(
-        http_credentials={"username": "owner", "password": token}, ignore_https_errors=True
-    )
+    context = owner_context(browser, cluster)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -145,8 +149,7 @@ def test_a_group_of_many_partitions_says_it_lists_the_busiest(
     many = STATS_PARTITIONS + 1
     with publisher_for(cluster, "orders", partitions=many) as pub:
         assert pub.publish([pub.event(i) for i in range(many)])["accepted"] == many
-    token = read_monitor_token(cluster.tmp / "state")
-    context = browser.new_context(http_credentials={"username": "owner", "password": token})
+    context = owner_context(browser, cluster)
     page = context.new_page()
     try:
         page.goto(f"http://127.0.0.1:{port}/#orders")
@@ -164,8 +167,7 @@ def test_a_busy_broker_says_so_on_the_page(cluster: Cluster, browser: Any) -> No
     cluster.broker(
         "orders", extra=("--memory", "--http", f"127.0.0.1:{port}", "--busy-cpu", "0.000001")
     )
-    token = read_monitor_token(cluster.tmp / "state")
-    context = browser.new_context(http_credentials={"username": "owner", "password": token})
+    context = owner_context(browser, cluster)
     page = context.new_page()
     summary = page.locator("#detail-summary")
     sent = iter(range(1_000_000))
@@ -214,9 +216,7 @@ def test_another_sites_page_cannot_replay_dead_letters(
     wait_until(lambda: _dead_letters(port, token, certs) == 1, what="a dead letter")
     target = f"https://127.0.0.1:{port}/api/channels/orders/dead-letters/replay"
     evil = _serve_once(EVIL_PAGE.format(target=target).encode())
-    context = browser.new_context(
-        http_credentials={"username": "owner", "password": token}, ignore_https_errors=True
-    )
+    context = owner_context(browser, cluster)
     try:
         # When a page of another origin posts to the replay route (a form, a no-cors
         # fetch, and a fetch with a guessed token, which needs a preflight)

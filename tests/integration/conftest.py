@@ -3,9 +3,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import Pyro5.client
+import Pyro5.errors
 import pytest
 
 from channel_client.lookup import resolve_channel
+from channel_server.credentials import Credential
 from channel_server.wire import make_proxy
 from publisher.client import Publisher
 from tests.integration.procs import Cluster
@@ -36,3 +39,15 @@ class Worker:
     def __call__(self, event: dict[str, Any]) -> None:
         with self._lock:
             self.events.append(event)
+
+
+def bind_or_refusal(uri: str, credential: Credential | None = None) -> Pyro5.client.Proxy | str:
+    """A connected proxy as ``credential`` (the owner's when None), holding its connection
+    and a worker thread of the daemon, or why its connection was refused."""
+    proxy = make_proxy(uri, 5.0, credential)
+    try:
+        proxy._pyroBind()
+    except Pyro5.errors.CommunicationError as exc:
+        proxy._pyroRelease()
+        return str(exc)
+    return proxy

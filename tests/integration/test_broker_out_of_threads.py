@@ -14,6 +14,7 @@ import Pyro5.client
 import Pyro5.errors
 
 from channel_server.wire import NS_BROKER_PREFIX, locate_ns, make_proxy
+from tests.integration.conftest import bind_or_refusal
 from tests.integration.procs import Cluster
 
 THREAD_ROOM_BYTES = 48 << 20
@@ -24,17 +25,6 @@ MAX_HELD = 60
 def _vm_size(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmSize:\s+(\d+) kB", status)[1]) * 1024  # type: ignore[index]
-
-
-def _hold(uri: str) -> Pyro5.client.Proxy | str:
-    """A connection that keeps one of the broker's threads, or why it was refused."""
-    proxy = make_proxy(uri, 5.0)
-    try:
-        proxy._pyroBind()
-    except Pyro5.errors.CommunicationError as exc:
-        proxy._pyroRelease()
-        return str(exc)
-    return proxy
 
 
 def test_a_connection_without_a_thread_is_refused_as_busy_and_the_broker_serves_on(
@@ -50,7 +40,7 @@ def test_a_connection_without_a_thread_is_refused_as_busy_and_the_broker_serves_
     resource.prlimit(pid, resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
     try:
         while not refusal and len(held) < MAX_HELD:
-            got = _hold(uri)
+            got = bind_or_refusal(uri)
             if isinstance(got, str):
                 refusal = got
             else:
@@ -59,7 +49,12 @@ def test_a_connection_without_a_thread_is_refused_as_busy_and_the_broker_serves_
         resource.prlimit(pid, resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)
         for proxy in held:
             proxy._pyroRelease()
-    assert "busy: no thread could be started for it, retry later" in refusal, refusal
+    assert refusal, f"no connection refused in {MAX_HELD}: the limit did not bite"
     with make_proxy(uri, 5.0) as fresh:  # everyone gone and the limit lifted: served again
         assert fresh.channels() == ["jobs"]
-    assert broker.count("no thread for a connection") >= 1, broker.output()
+    # mostly the busy refusal; the limit may also fail another allocation on the way to
+    # the thread (a connection closed, logged with its trace): the loop lives through both
+    said = broker.count("no thread for a connection") + broker.count("failed in the accept loop")
+    assert said >= 1, broker.output()
+    if "busy" not in refusal:
+        assert broker.count("failed in the accept loop") >= 1, (refusal, broker.output())

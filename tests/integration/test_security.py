@@ -34,7 +34,7 @@ from channel_server.wire import (
     locate_ns,
     make_proxy,
 )
-from tests.integration.conftest import publisher_for
+from tests.integration.conftest import bind_or_refusal, publisher_for
 from tests.integration.procs import Cluster, free_port, logged, wait_until
 
 pytestmark = pytest.mark.integration
@@ -399,19 +399,8 @@ def test_list_shows_a_user_the_channels_it_may_see(cluster: Cluster) -> None:
         assert ns.count() > len(ns.list(prefix=NS_CHANNEL_PREFIX)) >= 2
 
 
-def _binds(uri: str, credential: Credential) -> Pyro5.client.Proxy | str:
-    """A connected proxy as ``credential``, or why its connection was refused."""
-    proxy = make_proxy(uri, 5.0, credential)
-    try:
-        proxy._pyroBind()
-    except Pyro5.errors.CommunicationError as exc:
-        proxy._pyroRelease()
-        return str(exc)
-    return proxy
-
-
 def _bound(uri: str, credential: Credential) -> Pyro5.client.Proxy | None:
-    proxy = _binds(uri, credential)
+    proxy = bind_or_refusal(uri, credential)
     return None if isinstance(proxy, str) else proxy
 
 
@@ -425,10 +414,10 @@ def test_one_user_cannot_take_every_connection(cluster: Cluster) -> None:
     limits = ("--max-connections", "8", "--max-connections-per-user", "3")
     broker = cluster.broker("orders", extra=("--users", str(cluster.tmp / "users.yaml"), *limits))
     uri = channel_uri(cluster)
-    held = [_binds(uri, who("bob")) for _ in range(3)]
+    held = [bind_or_refusal(uri, who("bob")) for _ in range(3)]
     try:
         assert not any(isinstance(proxy, str) for proxy in held), held
-        refused = _binds(uri, who("bob"))
+        refused = bind_or_refusal(uri, who("bob"))
         assert isinstance(refused, str)
         assert "user bob has reached its limit of 3 connections" in refused
         logged(broker, r"user bob holds 3 connections: refused one more", 1)
@@ -453,12 +442,12 @@ def test_users_together_cannot_take_the_owners_connections(cluster: Cluster) -> 
     limits = ("--max-connections", "8", "--max-connections-per-user", "4")
     cluster.broker("orders", extra=("--users", str(cluster.tmp / "users.yaml"), *limits))
     uri = channel_uri(cluster)
-    held = [_binds(uri, who("bob")) for _ in range(4)] + [
-        _binds(uri, who("alice")) for _ in range(3)
+    held = [bind_or_refusal(uri, who("bob")) for _ in range(4)] + [
+        bind_or_refusal(uri, who("alice")) for _ in range(3)
     ]
     try:
         assert not any(isinstance(proxy, str) for proxy in held), held
-        refused = _binds(uri, who("alice"))
+        refused = bind_or_refusal(uri, who("alice"))
         assert isinstance(refused, str) and "limit of 7 connections of users" in refused
         listed = cluster.run(["-m", "channel_server", "list", *cluster.ns])
         assert listed.returncode == 0, listed.stderr  # the owner's eighth
