@@ -166,6 +166,14 @@ class Subscriber:
         """When the handler in hand started (monotonic), None when idle."""
         self._working = False
         """The worker has events taken from the inbox in hand (not yet in the outbox)."""
+        self._chunk: list[Outcome] = []
+        """Outcomes of the chunk in hand not handed over yet: the worker appends to it;
+        the control thread takes those a long handler holds back (:meth:`release_held`)."""
+        self._chunk_taken = 0
+        """How many of ``_chunk`` the control thread took."""
+        self._chunk_lock = threading.Lock()
+        """Guards handing ``_chunk`` over (replacing it, ``_chunk_taken``), by either
+        thread, and the outbox adds that go with it."""
         self._ran_at = time.monotonic()
         """When a thread of this process last noted that it ran (see :meth:`_ran`)."""
         self._serving: DaemonLoop | None = None
@@ -210,7 +218,13 @@ class Subscriber:
             *self._timeouts,
         )
         self._session = ChannelSession(
-            who, self._inbox, self._outbox, self._processed, self._stuck_s, self._holding
+            who,
+            self._inbox,
+            self._outbox,
+            self._processed,
+            self._stuck_s,
+            self._holding,
+            self.release_held,
         )
         self._serving.start()
         self._spawn("worker", self._work)
@@ -409,7 +423,7 @@ class Subscriber:
         known = self._processed.known(uids)
         handled: set[str] = set()
         failed: set[tuple[int, str, Any]] = set()
-        done: list[Outcome] = []
+        done = self._chunk  # (appended here; a long handler's are taken by release_held)
         inbox = self._inbox
         now = first_at = time.monotonic()  # one clock reading per event: its end, the next's start
         for item, uid in zip(items, uids, strict=True):
@@ -434,15 +448,40 @@ class Subscriber:
             done.append(outcome)
             now = time.monotonic()
             if now - first_at >= ACK_LINGER_S:
-                self._hand_over(done, urgent=True)
-                done = []
+                self._hand_over(urgent=True)
+                done = self._chunk
         if done:
-            self._hand_over(done, urgent=inbox.empty())
+            self._hand_over(urgent=inbox.empty())
 
-    def _hand_over(self, done: list[Outcome], urgent: bool) -> None:
-        """Outcomes to the control thread, the processed ids in the window first."""
-        self._processed.add([o.uid for o in done if o.error is None and not o.returned])
-        self._outbox.add(done, urgent=urgent)
+    def _hand_over(self, urgent: bool) -> None:
+        """The chunk's outcomes not handed over yet, to the control thread; a new chunk
+        list starts."""
+        with self._chunk_lock:
+            fresh = self._chunk[self._chunk_taken :]
+            self._chunk, self._chunk_taken = [], 0
+            self._send_on(fresh, urgent)
+
+    def release_held(self) -> None:
+        """For the control thread, while a handler has run over ACK_LINGER_S: hand over
+        the outcomes of the events its chunk finished before it. They waited for it to end
+        (session 33's Jepsen probe: an instant event's ack held 20 s behind the next job,
+        its partition stalled, and a crash meanwhile ran it again elsewhere)."""
+        started = self._busy_since
+        if started is None or time.monotonic() - started < ACK_LINGER_S:
+            return
+        with self._chunk_lock:
+            chunk = self._chunk
+            end = len(chunk)  # (the worker may append meanwhile: those stay its own)
+            fresh = chunk[self._chunk_taken : end]
+            self._chunk_taken = end
+            self._send_on(fresh, urgent=True)
+
+    def _send_on(self, outcomes: list[Outcome], urgent: bool) -> None:
+        """Outcomes to the outbox, the processed ids in the window first (under
+        ``_chunk_lock``: the order the outbox gets them in is the order they were done)."""
+        if outcomes:
+            self._processed.add([o.uid for o in outcomes if o.error is None and not o.returned])
+            self._outbox.add(outcomes, urgent=urgent)
 
     def _trusted_now(self) -> bool:
         """Trusted and not stopping, without waiting (nearly always: it is asked before

@@ -35,6 +35,9 @@ a long GC pause, a paused VM): the channel may have declared it dead meanwhile."
 RECENT_IDS = 1000
 """Ids processed last that are acknowledged again after contact with the channel was lost
 and before leaving: acks that a broker crash kept from being written then still count."""
+HELD_CHECK_S = 0.05
+"""While a handler runs, the control thread looks this often for events its chunk finished
+before it, so their acks wait for no long job (a wake every 50 ms, only while one runs)."""
 UNREACHABLE = (BrokerUnavailable, UnknownChannel, Pyro5.errors.CommunicationError)
 """Errors that mean "the channel is away for now" once it has been reached."""
 
@@ -66,15 +69,18 @@ class ChannelSession:
         processed: ProcessedIds,
         stuck_s: Callable[[], float],
         holding: Callable[[int], int],
+        release_held: Callable[[], None] = lambda: None,
     ) -> None:
         """``stuck_s``: how long the handler in hand has run; ``holding(session)``: events
-        of a session not yet handled and acknowledged (told with each heartbeat)."""
+        of a session not yet handled and acknowledged (told with each heartbeat);
+        ``release_held``: hands over what the chunk finished before a long handler."""
         self._who = who
         self._inbox = inbox
         self._outbox = outbox
         self._processed = processed
         self._stuck_s = stuck_s
         self._holding = holding
+        self._release_held = release_held
         self._remote: RemoteChannel | None = None
         self.group = who.group
         self.session: int | None = None
@@ -118,6 +124,9 @@ class ChannelSession:
     def _serve(self) -> None:
         while not self._finishing.is_set():
             wait_s = max(0.0, self._until_heartbeat())
+            if self._stuck_s() > 0:  # a handler runs: what finished before it goes on
+                self._release_held()
+                wait_s = min(wait_s, HELD_CHECK_S)
             due = time.monotonic() + wait_s + FREEZE_SLACK_S
             outcomes = self._outbox.wait(wait_s)
             if time.monotonic() > due:

@@ -16,6 +16,7 @@ import pytest
 from subscriber import client
 from subscriber.client import Subscriber
 from subscriber.processed import ProcessedIds
+from tests.integration.procs import wait_until
 
 
 def event(event_id: str, publisher: str = "P", partition: int = 0) -> dict[str, Any]:
@@ -220,3 +221,33 @@ def test_after_a_gap_while_events_were_held_no_event_starts_before_a_standing_ch
     idle.take_in({"session": 1, "seq": 1, "events": [event("b")]})
     idle._handle(idle._inbox.take_all(0.0))
     assert ran == ["b"]
+
+
+def test_what_a_chunk_finished_goes_on_while_a_long_handler_runs() -> None:
+    """An instant event's ack waited for the next event's 20 s job in the same push: its
+    partition stalled, and a crash meanwhile had it run again elsewhere (session 33's
+    Jepsen probe). The control thread takes it once the handler has run ACK_LINGER_S."""
+    release = threading.Event()
+    started = threading.Event()
+
+    def handler(ev: dict[str, Any]) -> None:
+        if ev["id"] == "b":
+            started.set()
+            assert release.wait(30.0)
+
+    sub = Subscriber("c", "s1", handler)
+    sub.take_in({"session": 1, "seq": 1, "events": [event("a"), event("b", partition=1)]})
+    worker = threading.Thread(target=sub._handle, args=(sub._inbox.take_all(0.0),))
+    worker.start()
+    try:
+        assert started.wait(30.0)
+        wait_until(lambda: sub._stuck_s() >= client.ACK_LINGER_S, what="the long handler")
+        sub.release_held()
+        assert [o.uid for o in sub._outbox._pending] == ["P/a"]  # b still runs
+        assert sub._processed.known(["P/a"]) == {"P/a"}  # in the window before its ack
+        sub.release_held()  # nothing new: nothing sent twice
+        assert [o.uid for o in sub._outbox._pending] == ["P/a"]
+    finally:
+        release.set()
+        worker.join(30.0)
+    assert [o.uid for o in sub._outbox._pending] == ["P/a", "P/b"]
