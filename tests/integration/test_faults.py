@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import signal
+import threading
 
 import pytest
 
@@ -201,3 +204,25 @@ def test_a22_a_late_joiner_gets_a_fair_share_without_reordering(cluster: Cluster
         )
         assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), (part, spans)
     assert re.search(r"partition=\d+", cluster.procs[-1].output())
+
+
+def test_a_publish_retried_past_a_frozen_broker_counts_what_its_first_try_stored(
+    cluster: Cluster,
+) -> None:
+    """The broker, frozen past the call timeout, stored the first try's batch once it
+    ran again, and the retry found its ids known: the summary said 0 accepted and warned
+    of a publisher id whose ids start over (session 33's Jepsen probe, 2 of 2)."""
+    broker = cluster.broker("jobs", extra=("--memory",))
+    with publisher_for(cluster, "jobs", timeout_s=1.0, retry_for_s=30.0) as pub:
+        events = [pub.event(n) for n in range(5)]
+        os.kill(broker.popen.pid, signal.SIGSTOP)
+        thaw = threading.Timer(3.0, os.kill, (broker.popen.pid, signal.SIGCONT))
+        thaw.start()  # longer than the call timeout: the first try's reply is lost
+        try:
+            summary = pub.publish(events)
+        finally:
+            thaw.join()
+    assert pub.retries >= 1
+    assert (summary["accepted"], summary["duplicates"], summary.get("retried")) == (5, [], True)
+    assert "warning" not in summary
+    assert channel_stats(cluster, "jobs")["accepted"] == 5
