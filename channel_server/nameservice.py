@@ -15,7 +15,9 @@ Pyro5 proxy belongs to the thread that made it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import time
 from typing import Any
 
 import Pyro5.api
@@ -35,6 +37,10 @@ from channel_server.wire import ANONYMOUS, NS_CHANNEL_PREFIX, locate_ns
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 5.0
+NS_ANSWER_WAIT_S = 60.0
+"""How long a starting broker waits for a name server that holds its port but does not
+answer (frozen, or too busy) before it gives up."""
+NS_LOOK_AGAIN_S = 1.0
 
 
 @checked_arity
@@ -177,22 +183,58 @@ class NameService:
         """Use the name server at host:port, or start one there when none answers. An
         existing one that admits strangers is refused unless ``insecure``."""
         service = cls(host, port, credential)
+        deadline = time.monotonic() + NS_ANSWER_WAIT_S
+        while True:
+            try:
+                locate_ns(host, port, credential=ANONYMOUS)._pyroRelease()
+            except NotAuthorized:
+                locate_ns(host, port, credential=credential)._pyroRelease()  # ours?
+                log.info("using the name server at %s:%d", host, port)
+                return service
+            except BrokerUnavailable as exc:
+                if service._embedded_or_held(access, exc, deadline):
+                    return service
+                continue
+            return service._open_to_anyone(insecure)
+
+    def _open_to_anyone(self, insecure: bool) -> NameService:
+        """A name server that admitted a stranger: refused unless ``insecure``."""
+        where = f"{self.host}:{self.port}"
+        if not insecure:
+            raise NotAuthorized(
+                f"the name server at {where} lets anyone change its names; run "
+                "`python -m channel_server nameserver`, or pass --insecure-name-server"
+            )
+        log.warning("using the name server at %s, which does not authenticate", where)
+        self._credential = ANONYMOUS  # it could prove no token: tell it none
+        return self
+
+    def _embedded_or_held(self, access: Access, why: Exception, deadline: float) -> bool:
+        """No name server answered: start one here (True), or, when a process holds the
+        port without answering (a name server frozen), wait and say so (False: look
+        again), until ``deadline`` (BrokerUnavailable). Taking "no answer" for "nobody
+        there" made a broker exit with "Address already in use" and leave its channels
+        unserved (session 33's Jepsen probe)."""
         try:
-            locate_ns(host, port, credential=ANONYMOUS)._pyroRelease()
-        except NotAuthorized:
-            locate_ns(host, port, credential=credential)._pyroRelease()  # NotAuthorized: ours?
-            log.info("using the name server at %s:%d", host, port)
-        except BrokerUnavailable:
-            service._start_embedded(access)
-        else:
-            if not insecure:
-                raise NotAuthorized(
-                    f"the name server at {host}:{port} lets anyone change its names; run "
-                    "`python -m channel_server nameserver`, or pass --insecure-name-server"
-                )
-            log.warning("using the name server at %s:%d, which does not authenticate", host, port)
-            service._credential = ANONYMOUS  # it could prove no token: tell it none
-        return service
+            self._start_embedded(access)
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailable(
+                f"name server at {self.host}:{self.port}",
+                f"a process holds its port but does not answer ({why})",
+            )
+        log.warning(
+            "the name server at %s:%d does not answer (%s), though its port is held: "
+            "waiting for it",
+            self.host,
+            self.port,
+            why,
+        )
+        time.sleep(NS_LOOK_AGAIN_S)  # a frozen name server: nothing to wake us up
+        return False
 
     def _start_embedded(self, access: Access) -> None:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -99,3 +100,23 @@ def test_a_brokers_check_of_its_name_server_is_no_warning_there(cluster: Cluster
     cluster.broker("a", extra=("--memory",))
     ns.wait_for(r"INFO .*refused a connection from .*: no credential")
     assert ns.count(r"WARNING .*refused a connection") == 0, ns.output()
+
+
+def test_a_broker_waits_for_a_frozen_name_server_instead_of_taking_its_port(
+    cluster: Cluster,
+) -> None:
+    """A name server that holds its port without answering was taken for none: the broker
+    tried to embed one on that port and exited with "Address already in use", leaving its
+    channels unserved (session 33's Jepsen probe, 3 of 3)."""
+    ns = cluster.start("ns", [*CLI, "nameserver", *cluster.ns], "ready at")
+    os.kill(ns.popen.pid, signal.SIGSTOP)
+    thaw = threading.Timer(8.0, os.kill, (ns.popen.pid, signal.SIGCONT))
+    thaw.start()  # past the broker's first look (a 5 s timeout)
+    try:
+        broker = cluster.start("b1", [*CLI, "serve", *cluster.ns, "--memory"], None)
+        broker.wait_for(r"does not answer .* though its port is held: waiting for it", 30.0)
+        broker.wait_for(r"broker b1 ready at", 60.0)
+    finally:
+        thaw.join()
+    assert "using the name server at" in broker.output()
+    assert "Address already in use" not in broker.output()
