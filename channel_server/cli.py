@@ -129,7 +129,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         failed = cc.serve_until_stopped(stop, broker.failed)
     finally:
-        log.info("stopping broker %s", config.broker_id)
+        cc.exit_on_next_signal("acks not written yet come back as redeliveries")
+        log.info("stopping broker %s (a second signal quits at once)", config.broker_id)
         broker.stop()
     return cc.EXIT_OK if failed is None else cc.fail(failed, cc.EXIT_ERROR)
 
@@ -169,6 +170,7 @@ def run_nameserver(args: argparse.Namespace) -> int:
     try:
         failed = cc.serve_until_stopped(stop, serving.failed)
     finally:
+        cc.exit_on_next_signal("the brokers put their names back in a new name server")
         serving.stop(STOP_POLL_S * 5)
     return cc.EXIT_OK if failed is None else cc.fail(failed, cc.EXIT_ERROR)
 

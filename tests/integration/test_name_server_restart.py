@@ -120,3 +120,20 @@ def test_a_broker_waits_for_a_frozen_name_server_instead_of_taking_its_port(
         thaw.join()
     assert "using the name server at" in broker.output()
     assert "Address already in use" not in broker.output()
+
+
+def test_a_second_signal_stops_a_broker_at_once(cluster: Cluster) -> None:
+    """A clean stop may wait (here on a frozen name server, 5 s); the second signal is the
+    way out, as for every command (a name server's ignored it, session 33's Jepsen probe)."""
+    ns = cluster.start("ns", [*CLI, "nameserver", *cluster.ns], "ready at")
+    broker = cluster.broker("a", extra=("--memory",))
+    os.kill(ns.popen.pid, signal.SIGSTOP)
+    try:
+        broker.popen.send_signal(signal.SIGTERM)
+        broker.wait_for(r"stopping broker b1 \(a second signal quits at once\)")
+        broker.popen.send_signal(signal.SIGTERM)
+        assert broker.popen.wait(4.0) == 130  # before the name server's 5 s timeout
+    finally:
+        os.kill(ns.popen.pid, signal.SIGCONT)
+    broker.kill()  # joins the output reader
+    assert "stopping now: acks not written yet come back as redeliveries" in broker.output()
