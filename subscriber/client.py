@@ -307,6 +307,7 @@ class Subscriber:
         self._stopping.set()
         self._inbox.close()
         if role == "worker" and self._session is not None:
+            self._hand_over(urgent=True)  # what its chunk finished before it failed
             self._session.finish(unsubscribe=True)
         elif self._serving is not None:
             self._serving.stop(STOP_TIMEOUT_S)
