@@ -134,7 +134,10 @@ class Access:
             )
         raise NotAuthorized("wrong credential for user 'owner'")
 
-    def authenticate(self, data: Any) -> User:
+    def authenticate(self, data: Any, wait_s: float | None = None) -> User:
+        """The user of a credential; NotAuthorized, or LimitReached when no password check
+        is free within ``wait_s`` (None: PASSWORD_CHECK_WAIT_S; the HTTP monitor waits
+        none: a request waiting holds one of its few request threads)."""
         if not isinstance(data, dict) or not data.get("user"):
             raise NotAuthorized(NO_CREDENTIAL)
         name, secret = data.get("user"), data.get("secret")
@@ -148,7 +151,7 @@ class Access:
                 f"no user {name!r} here: this daemon was started without a users file "
                 "(give it the same --users FILE as the others)"
             )
-        elif user := self._password_user(name, secret):
+        elif user := self._password_user(name, secret, wait_s):
             return user
         raise NotAuthorized(f"wrong credential for user {name!r}")
 
@@ -164,12 +167,12 @@ class Access:
                 self._generation = self._reloaded.generation
         return users
 
-    def _password_user(self, name: str, password: str) -> User | None:
+    def _password_user(self, name: str, password: str, wait_s: float | None) -> User | None:
         key = (name, hashlib.sha256(password.encode()).digest())
         with self._lock:
             if (known := self._verified.get(key)) is not None:
                 return known
-        user = self._check_password(name, password)
+        user = self._check_password(name, password, wait_s)
         if user is not None:
             with self._lock:
                 if len(self._verified) >= VERIFIED_MAX:
@@ -177,11 +180,11 @@ class Access:
                 self._verified[key] = user
         return user
 
-    def _check_password(self, name: str, password: str) -> User | None:
+    def _check_password(self, name: str, password: str, wait_s: float | None) -> User | None:
         """argon2, a bounded number at a time: LimitReached when no turn comes in time."""
         if self._users is None:
             return None
-        if not self._checking.acquire(timeout=PASSWORD_CHECK_WAIT_S):
+        if not self._checking.acquire(timeout=PASSWORD_CHECK_WAIT_S if wait_s is None else wait_s):
             raise LimitReached("password checks at once", PASSWORD_CHECKS_AT_ONCE, "the broker")
         try:
             return self._users.authenticate(name, password)

@@ -26,6 +26,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, BinaryIO, Protocol, cast
 
+from channel_server.credentials import OWNER
 from channel_server.errors import LimitReached, NotAuthorized
 from channel_server.monitor.app import BrokerHandle, MonitorApp, Response, error
 from channel_server.monitor.http_auth import authenticate
@@ -136,6 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
     def __init__(self, request: Any, address: Any, server: _HttpServer, arrival: Arrival) -> None:
         self.arrival = arrival
         """What the accept loop read of this connection, and its deadline."""
+        self._claimed: str | None = None
+        """The user this request counts against (``_Slots.claim``), once authenticated."""
         super().__init__(request, address, server)  # serves the request
 
     def setup(self) -> None:
@@ -182,9 +185,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(self.server.app.respond_post(self.path, user, headers, body))
 
     def _user(self) -> User | None:
-        """The authenticated user, or None once the 401 is sent."""
+        """The authenticated user, or None once the 401 (or 503: no password check free,
+        or the user holds its share of the request threads) is sent."""
         try:
-            return authenticate(self.server.handle.access, self.headers.get("Authorization"))
+            user = authenticate(self.server.handle.access, self.headers.get("Authorization"))
         except NotAuthorized as exc:
             log.warning("refused HTTP %s from %s: %s", self.path, self._peer(), exc.reason)
             response = error(HTTPStatus.UNAUTHORIZED, str(exc))
@@ -192,10 +196,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(response)
             return None
         except LimitReached as exc:  # too many passwords being checked at once
-            response = error(HTTPStatus.SERVICE_UNAVAILABLE, str(exc))
-            response.headers["Retry-After"] = "1"
-            self._send(response)
+            self._busy(str(exc))
             return None
+        if user.name != OWNER:
+            if not self.server.slots.claim(user.name):
+                self._busy(f"user {user.name!r} holds its share of the monitor's requests")
+                return None
+            self._claimed = user.name
+        return user
+
+    def _busy(self, reason: str) -> None:
+        response = error(HTTPStatus.SERVICE_UNAVAILABLE, reason)
+        response.headers["Retry-After"] = "1"
+        self._send(response)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self._claimed is not None:
+                self.server.slots.unclaim(self._claimed)
 
     def _send(self, response: Response) -> None:
         self.send_response(response.status)
@@ -217,12 +237,31 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Slots:
-    """Requests being served, at most ``limit``; ``_cond`` guards ``_busy``."""
+    """Requests being served, at most ``limit``, and at most half of them one user's;
+    ``_cond`` guards ``_busy`` and ``_users``."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._busy = 0
+        self._users: dict[str, int] = {}
+        """Requests each user (but the owner) is being served, once authenticated."""
         self._cond = threading.Condition(threading.Lock())
+
+    def claim(self, user: str) -> bool:
+        """Count a request being served (a slot taken already) as ``user``'s; False when
+        that user holds half of the slots already: one user's POSTs whose bodies never
+        came held every request thread until their timeouts (session 33's attacker)."""
+        with self._cond:
+            held = self._users.get(user, 0)
+            if held >= max(1, self._limit // 2):
+                return False
+            self._users[user] = held + 1
+            return True
+
+    def unclaim(self, user: str) -> None:
+        with self._cond:
+            if (held := self._users.pop(user, 0) - 1) > 0:
+                self._users[user] = held
 
     def try_enter(self, wait_s: float) -> bool:
         """Take a slot, waiting up to ``wait_s`` for one to free."""

@@ -100,11 +100,10 @@ def test_a_body_is_refused(server: MonitorServer) -> None:
     conn.close()
 
 
-def held_post(server: MonitorServer) -> socket.socket:
+def held_post(server: MonitorServer, auth: str = basic("owner", MONITOR_TOKEN)) -> socket.socket:
     """An authenticated POST whose body never comes: it holds a request thread (a slot)
     until the request timeout."""
     sock = socket.create_connection(("127.0.0.1", port(server)))
-    auth = basic("owner", MONITOR_TOKEN)
     sock.sendall(
         f"POST /api/replay HTTP/1.0\r\nAuthorization: {auth}\r\nContent-Length: 100\r\n"
         "\r\n".encode()
@@ -336,3 +335,23 @@ def test_requests_one_after_another_are_never_refused_as_busy() -> None:
     for monitor in serving(dataclasses.replace(CONFIG, max_connections=1)):
         statuses = [get(monitor, "/", basic("owner", MONITOR_TOKEN)).status for _ in range(100)]
         assert set(statuses) == {200}
+
+
+def test_one_user_holds_at_most_half_of_the_request_threads() -> None:
+    """Alice's POSTs whose bodies never came held every request thread, so the owner's
+    requests got 503s until they timed out (session 33's attacker probe, 5 of 5)."""
+    monitor = MonitorServer(dataclasses.replace(CONFIG, max_connections=4), handle())
+    monitor.start()
+    alice = basic("alice", "alice-pw")
+    held = [held_post(monitor, alice) for _ in range(2)]
+    try:
+        refused = wait_until(
+            lambda: (r := get(monitor, "/api/channels", alice)).status == 503 and r,
+            what="alice refused past her share",
+        )
+        assert refused.getheader("Retry-After") == "1"
+        assert get(monitor, "/api/channels", basic("owner", MONITOR_TOKEN)).status == 200
+    finally:
+        for sock in held:
+            sock.close()
+        monitor.stop()

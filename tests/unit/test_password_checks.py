@@ -3,13 +3,16 @@ each check, and strangers can send a wrong password on every connection they ope
 
 from __future__ import annotations
 
+import base64
 import threading
+import time
 
 import pytest
 
 from channel_server import access as access_module
 from channel_server.access import PASSWORD_CHECKS_AT_ONCE, Access
 from channel_server.errors import LimitReached, NotAuthorized
+from channel_server.monitor.http_auth import authenticate as http_authenticate
 from channel_server.users import User, UsersFile
 
 DEADLINE_S = 10.0
@@ -59,6 +62,12 @@ def test_checks_beyond_the_bound_are_refused_as_busy_and_the_rest_go_on(
         )
     with pytest.raises(LimitReached, match="password checks at once"):
         access.authenticate({"user": "mallory", "secret": "one more"})
+    # the HTTP monitor waits for no turn: a request waiting holds one of its few threads
+    monkeypatch.setattr(access_module, "PASSWORD_CHECK_WAIT_S", 3 * DEADLINE_S)
+    started = time.monotonic()
+    with pytest.raises(LimitReached, match="password checks at once"):
+        http_authenticate(access, "Basic " + base64.b64encode(b"mallory:again").decode())
+    assert time.monotonic() - started < DEADLINE_S  # not the 30 s a connection may wait
     assert access.authenticate({"user": "owner", "secret": "token"}).name == "owner"
     users.release.set()
     for thread in held:
