@@ -51,7 +51,8 @@ def channel_renderables(broker: str, stats: dict[str, Any]) -> list[RenderableTy
     summary = (
         f" ({stats['kind']}, ids unique per {stats['ids']}) on broker {broker}: "
         f"{stats['unacked']}/{stats['capacity']} unacknowledged, {stats['accepted']} accepted, "
-        f"{stats['acked']} acknowledged, {stats['dead_letters']} dead letters"
+        f"{stats['acked']} done (acknowledged or dead-lettered), "
+        f"{stats['dead_letters']} dead letters"
     )
     if stats.get("queued_cold"):  # only once a backlog outgrew --payload-memory
         summary += (

@@ -67,7 +67,7 @@ def test_status_shows_members_partitions_and_dead_letters(cluster: Cluster) -> N
     assert "st (queue, ids unique per publisher) on broker b1: 0/1000000 unacknowledged" in (
         text.stdout
     )
-    assert "1 dead letters" in text.stdout
+    assert "4 done (acknowledged or dead-lettered), 1 dead letters" in text.stdout
     assert "s1" in text.stdout
     assert "long delays" in text.stdout
     raw = cluster.run(["-m", "channel_server", "status", *cluster.ns, "--json"])
