@@ -93,6 +93,9 @@ class Broker:
         """How busy this machine's CPUs are, or the broker's one CPU when it is pinned
         (every channel's pushes ask)."""
         self._stopping = False
+        self._registered = False
+        """Its name is in the name server (a start refused before has none to remove: the
+        name would be the live broker's of that id)."""
         self._refusals = Throttle(log)
         """Channels refused at the cap, logged at most every 10 s."""
         self.ns: NameService | None = None
@@ -155,6 +158,7 @@ class Broker:
         )
         self._check_id_is_ours()
         self.ns.register(broker_ns_name(self.config.broker_id), self.uri, False, {"broker"})
+        self._registered = True
         if self.leases is not None:
             self.leases.start()
         for record in self.store.channels():
@@ -295,7 +299,9 @@ class Broker:
         channels = self._hosted.close()
         if self.ns is not None:
             names = [channel_ns_name(channel.name) for channel in channels]
-            self.ns.remove(*names, broker_ns_name(self.config.broker_id))
+            if self._registered:
+                names.append(broker_ns_name(self.config.broker_id))
+            self.ns.remove(*names)
         for channel in channels:
             channel.close()
         if self.leases is not None:
@@ -307,7 +313,9 @@ class Broker:
         if self.ns is not None:
             self.ns.close()
         self.store.close()
-        log.info("broker %s stopped", self.config.broker_id)
+        log.info(
+            "broker %s %s", self.config.broker_id, "stopped" if self._registered else "not started"
+        )
 
     # -- channels ------------------------------------------------------------------------
     def channel_names(self) -> list[str]:

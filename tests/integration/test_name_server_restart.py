@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from channel_server.wire import NS_BROKER_PREFIX, locate_ns
 from tests.integration.procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -87,6 +88,9 @@ def test_a_second_broker_with_a_live_brokers_id_is_refused(cluster: Cluster) -> 
     refused = cluster.run(second, timeout_s=30.0)
     assert refused.returncode != 0
     assert "b1 is the id of another broker, serving at PYRO:" in refused.stderr
+    assert "broker b1 not started" in refused.stderr
+    with locate_ns("127.0.0.1", cluster.ns_port) as ns:  # the live one's entry stays
+        assert NS_BROKER_PREFIX + "b1" in ns.list(prefix=NS_BROKER_PREFIX)
     first.kill()  # its entry stays in the name server
     cluster.start("b1-again", second, r"broker b1 ready at")
     assert [line.split()[0] for line in listed(cluster).splitlines()] == ["a", "b"]
