@@ -78,10 +78,10 @@ class Putter:
         summary = publisher.publish([event])
         if not keep_journal:  # a keyed put stays journaled until the next unit replaces it
             self.state.journal_put(topic, None, publisher.next_seq)
+        if summary.get("retried") or (summary["duplicates"] and not summary["accepted"]):
+            return f"{event['id']} was already stored on {topic} (a retried put): stored once"
         if summary["accepted"]:
             return f"{event['id']} stored on {topic}"
-        if summary["duplicates"]:
-            return f"{event['id']} was already stored on {topic} (a retried put): stored once"
         return f"{event['id']} not stored: {topic} has no subscribers"
 
     @classmethod
