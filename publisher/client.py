@@ -281,17 +281,14 @@ class Publisher:
         self.flush(self._close_wait_s())
         with self._seq_lock:
             self._reserve()
-        tried = self._remote.retries
         try:
-            summary = self._packing.publish(self._call, events)
+            summary = _publish_once(self._remote, self._call, self._packing, events)
         except (ValueError, ClientError):
             # The broker refuses some batches whole, without naming the event (msgpack
             # refuses an integer map key as it decodes): say which event and field.
             validate_batch(events, max_payload_bytes=sys.maxsize)
             raise
         if events and len(summary["duplicates"]) == len(events):
-            if self._remote.retries > tried:
-                return _stored_by_an_earlier_try(summary, len(events))
             summary["warning"] = self._all_duplicates(summary["duplicates"])
         return summary
 
@@ -328,7 +325,7 @@ class Publisher:
             if self._sender is None:
                 remote = RemoteChannel(self._options, self.channel, pause_s=RETRY_PAUSE_S)
                 name = f"publisher-{self.publisher_id}-sender"
-                publish = partial(self._packing.publish, remote.call)
+                publish = partial(_publish_once, remote, remote.call, self._packing)
                 self._sender = SendPipeline(publish, name, self._close_wait_s()), remote
             pipeline = self._sender[0]
         return pipeline.submit(events, timeout_s)
@@ -534,13 +531,22 @@ OLDER_BROKER_REFUSAL = "must be a list of events, got bytes"
 """How a broker older than packed batches refuses one (it then gets the plain list)."""
 
 
-def _stored_by_an_earlier_try(summary: dict[str, Any], count: int) -> dict[str, Any]:
-    """The summary of a batch that a retried call found stored whole: a batch is stored in
-    one transaction, so the try whose reply was lost stored it, and this one found its
-    ids known. Counted as accepted (``retried``: True), not as duplicates with a warning
-    to look for a setup mistake (session 33's Jepsen probe: a broker frozen past the call
-    timeout)."""
-    return {**summary, "accepted": count, "duplicates": [], "retried": True}
+def _publish_once(
+    remote: RemoteChannel,
+    call: Callable[..., Any],
+    packing: _Packing,
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Publish a batch through ``call`` (``remote``'s). A batch is stored in one
+    transaction, so one that a retried call finds stored whole was stored by the try whose
+    reply was lost: counted as accepted (``retried``: True), not as duplicates with a
+    warning to look for a setup mistake (session 33's Jepsen probe: a broker frozen past
+    the call timeout)."""
+    tried = remote.retries
+    summary = packing.publish(call, events)
+    if events and remote.retries > tried and len(summary["duplicates"]) == len(events):
+        return {**summary, "accepted": len(events), "duplicates": [], "retried": True}
+    return summary
 
 
 class _Packing:

@@ -7,12 +7,14 @@ first partition seen (partition 1, PUB-1) goes to the lowest id s1, partition 0 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -215,14 +217,33 @@ def test_a_publish_retried_past_a_frozen_broker_counts_what_its_first_try_stored
     broker = cluster.broker("jobs", extra=("--memory",))
     with publisher_for(cluster, "jobs", timeout_s=1.0, retry_for_s=30.0) as pub:
         events = [pub.event(n) for n in range(5)]
-        os.kill(broker.popen.pid, signal.SIGSTOP)
-        thaw = threading.Timer(3.0, os.kill, (broker.popen.pid, signal.SIGCONT))
-        thaw.start()  # longer than the call timeout: the first try's reply is lost
-        try:
+        with _frozen_for_a_while(broker.popen.pid):
             summary = pub.publish(events)
-        finally:
-            thaw.join()
-    assert pub.retries >= 1
-    assert (summary["accepted"], summary["duplicates"], summary.get("retried")) == (5, [], True)
-    assert "warning" not in summary
-    assert channel_stats(cluster, "jobs")["accepted"] == 5
+        assert pub.retries >= 1
+        assert (summary["accepted"], summary["duplicates"], summary.get("retried")) == (
+            5,
+            [],
+            True,
+        )
+        assert "warning" not in summary
+        # the same through submit's sender thread, on a connection of its own (made
+        # first: a connection made while the broker is frozen sends nothing)
+        assert pub.submit([pub.event(5)]).result(timeout=60.0)["accepted"] == 1
+        more = [pub.event(n) for n in range(6, 11)]
+        with _frozen_for_a_while(broker.popen.pid):
+            submitted = pub.submit(more).result(timeout=60.0)
+        assert (submitted["accepted"], submitted["duplicates"]) == (5, [])
+    assert channel_stats(cluster, "jobs")["accepted"] == 11
+
+
+@contextlib.contextmanager
+def _frozen_for_a_while(pid: int) -> Iterator[None]:
+    """The process SIGSTOPped for longer than a 1 s call timeout (a first try's reply is
+    lost), then SIGCONTinued while the body runs."""
+    os.kill(pid, signal.SIGSTOP)
+    thaw = threading.Timer(3.0, os.kill, (pid, signal.SIGCONT))
+    thaw.start()
+    try:
+        yield
+    finally:
+        thaw.join()
