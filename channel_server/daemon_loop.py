@@ -41,6 +41,7 @@ class DaemonLoop:
             self.daemon.requestLoop()
         except BaseException:
             log.critical("%s: the request loop failed", self._thread.name, exc_info=True)
+            return
         if not self._stopping:
             log.critical("%s: the request loop ended: no connection is accepted", self._thread.name)
 

@@ -48,10 +48,10 @@ class Membership:
         self._push = push
         self._liveness = liveness
         self._users_seen = -1
-        self._refusals = Throttle(log)
-        """Subscribers refused at a cap, logged at most every 10 s."""
         """The users file's generation :meth:`drop_revoked` last looked at (under the
         channel lock)."""
+        self._refusals = Throttle(log)
+        """Subscribers refused at a cap, logged at most every 10 s."""
 
     def group_of(self, subscriber_id: str, group: str | None) -> str:
         """The group named (checked), or the subscriber's default one."""

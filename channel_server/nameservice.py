@@ -18,6 +18,7 @@ import contextlib
 import errno
 import logging
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 import Pyro5.api
@@ -248,10 +249,15 @@ class NameService:
         self.serving.start()
         log.info("started an embedded name server at %s:%d", self.host, self.port)
 
+    def _server(self) -> AbstractContextManager[Any]:
+        """The name server to call: the embedded one in-process (the broker itself: past
+        the guard, whoever asked), or a proxy of the caller's own for the call."""
+        if self._ns_daemon is not None:
+            return contextlib.nullcontext(self._ns_daemon.nameserver)
+        return locate_ns(self.host, self.port, credential=self._credential)
+
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._ns_daemon is not None:  # the broker itself: past the guard, whoever asked
-            return getattr(self._ns_daemon.nameserver, method)(*args, **kwargs)
-        with locate_ns(self.host, self.port, credential=self._credential) as ns:
+        with self._server() as ns:
             return getattr(ns, method)(*args, **kwargs)
 
     def register(self, name: str, uri: str, safe: bool, metadata: set[str]) -> None:
@@ -275,11 +281,7 @@ class NameService:
         supervisor waits before it kills, and the leases were released last)."""
         left = list(names)
         try:
-            if self._ns_daemon is not None:
-                ns: Any = contextlib.nullcontext(self._ns_daemon.nameserver)
-            else:
-                ns = locate_ns(self.host, self.port, credential=self._credential)
-            with ns as server:
+            with self._server() as server:
                 while left:
                     server.remove(left[0])
                     left.pop(0)

@@ -289,8 +289,9 @@ def _read_checked(path: Path) -> str:
     _check_directory(path.parent)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, encoding="utf-8") as file:
-        _check_owner(path, os.fstat(fd), "users file")
-        if os.fstat(fd).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        st = os.fstat(fd)
+        _check_owner(path, st, "users file")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise InvalidArgument(
                 str(path), "other users may write to this users file (chmod 600 it)"
             )

@@ -41,6 +41,14 @@ def owner_context(browser: Any, cluster: Cluster) -> Any:
     return browser.new_context(http_credentials=credentials, ignore_https_errors=True)
 
 
+def watched_page(context: Any) -> tuple[Any, list[str]]:
+    """A new page of ``context``, and the script errors it raises (a test expects none)."""
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    return page, errors
+
+
 def cell(page: Any, channel: str, column: int) -> Any:
     """A cell of a channel's row in the channels table (0: its name)."""
     return page.locator(f'#channels tr[data-channel="{channel}"] td').nth(column)
@@ -57,9 +65,7 @@ def test_the_page_follows_two_channels_live(cluster: Cluster, browser: Any, tmp_
     publish(cluster, "orders", 5)
     publish(cluster, "audit", 2)
     context = owner_context(browser, cluster)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page, errors = watched_page(context)
     try:
         # When the page opens on orders
         page.goto(f"http://127.0.0.1:{port}/#orders")
@@ -101,9 +107,7 @@ def test_over_https_the_owner_replays_a_dead_letter_from_the_page(
     port = tls_cluster(cluster, certs, monkeypatch, "fail-on:PUB-3")
     publish_over_tls(cluster, 5)
     context = owner_context(browser, cluster)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page, errors = watched_page(context)
     try:
         # When the page opens on orders, the poison event is in the dead letters
         page.goto(f"https://127.0.0.1:{port}/#orders")
