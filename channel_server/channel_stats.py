@@ -117,6 +117,8 @@ def channel_stats(
         "max_queued_bytes": config.max_queued_bytes,
         "queued_bytes": core.queued_bytes,
         "max_members": config.max_members,
+        "partition_queues": core.partition_queues(),
+        "max_partition_queues": config.max_partition_queues,
         "published": core.published_total,
         "duplicates": core.duplicates_total,
         "refused": core.refused_total,

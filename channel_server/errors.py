@@ -172,13 +172,18 @@ class CapacityError(ChannelError):
     """The service is healthy but cannot take more now; retry later."""
 
 
-QUEUE_LIMITS = {"events": "unacknowledged events", "bytes": "bytes queued"}
+QUEUE_LIMITS = {
+    "events": "unacknowledged events",
+    "bytes": "bytes queued",
+    "partitions": "partition sub-queues",
+}
 """What a channel's ``capacity`` counts, by QueueFull's ``limit``."""
 
 
 class QueueFull(CapacityError):
-    """The channel holds ``capacity`` unacknowledged events (``limit`` "events") or
-    ``capacity`` bytes of them (``limit`` "bytes").
+    """The channel holds ``capacity`` unacknowledged events (``limit`` "events"),
+    ``capacity`` bytes of them (``limit`` "bytes") or ``capacity`` partition sub-queues
+    over its groups (``limit`` "partitions").
 
     ``accepted`` events of the batch were stored, the ids in ``duplicates`` were already
     known, and the events whose ids are in ``refused_ids`` were not stored: publish those

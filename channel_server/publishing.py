@@ -20,6 +20,13 @@ from channel_server.push import PushDelivery
 
 log = logging.getLogger("channel_server.channel")
 
+_CAPS = {
+    "events": ("capacity", "events", "--capacity"),
+    "bytes": ("max_queued_bytes", "bytes", "--max-queued-bytes"),
+    "partitions": ("max_partition_queues", "partition sub-queues", "--max-partition-queues"),
+}
+"""QueueFull's ``limit`` -> the configuration field that sets it, its unit and its flag."""
+
 
 class Publishing:
     """Accepts published batches and says how much of a publisher's work is left."""
@@ -51,18 +58,19 @@ class Publishing:
                 self._accept(outcome.accepted, now)
             state.core.count_publish(len(events), outcome)
         if outcome.refused:
-            by_bytes = outcome.full_by == "bytes"
+            cap, unit, flag = _CAPS[outcome.full_by]
             self._refusals.warning(
                 "full",
-                "%s: full: refused %d events (%s reached: %s)",
+                "%s: full: refused %d events (%d %s reached: %s)",
                 state.name,
                 len(outcome.refused),
-                f"{config.max_queued_bytes} bytes" if by_bytes else f"{config.capacity} events",
-                "--max-queued-bytes" if by_bytes else "--capacity",
+                getattr(config, cap),
+                unit,
+                flag,
             )
             raise QueueFull(
                 state.name,
-                config.max_queued_bytes if by_bytes else config.capacity,
+                getattr(config, cap),
                 accepted=len(outcome.accepted),
                 refused_ids=outcome.refused,
                 duplicates=outcome.duplicates,

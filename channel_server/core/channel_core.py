@@ -30,7 +30,14 @@ from channel_server.core.records import (
 )
 from channel_server.core.snapshot import ChannelSnapshot
 from channel_server.core.spill import PayloadSpill
-from channel_server.events import EVENT_PUBLISHER, EVENT_SIZE, Event, IdScope, validate_batch
+from channel_server.events import (
+    EVENT_PUBLISHER,
+    EVENT_SIZE,
+    Event,
+    IdScope,
+    PartitionKey,
+    validate_batch,
+)
 from channel_server.names import DEFAULT_GROUP
 
 
@@ -203,14 +210,51 @@ class ChannelCore:
         self.unrouted_total += outcome.unrouted
 
     def _room(self, fresh: list[Event]) -> tuple[int, str]:
-        """How many of ``fresh`` (from the front) fit both limits, and the limit that
-        refuses the rest: the count (``capacity``) or the bytes (``max_queued_bytes``)."""
-        room = max(0, self.config.capacity - self.unacked)
+        """How many of ``fresh`` (from the front) fit every limit, and the limit that
+        refuses the rest: the count (``capacity``), the bytes (``max_queued_bytes``) or the
+        partition sub-queues (``max_partition_queues``)."""
+        room = min(len(fresh), max(0, self.config.capacity - self.unacked))
+        counted, limit = fresh[:room], "events"
         byte_room = self.config.max_queued_bytes - self.queued_bytes
-        counted = fresh[:room]
-        if sum(map(EVENT_SIZE, counted)) <= byte_room:
-            return room, "events"
-        return bisect_right(list(accumulate(map(EVENT_SIZE, counted))), byte_room), "bytes"
+        if sum(map(EVENT_SIZE, counted)) > byte_room:
+            room = bisect_right(list(accumulate(map(EVENT_SIZE, counted))), byte_room)
+            counted, limit = counted[:room], "bytes"
+        partition_room = self._partition_room(counted)
+        if partition_room < room:
+            return partition_room, "partitions"
+        return room, limit
+
+    def partition_queues(self) -> int:
+        """Partition sub-queues held over every group (what ``max_partition_queues``
+        bounds: each costs memory whether it holds one event or a million)."""
+        return sum(len(grp.partitions) for grp in self.groups.values())
+
+    def _partition_room(self, events: list[Event]) -> int:
+        """How many of ``events`` (from the front) open no more partition sub-queues than
+        ``max_partition_queues`` allows. Every group opens its own for a new partition, so
+        one account's groups times its partition keys had no bound but memory. At the cap,
+        idle partitions are dropped first, as the idle sweep would later."""
+        cap, held = self.config.max_partition_queues, self.partition_queues()
+        if held + len(self.groups) * len(events) <= cap:
+            return len(events)  # the usual case: no pass over the events
+        room = self._opening_room(events, cap - held)
+        if room == len(events):
+            return room
+        dropped = [grp.drop_idle_now() for grp in self.groups.values()]
+        return self._opening_room(events, cap - held + sum(dropped)) if any(dropped) else room
+
+    def _opening_room(self, events: list[Event], spare: int) -> int:
+        """How many of ``events`` (from the front) open at most ``spare`` sub-queues."""
+        groups = self.groups.values()
+        seen: set[PartitionKey] = set()
+        for i, ev in enumerate(events):
+            key = (ev.publisher_id, ev.partition)
+            if key not in seen:
+                seen.add(key)
+                spare -= sum(1 for grp in groups if key not in grp.partitions)
+                if spare < 0:
+                    return i
+        return len(events)
 
     def member(self, group: str, member_id: str) -> Member | None:
         """A group's member, if the group and the member exist."""

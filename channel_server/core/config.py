@@ -38,6 +38,17 @@ class ChannelConfig:
         "most unacknowledged events per channel",
     )
     """Most unacknowledged events held; publishing past it raises QueueFull."""
+    max_partition_queues: int = setting(
+        1_000_000,
+        "--max-partition-queues",
+        "positive_int",
+        "most partition sub-queues per channel, over all its groups",
+    )
+    """Most partition sub-queues a channel holds, counting each group's own: a group keeps
+    one per partition it holds events of (or held them within ``partition_idle_s``), about
+    600 B each, so a channel's memory grew with its groups times its partition keys.
+    Publishing a batch that would open more raises QueueFull (idle ones are dropped
+    first)."""
     max_queued_bytes: int = 256 << 20
     """Most bytes of unacknowledged events held (ids and payloads, as
     :func:`~channel_server.events.payload_size` counts them), beside ``capacity``;

@@ -415,12 +415,29 @@ class ConsumerGroup:
             if pq is not None and pq.idle and pq.idle_since is not None:
                 if now - pq.idle_since < idle_s:
                     break
-                if pq.owner is not None and pq.owner in self.members:
-                    self.members[pq.owner].partitions.pop(key, None)
-                del self.partitions[key]
-                self.owner_changes[key] = None
+                self._drop(pq)
                 dropped.append(key)
             done.append(key)
         for key in done:
             del self._idle[key]
         return dropped
+
+    def drop_idle_now(self) -> int:
+        """Drop every idle partition, whatever its idle clock: the channel is at its cap of
+        partition sub-queues, and an idle one only saves reopening it. Every idle partition
+        is in ``_idle`` (its clock started) or ``_changed`` (idle since the last sweep)."""
+        idle = [pq for key in (*self._idle, *self._changed) if (pq := self.partitions.get(key))]
+        dropped = 0
+        for pq in idle:
+            if pq.idle and pq.key in self.partitions:
+                self._drop(pq)
+                self._idle.pop(pq.key, None)
+                dropped += 1
+        return dropped
+
+    def _drop(self, pq: PartitionQueue) -> None:
+        """Forget an idle partition (its owner's too); the store forgets its owner."""
+        if pq.owner is not None and pq.owner in self.members:
+            self.members[pq.owner].partitions.pop(pq.key, None)
+        del self.partitions[pq.key]
+        self.owner_changes[pq.key] = None

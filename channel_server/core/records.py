@@ -24,8 +24,8 @@ class PublishOutcome:
     refused: list[str] = field(default_factory=list)
     """Ids refused for capacity."""
     full_by: str = "events"
-    """The limit that refused them: "events" (``capacity``) or "bytes"
-    (``max_queued_bytes``)."""
+    """The limit that refused them: "events" (``capacity``), "bytes"
+    (``max_queued_bytes``) or "partitions" (``max_partition_queues``)."""
     unrouted: int = 0
     """Events of a topic with no group: reported, not stored."""
 

@@ -39,6 +39,18 @@ CHANNEL_METRICS = (
     ("channel_capacity_events", "gauge", "Most unacknowledged events held.", "capacity"),
     ("channel_queued_bytes", "gauge", "Bytes of unacknowledged events.", "queued_bytes"),
     ("channel_max_queued_bytes", "gauge", "Most bytes unacked held.", "max_queued_bytes"),
+    (
+        "channel_partition_queues",
+        "gauge",
+        "Partition sub-queues held over every group.",
+        "partition_queues",
+    ),
+    (
+        "channel_max_partition_queues",
+        "gauge",
+        "Most partition sub-queues held.",
+        "max_partition_queues",
+    ),
     ("channel_dead_letters", "gauge", "Events in the dead-letter queue now.", "dead_letters"),
     ("channel_stored_events", "gauge", "Events in the store (backup queue).", "stored"),
     ("channel_restore_seconds", "gauge", "Seconds the channel's last restore took.", "restore_s"),

@@ -101,6 +101,24 @@ def test_channel_member_and_byte_caps_refuse_with_typed_errors(cluster: Cluster)
     logged(broker, r"a: full: refused 1 events \(2097152 bytes reached: --max-queued-bytes\)", 1)
 
 
+def test_partition_sub_queues_over_groups_are_capped_with_a_typed_refusal(
+    cluster: Cluster,
+) -> None:
+    """Each group keeps a sub-queue per partition: one account's groups times its
+    partition keys had no bound but the broker's memory (session 33's attacker: 500
+    groups x 2,000 keys took it from 41 to 609 MB)."""
+    broker = cluster.broker("a", extra=("--memory", "--max-partition-queues", "20"))
+    for group in ("g1", "g2"):  # with default: 3 groups, 3 sub-queues per new partition
+        assert channel_call(cluster, "a", "subscribe", group, None, group)["mode"] == "pull"
+    result = publish(cluster, "a", "--count", "10", "--partitions", "10")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "6 accepted, 0 duplicate, 4 refused (QueueFull)" in result.stdout
+    stats = channel_stats(cluster, "a")
+    assert (stats["partition_queues"], stats["max_partition_queues"]) == (18, 20)
+    assert stats["unacked"] == 6
+    logged(broker, r"a: full: refused 4 events \(20 partition sub-queues reached", 1)
+
+
 def test_bytes_queued_come_back_after_a_sigkill(cluster: Cluster) -> None:
     broker = cluster.broker("orders", extra=("--max-queued-bytes", "3M"))
     assert publish(cluster, "orders", "--count", "2", "--payload-size", str(MIB)).returncode == 0

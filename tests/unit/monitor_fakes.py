@@ -66,6 +66,8 @@ def stats(name: str, accepted: int = 12, acked: int = 7, **groups: Any) -> dict[
         "max_queued_bytes": 1 << 20,
         "queued_bytes": 500,
         "max_members": 10,
+        "partition_queues": 2,
+        "max_partition_queues": 1000,
         "accepted": accepted,
         "acked": acked,
         "payload_memory_bytes": 1 << 24,

@@ -320,6 +320,43 @@ def test_count_limit_is_named_when_it_refuses_first() -> None:
     assert (outcome.refused, outcome.full_by) == (["c"], "events")
 
 
+def test_partition_sub_queues_over_every_group_are_bounded() -> None:
+    """Each group keeps its own sub-queue per partition: one account's 500 groups times
+    2,000 partition keys took a broker from 41 to 609 MB, with nothing to refuse it."""
+    core = ChannelCore("c", config(max_partition_queues=7))
+    core.add_group("audit")  # a new partition opens a sub-queue in both groups
+    outcome = publish(core, [raw(f"e{n}", partition=n % 5) for n in range(8)])
+    assert ids(outcome.accepted) == ["e0", "e1", "e2"]  # partitions 0-2: 6 sub-queues
+    assert (outcome.refused, outcome.full_by) == (["e3", "e4", "e5", "e6", "e7"], "partitions")
+    assert core.partition_queues() == 6
+    more = publish(core, [raw("f0", partition=0), raw("f1", partition=1), raw("f9", partition=9)])
+    assert ids(more.accepted) == ["f0", "f1"]  # open partitions take events at the cap
+    assert (more.refused, more.full_by) == (["f9"], "partitions")
+
+
+def test_at_the_partition_cap_idle_partitions_make_room() -> None:
+    core = ChannelCore("c", config(max_partition_queues=3))
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    publish(core, [raw(f"e{n}", partition=n) for n in range(3)])
+    complete(core, group, take(group, "s"), {"e0", "e1"}, {})  # partitions 0 and 1 idle
+    outcome = publish(core, [raw(f"f{n}", partition=10 + n) for n in range(3)])
+    assert ids(outcome.accepted) == ["f0", "f1"]  # partition 2 still holds e2
+    assert (outcome.refused, outcome.full_by) == (["f2"], "partitions")
+    assert set(group.partitions) == {("pub", 2), ("pub", 10), ("pub", 11)}
+    assert group.take_owner_changes().owners[("pub", 0)] is None  # the store forgets it too
+
+
+def test_below_the_partition_cap_idle_partitions_stay() -> None:
+    core = ChannelCore("c", config(max_partition_queues=100))
+    group = core.groups[DEFAULT_GROUP]
+    join(group, "s", 10)
+    publish(core, [raw("e0", partition=0)])
+    complete(core, group, take(group, "s"), {"e0"}, {})
+    publish(core, [raw("e1", partition=1)])
+    assert set(group.partitions) == {("pub", 0), ("pub", 1)}  # kept for partition_idle_s
+
+
 def test_bytes_are_released_by_acks_dead_letters_and_dropped_groups() -> None:
     core = ChannelCore("c", config(max_attempts=1))
     default = core.groups[DEFAULT_GROUP]
