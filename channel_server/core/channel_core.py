@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Set
-from itertools import accumulate, groupby
+from itertools import accumulate, chain, groupby
 from typing import Any
 
 from msgspec.structs import replace
@@ -379,8 +379,9 @@ class ChannelCore:
         restored = []
         for letter in chosen:
             group = self.groups.get(letter.group) or self.add_group(letter.group)
-            if letter.event.offset in self.groups_left:
-                self.groups_left[letter.event.offset] += 1
+            holders = self._holders(letter.event)
+            if holders:  # counted from the queues: a restart keeps no count of one holder
+                self.groups_left[letter.event.offset] = holders + 1
             else:  # accepted again (not un-acknowledged: it may have died in a past life)
                 restored.append(letter.event)
                 self.unacked += 1
@@ -388,6 +389,18 @@ class ChannelCore:
                 self.accepted_total += 1
             group.enqueue([letter.event])
         return chosen, restored
+
+    def _holders(self, event: Event) -> int:
+        """How many groups hold ``event`` now, pending or in flight. ``groups_left`` cannot
+        say: it has no entry for an event one group holds after a restart, nor for one no
+        group holds, so an event dead in two groups was accepted twice by its replay and
+        deleted from the store by the first group's ack (session 34's Jepsen probe)."""
+        offset, held = event.offset, 0
+        for group in self.groups.values():
+            pq = group.partitions.get(event.key)
+            if pq is not None:
+                held += any(ev.offset == offset for ev in chain(pq.pending, pq.in_flight))
+        return held
 
     # -- the backup: restart and rebuild (see the restore module) ------------------------
     def restore(self, snapshot: ChannelSnapshot, now: float) -> None:
