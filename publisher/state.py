@@ -9,6 +9,7 @@ again first, and the channel's duplicate detection makes sure it is stored once.
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,11 @@ class PublisherState:
 
     def pending_put(self) -> dict[str, Any] | None:
         """The journaled put (``topic``, ``event``, ``key``) not known to be confirmed."""
-        return self._load()[0].get("pending_put")
+        pending = self._load()[0].get("pending_put")
+        if pending is not None and pending.pop("payload_base64", False):
+            event = pending["event"]
+            event["payload"] = base64.b64decode(event["payload"])
+        return pending
 
     def journal_put(
         self, topic: str, event: dict[str, Any] | None, next_seq: int, key: str | None = None
@@ -63,7 +68,7 @@ class PublisherState:
             data, seq = self._load()
             seq[topic] = next_seq
             data["seq"] = seq
-            data["pending_put"] = {"topic": topic, "event": event, "key": key} if event else None
+            data["pending_put"] = _journaled(topic, event, key)
             self.file.save(data)
 
     def _load(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -76,6 +81,18 @@ class PublisherState:
         if pending is not None and not _is_put(pending):
             raise self.file.malformed("'pending_put' is not a {topic, event, key} object")
         return data, seq
+
+
+def _journaled(topic: str, event: dict[str, Any] | None, key: str | None) -> Any:
+    """A put as the JSON state file holds it: a payload of bytes (which JSON has not) in
+    base64, saying so (``Putter.put`` of bytes raised TypeError, session 34's newcomer)."""
+    if event is None:
+        return None
+    if isinstance(event.get("payload"), bytes):
+        text = base64.b64encode(event["payload"]).decode("ascii")
+        event = {**event, "payload": text}
+        return {"topic": topic, "event": event, "key": key, "payload_base64": True}
+    return {"topic": topic, "event": event, "key": key}
 
 
 def _is_put(put: Any) -> bool:

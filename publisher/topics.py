@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from channel_client.per_topic import PerTopic
 from channel_client.remote import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, ClientOptions
 from channel_client.reply_spin import CALLER_SPIN_S
+from channel_server.events import validate_batch
 from channel_server.private_files import default_state_dir
 from channel_server.wire import DEFAULT_HOST, DEFAULT_NS_PORT, check_name
 from publisher.client import Publisher
@@ -69,6 +71,7 @@ class Putter:
             event = pending["event"]
         else:
             event = publisher.event(message)
+            validate_batch([event], max_payload_bytes=sys.maxsize)  # InvalidEvent, not kept
             self.state.journal_put(topic, event, publisher.next_seq, key)
         return self._send(publisher, topic, event, keep_journal=key is not None)
 

@@ -26,6 +26,8 @@ from channel_client.statefile import AppendOnlyFile, malformed
 from channel_server.events import event_uid
 
 COMPACT_LINES = 10_000
+NAMING = ("id", "publisher_id", "offset")
+"""The fields of a message the journal keeps: its uid and offset (see :func:`_key`)."""
 WINDOW = 1024
 """Messages remembered per topic: far more than a broker gets through in the 50 ms of acks
 a crash can lose."""
@@ -58,7 +60,8 @@ class ReceivedJournal:
             self._note(record["topic"], record.get("event"))
 
     def last(self, topic: str) -> dict[str, Any] | None:
-        """The last message received on ``topic`` (None: none since subscribing)."""
+        """What names the last message received on ``topic`` (``NAMING``; None: none since
+        subscribing)."""
         return self._last.get(topic)
 
     def last_id(self, topic: str) -> str | None:
@@ -81,9 +84,12 @@ class ReceivedJournal:
         return window is not None and key is not None and key in window.keys
 
     def record(self, topic: str, event: dict[str, Any] | None) -> None:
-        """Remember the message just received (None: forget the topic), on disk."""
-        self._file.append([json.dumps({"topic": topic, "event": event})])
-        self._note(topic, event)
+        """Remember the message just received (None: forget the topic), on disk: what
+        names it, not its payload, which may be bytes (JSON has no such thing: one such
+        message stopped every get of its topic for good, session 34's newcomer)."""
+        named = None if event is None else {k: event[k] for k in NAMING if k in event}
+        self._file.append([json.dumps({"topic": topic, "event": named})])
+        self._note(topic, named)
         if self._file.appended >= COMPACT_LINES:
             self._compact()
 

@@ -233,6 +233,27 @@ def test_topics_from_the_library_put_subscribe_and_get_in_order(
         assert reader.unsubscribe("news") is True
 
 
+def test_a_bytes_payload_is_put_and_got_and_a_bad_one_refused(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Bytes are a payload (README): a put of them raised TypeError writing its journal,
+    and a message of them stopped every get of its topic for good, the reader's journal
+    unable to record it (session 34's newcomer)."""
+    cluster.broker()
+    with PullClient.open("reader", ns_port=cluster.ns_port, state_dir=tmp_path / "r") as reader:
+        reader.subscribe("raw")
+        with Putter.open("writer", ns_port=cluster.ns_port, state_dir=tmp_path / "w") as writer:
+            for message in ("before", b"\x00raw", "after"):
+                assert "stored on raw" in writer.put("raw", message)
+            with pytest.raises(InvalidEvent) as refused:
+                writer.put("raw", {1, 2})
+            assert refused.value.field == "payload"
+            assert "stored on raw" in writer.put("raw", b"\x01keyed", key="step-1")
+        got = [reader.get("raw")["event"]["payload"] for _ in range(4)]
+        assert got == ["before", b"\x00raw", "after", b"\x01keyed"]
+        assert reader.get("raw")["status"] == "empty"
+
+
 def test_topic_clients_told_not_to_spin_wait_for_their_replies_asleep(
     cluster: Cluster, tmp_path: Path
 ) -> None:
