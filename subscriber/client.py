@@ -16,6 +16,7 @@ unsubscribes (so the rest of the work moves at once), then the daemon closes.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import secrets
 import threading
@@ -150,6 +151,12 @@ class Subscriber:
         self.prefetch = prefetch
         if not callable(handler):  # else every event it is given goes to the DLQ
             raise InvalidArgument("handler", f"must be callable, got {type(handler).__name__}")
+        if _runs_later(handler):  # else every event is acknowledged and none processed
+            raise InvalidArgument(
+                "handler",
+                "must do its work when called: an async def or generator function only "
+                "makes an object that does it later (wrap it: lambda ev: asyncio.run(f(ev)))",
+            )
         self._handler = handler
         self._ns = (ns_host, ns_port)
         self._bind = (host, port)
@@ -314,7 +321,11 @@ class Subscriber:
 
     def stop(self, unsubscribe: bool = True) -> None:
         """Graceful stop: finish the event in hand, send the acks of what was done,
-        unsubscribe so the rest moves at once, then close the daemon."""
+        unsubscribe so the rest moves at once, then close the daemon. Called from its own
+        handler, it returns at once and the subscriber stops once that handler returns."""
+        if threading.current_thread() in self._threads.values():
+            self._stop_later(unsubscribe)
+            return
         self._stopping.set()
         self._inbox.close()
         if self._busy_since is not None:
@@ -340,6 +351,22 @@ class Subscriber:
         if self._recorder is not None:
             self._recorder.close()
         self._processed.close()
+
+    def _stop_later(self, unsubscribe: bool) -> None:
+        """A stop asked from one of the subscriber's own threads (a handler), which the
+        stop waits for: on a thread of its own, which ends with the stop. The thread
+        could not wait for itself, so the stop failed before unsubscribing and the
+        channel kept pushing the rest to a member that declined it, with another idle
+        (session 34's newcomer)."""
+        self._stopping.set()
+        self._inbox.close()
+        stopper = threading.Thread(
+            target=self.stop,
+            args=(unsubscribe,),
+            name=f"subscriber-{self.subscriber_id}-stop",
+            daemon=True,
+        )
+        stopper.start()
 
     def _join(self, role: str, timeout_s: float | None = None) -> None:
         """Wait for a thread to end: ``timeout_s`` (or STOP_TIMEOUT_S) at most."""
@@ -532,7 +559,8 @@ class Subscriber:
         try:
             if faults is not None:
                 faults.check_poison(event)
-            self._handler(event)
+            if (result := self._handler(event)) is not None:
+                _did_its_work(result)
         except BaseException as exc:  # SystemExit, CancelledError too: the event failed
             level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
             log.log(level, "handler failed on %s: %s: %s", uid, type(exc).__name__, exc)
@@ -592,3 +620,23 @@ def _parse_delivery(delivery: Any) -> tuple[int, int, list[dict[str, Any]]]:
     ):
         raise InvalidArgument("events", "each must be a map with a string id and publisher_id")
     return session, seq, events
+
+
+def _runs_later(handler: Callable[..., Any]) -> bool:
+    """A coroutine or generator function (or an object whose ``__call__`` is one):
+    calling it runs none of its body. Such a handler was accepted, and every event was
+    acknowledged unprocessed (session 34's newcomer)."""
+    later = (inspect.iscoroutinefunction, inspect.isgeneratorfunction, inspect.isasyncgenfunction)
+    calls = (handler, getattr(handler, "__call__", None))  # noqa: B004 - callable already
+    return any(check(call) for call in calls for check in later if call is not None)
+
+
+def _did_its_work(result: Any) -> None:
+    """A handler that returned a coroutine or a generator ran none of its work (a lambda
+    calling an async def, say): the event fails, and the object is closed unawaited."""
+    if inspect.isawaitable(result) or inspect.isgenerator(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        kind = type(result).__name__
+        raise TypeError(f"the handler returned a {kind}, which does its work only when run")

@@ -175,6 +175,73 @@ def test_a_handler_that_is_not_callable_is_refused_before_anything_starts(handle
         Subscriber("jobs", "w1", handler=handler)
 
 
+async def _async_handler(event: dict[str, Any]) -> None:
+    raise AssertionError("never run: the Subscriber refuses it")
+
+
+def _generator_handler(event: dict[str, Any]) -> Any:
+    yield event
+
+
+class _AsyncCall:
+    async def __call__(self, event: dict[str, Any]) -> None:
+        raise AssertionError("never run")
+
+
+@pytest.mark.parametrize("handler", [_async_handler, _generator_handler, _AsyncCall()])
+def test_a_handler_that_runs_later_is_refused_before_anything_starts(handler: Any) -> None:
+    """Calling one runs none of its body: every event was acknowledged unprocessed
+    (session 34's newcomer)."""
+    with pytest.raises(InvalidArgument, match="async def or generator function"):
+        Subscriber("jobs", "w1", handler=handler)
+
+
+def test_a_handler_returning_a_coroutine_fails_its_event(cluster: Cluster) -> None:
+    cluster.broker()
+    handler = lambda event: _async_handler(event)  # noqa: E731 - a lambda is the mistake
+    with (
+        Subscriber("jobs", "s1", handler=handler, ns_port=cluster.ns_port, create=True),
+        Publisher("jobs", "P", ns_port=cluster.ns_port) as pub,
+    ):
+        pub.publish([pub.event("work")])
+        assert pub.wait(timeout_s=20)["dead_letters"] == 1
+        (letter,) = pub.dead_letters()
+    assert "TypeError: the handler returned a coroutine" in letter["error"]
+
+
+def test_a_handler_may_stop_its_own_subscriber_and_the_rest_moves_on(cluster: Cluster) -> None:
+    """stop() waits for the worker, which was the caller: it failed before unsubscribing,
+    and the channel pushed the rest to the stopping member for good, another one idle
+    (session 34's newcomer, 4 of 4)."""
+    cluster.broker("jobs")
+    handled: list[tuple[str, str]] = []
+    quitter: list[Subscriber] = []
+
+    def stops_at_third(event: dict[str, Any]) -> None:
+        handled.append(("s1", event["payload"]))
+        if len(handled) == 3:
+            quitter[0].stop()
+
+    s1 = Subscriber("jobs", "s1", handler=stops_at_third, ns_port=cluster.ns_port, prefetch=1)
+    quitter.append(s1)
+    with Publisher("jobs", "P", ns_port=cluster.ns_port) as pub:
+        s1.start()
+        pub.publish([pub.event(n, partition="one") for n in range(10)])
+        wait_until(lambda: not subscriber_threads("s1"), what="s1 to stop itself")
+        other = Subscriber(
+            "jobs",
+            "s2",
+            handler=lambda ev: handled.append(("s2", ev["payload"])),
+            ns_port=cluster.ns_port,
+        )
+        with other:
+            done = pub.wait(timeout_s=20)
+    assert done["outstanding"] == 0
+    assert [payload for _, payload in handled] == list(range(10))
+    assert [who for who, _ in handled] == ["s1"] * 3 + ["s2"] * 7
+    assert s1.failure is None
+
+
 def test_starting_a_running_subscriber_again_is_refused_and_leaves_no_thread(
     cluster: Cluster,
 ) -> None:
