@@ -12,6 +12,7 @@ import logging
 
 from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState, MemberKey
+from channel_server.core import rebalance
 from channel_server.core.group import AckOutcome, ConsumerGroup
 
 log = logging.getLogger("channel_server.channel")
@@ -33,9 +34,14 @@ class Outcomes:
             for member_id, reason in grp.deactivations:
                 log.warning("%s: %s marked inactive (%s)", name, member_id, reason)
             grp.deactivations.clear()
-            for member_id, moved in grp.offloads:
-                log.warning(
-                    "%s: moved %d queued partitions of slow %s to others", name, moved, member_id
+            for member_id, moved, why in grp.offloads:
+                log.log(
+                    logging.WARNING if why == rebalance.SLOW else logging.INFO,
+                    "%s: moved %d queued partitions of %s %s to others",
+                    name,
+                    moved,
+                    why,
+                    member_id,
                 )
             grp.offloads.clear()
             changes = grp.take_owner_changes()

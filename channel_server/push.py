@@ -397,6 +397,7 @@ class PushDelivery:
             grp = self._state.core.groups.get(batch.group)
             if grp is not None:
                 grp.push_declined(batch, self._state.now(), LEAVING_PAUSE_S)
+                rebalance.leaving(grp, batch.member_id)
                 self.changed()
         return LEAVING_PAUSE_S
 

@@ -84,8 +84,9 @@ class ConsumerGroup:
         self.deactivations: list[tuple[str, str]] = []
         """(member, reason) of members made inactive since the facade last looked (it logs
         them)."""
-        self.offloads: list[tuple[str, int]] = []
-        """(member, partitions moved away) of slow members since the facade last looked."""
+        self.offloads: list[tuple[str, int, str]] = []
+        """(member, partitions moved away, why: slow or leaving) since the facade last
+        looked (it logs them)."""
         self.rebalancing = False
         """A join (or a member fast again after an offload) asked for partitions that
         were busy: progress moves them as they become movable (see rebalance)."""

@@ -15,7 +15,8 @@ nothing overtakes an event being processed) and no restored event still owed to 
 - A member with nothing to do takes a ready partition from a busy member that has other
   work in hand and no room for it (work stealing), so no batch waits behind a long job it
   could go around.
-- A slow member (long delays) hands its movable queued partitions to the others.
+- A slow member (long delays) hands its movable queued partitions to the others, and so
+  does a member that is leaving (it declined a push: it is stopping).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from channel_server.core.group import ConsumerGroup
     from channel_server.core.member import Member
     from channel_server.core.queues import PartitionQueue
+
+SLOW, LEAVING = "slow", "leaving"
+"""Why a member's queued partitions were handed on (``ConsumerGroup.offloads``)."""
 
 
 def rebalance_to(group: ConsumerGroup, newcomer: Member) -> list[PartitionKey]:
@@ -133,20 +137,40 @@ def offload(group: ConsumerGroup, member_id: str) -> list[PartitionKey]:
     its is fast again, so partitions in flight now leave once their events are done."""
     member = group.members[member_id]
     member.offloaded = True
+    moved = _hand_on(group, member)
+    if moved:
+        group.offloads.append((member_id, len(moved), SLOW))
+        member.offloads += 1
+    return moved
+
+
+def leaving(group: ConsumerGroup, member_id: str) -> list[PartitionKey]:
+    """A member declined a push (it is stopping, and unsubscribes once the event in hand
+    is done): its movable queued partitions go to the others now. They waited for the
+    event in hand, a long job's whole length with others idle (session 34's newcomer)."""
+    member = group.members.get(member_id)
+    if member is None or not member.active:
+        return []
+    moved = _hand_on(group, member)
+    if moved:
+        group.offloads.append((member_id, len(moved), LEAVING))
+    return moved
+
+
+def _hand_on(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
+    """Move the member's movable queued partitions to the least-loaded others, the
+    oldest work first (all of them stay when nobody else is active)."""
     waiting = [
         group.partitions[k]
         for k in member.partitions
         if group.partitions[k].pending and group.partitions[k].movable
     ]
     moved = []
-    book = group.loads(exclude=member_id)
+    book = group.loads(exclude=member.member_id)
     for pq in sorted(waiting, key=lambda q: q.pending[0]):
         group.take_away(pq)
         if group.assign(pq, book=book) is None:
             group.give(pq, member)  # nobody else is active: keep it
             break
         moved.append(pq.key)
-    if moved:
-        group.offloads.append((member_id, len(moved)))
-        member.offloads += 1
     return moved

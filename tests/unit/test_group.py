@@ -457,6 +457,25 @@ def test_a_leaving_member_declines_a_push_without_failing() -> None:
     check_group(d.g)
 
 
+def test_a_leaving_member_hands_its_queued_partitions_on_but_keeps_the_one_in_hand() -> None:
+    """A graceful stop finishes the event in hand first: the rest of its work waited for
+    that whole job, another member idle (session 34's newcomer)."""
+    d = Driver()
+    d.join("a", prefetch=2)
+    d.g.enqueue([make_event(0, partition=0)])
+    in_hand = d.take("a")  # a's long job
+    d.g.enqueue([make_event(1, partition=1)])
+    queued = d.take("a")  # pushed behind it, declined: a is stopping
+    d.join("b", prefetch=1)  # idle: nothing of a's is movable yet
+    d.g.push_declined(queued, d.now, pause_s=1.0)
+    assert rebalance.leaving(d.g, "a") == [queued.events[0].key]
+    assert owners(d.g) == {in_hand.events[0].key: "a", queued.events[0].key: "b"}
+    assert d.g.offloads == [("a", 1, "leaving")]
+    assert d.g.members["a"].offloads == 0  # not counted as slowness
+    assert d.take("b").events == queued.events
+    check_group(d.g)
+
+
 # -- membership ---------------------------------------------------------------------------
 def test_leave_hands_back_what_the_member_held_at_once() -> None:
     d = Driver()
@@ -646,7 +665,7 @@ def test_offload_moves_movable_partitions_now_and_the_rest_as_they_free_up() -> 
     assert owners(d.g)[waiting] == "b" and owners(d.g)[kept] == "a"
     d.ack(busy)  # the partition in flight was done: it leaves the slow member too
     assert owners(d.g)[kept] == ("b" if d.g.partitions[kept].pending else "a")
-    assert d.g.offloads[0] == ("a", 1)
+    assert d.g.offloads[0] == ("a", 1, "slow")
     assert d.g.members["a"].offloads >= 1 and d.g.members["b"].offloads == 0
     check_group(d.g)
 
