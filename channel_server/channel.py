@@ -200,19 +200,27 @@ class EventChannel:
 
     @Pyro5.api.expose
     def unsubscribe(
-        self, subscriber_id: str, group: str | None = None, session: int | None = None
+        self,
+        subscriber_id: str,
+        group: str | None = None,
+        session: int | None = None,
+        last_uid: str | None = None,
     ) -> bool:
         """Leave the group (idempotent: False if not a member). What the member held goes
         back to the head of its partitions; in ``default`` its partitions go back to the
         pool; the last member of another group takes the group and its backlog with it.
         ``session``: the leaving process's; False when another session holds the id now
-        (its id was taken over while it was frozen: the new process stays)."""
+        (its id was taken over while it was frozen: the new process stays). ``last_uid``:
+        a pull member's last message got, acknowledged first (it does not go back to the
+        group as not got)."""
         boundary.check_name("subscriber_id", subscriber_id)
         if session is not None:
             session = boundary.check_seq("session", session)
-        return self._members.unsubscribe(
-            subscriber_id, self._members.group_of(subscriber_id, group), session
-        )
+        last_uid = boundary.check_last_uid(last_uid)
+        group = self._members.group_of(subscriber_id, group)
+        if last_uid is not None:
+            self._pull.acknowledge(subscriber_id, group, last_uid)
+        return self._members.unsubscribe(subscriber_id, group, session)
 
     @Pyro5.api.expose
     def forget(

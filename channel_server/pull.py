@@ -74,6 +74,18 @@ class PullSide:
             self._backup.store.write_deferred_now()  # (outside the lock)
         return {"status": "empty"} if flight is None else _message(flight)
 
+    def acknowledge(self, subscriber_id: str, group: str, last_uid: str) -> None:
+        """A pull member leaving names the last message it got: acknowledged, on disk, so
+        it does not go back to the group for another member to get again (session 34's
+        newcomer: a PullClient's unsubscribe left its last message unacknowledged)."""
+        with self._state.lock:
+            grp = self._members.acting(group, subscriber_id)
+            if grp is None or not grp.members[subscriber_id].pull:
+                return
+            self._ack_last(grp, subscriber_id, last_uid, self._state.now())
+            self._push.changed()
+        self._backup.store.write_deferred_now()
+
     def _next(self, grp: ConsumerGroup, member_id: str, last_uid: str | None) -> Flight | None:
         """Acknowledge ``last_uid`` and hand out the next message, or the same one again
         when the client did not get it (a retried get). A member timed out for not

@@ -64,8 +64,10 @@ class PullClient:
         return self._remote(topic, create=True).call("subscribe", self.subscriber_id, None, group)
 
     def unsubscribe(self, topic: str, group: str | None = None) -> bool:
-        """Leave (idempotent); pending messages of an own group are dropped with it."""
-        left = self._remote(topic).call("unsubscribe", self.subscriber_id, group)
+        """Leave (idempotent), the last message got acknowledged first; pending messages
+        of an own group are dropped with it."""
+        last = self.received.last_uid(topic)
+        left = self._remote(topic).call("unsubscribe", self.subscriber_id, group, None, last)
         self.received.record(topic, None)
         return left
 

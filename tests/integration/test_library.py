@@ -321,6 +321,29 @@ def test_a_bytes_payload_is_put_and_got_and_a_bad_one_refused(
         assert reader.get("raw")["status"] == "empty"
 
 
+def test_a_pull_client_leaving_its_group_does_not_leave_its_last_message_to_another(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Its unsubscribe acknowledged nothing: the message it had got went back to the
+    group and another member got it again (session 34's newcomer, 2 of 2)."""
+    cluster.broker()
+    port = cluster.ns_port
+    with (
+        PullClient.open("a", ns_port=port, state_dir=tmp_path / "a") as a,
+        PullClient.open("b", ns_port=port, state_dir=tmp_path / "b") as b,
+    ):
+        a.subscribe("jobs", group="workers")
+        b.subscribe("jobs", group="workers")
+        with Putter.open("writer", ns_port=port, state_dir=tmp_path / "w") as writer:
+            for n in range(4):
+                writer.put("jobs", f"m{n}")
+        assert a.get("jobs", group="workers")["event"]["payload"] == "m0"
+        assert a.unsubscribe("jobs", group="workers") is True
+        got = [b.get("jobs", group="workers") for _ in range(4)]
+    assert [g["event"]["payload"] for g in got[:3]] == ["m1", "m2", "m3"]
+    assert got[3]["status"] == "empty"
+
+
 def test_topic_clients_told_not_to_spin_wait_for_their_replies_asleep(
     cluster: Cluster, tmp_path: Path
 ) -> None:
