@@ -17,6 +17,7 @@ from Pyro5.socketutil import SocketConnection
 from channel_client.reply_spin import SpinningConnection
 from channel_server.errors import (
     BrokerUnavailable,
+    ChannelConflict,
     InvalidArgument,
     InvalidEvent,
     ProcessingTimeout,
@@ -342,6 +343,19 @@ def test_a_pull_client_leaving_its_group_does_not_leave_its_last_message_to_anot
         got = [b.get("jobs", group="workers") for _ in range(4)]
     assert [g["event"]["payload"] for g in got[:3]] == ["m1", "m2", "m3"]
     assert got[3]["status"] == "empty"
+
+
+def test_a_queue_asked_for_where_a_topic_is_is_a_conflict(cluster: Cluster, tmp_path: Path) -> None:
+    """It got the topic, where its events went unrouted: accepted 0, not kept (session
+    34's newcomer)."""
+    cluster.broker()
+    with PullClient.open("r", ns_port=cluster.ns_port, state_dir=tmp_path) as reader:
+        reader.subscribe("news")  # a topic
+    with pytest.raises(ChannelConflict) as conflict:
+        Publisher("news", "P", ns_port=cluster.ns_port, create=True).publish([])
+    assert (conflict.value.setting, conflict.value.existing) == ("kind", "topic")
+    with Publisher("news", "P", ns_port=cluster.ns_port, create=True, kind="topic") as pub:
+        assert pub.publish([pub.event("m")])["accepted"] == 1
 
 
 def test_topic_clients_told_not_to_spin_wait_for_their_replies_asleep(
