@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -197,10 +198,27 @@ class Publisher:
         """Whether a thread used it yet: the first to publish (or wait) becomes its
         proxy's owner, whichever thread made it."""
         self._closed = False
+        self._forked = False
+        """Made before this process forked (see :meth:`_check_process`)."""
+        _LIVE.add(self)
 
     def _check_open(self) -> None:
+        self._check_process()
         if self._closed:  # as a closed file: its sequence was given back at close
             raise ValueError(f"publisher {self.publisher_id} of {self.channel} is closed")
+
+    def _check_process(self) -> None:
+        """A Publisher made before a fork() belongs to the parent: the child shares its
+        connection and its id sequence, so their calls crossed (BrokerUnavailable on a
+        healthy broker) and both numbered events alike (150 of 200 dropped as
+        duplicates: session 34's newcomer)."""
+        if self._forked:
+            raise InvalidArgument(
+                "publisher",
+                f"{self.publisher_id} of {self.channel} was made before this process "
+                "forked: its connection and id sequence are the parent's; make a Publisher "
+                "in each process, with an id of its own",
+            )
 
     def _call(self, method: str, *args: Any) -> Any:
         if not self._owned:
@@ -234,6 +252,9 @@ class Publisher:
         reserved and not used (a re-run goes on where this one stopped), and the
         connections. Publishing, submitting or waiting afterwards raises ValueError; a
         second close does nothing."""
+        if self._forked:  # the parent's to close: nothing of it is this process's
+            self._closed = True
+            return
         with self._seq_lock:  # a submit of another thread gets in before, or is refused
             if self._closed:
                 return
@@ -258,6 +279,7 @@ class Publisher:
         the subscribers; give one (a str or int) when events must be processed in order:
         each partition is delivered in ``(timestamp, offset)`` order. ``timestamp``
         defaults to now."""
+        self._check_process()
         with self._seq_lock:
             seq = self.next_seq
             self.next_seq += 1
@@ -590,3 +612,15 @@ def _chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[st
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
+
+
+_LIVE: weakref.WeakSet[Publisher] = weakref.WeakSet()
+"""The process's Publishers, marked in a child after a fork (``os.register_at_fork``)."""
+
+
+def _after_fork_in_child() -> None:
+    for publisher in list(_LIVE):
+        publisher._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -5,6 +5,7 @@ to be done, and the typed errors when something is missing."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -280,6 +281,29 @@ def test_a_publisher_belongs_to_the_thread_that_first_publishes(cluster: Cluster
         worker.start()
         worker.join(10)
         assert [r["accepted"] for r in results] == [1]
+
+
+def test_a_publisher_made_before_a_fork_is_refused_in_the_child(cluster: Cluster) -> None:
+    """The child shared the parent's connection and id sequence: calls crossed, and
+    both numbered events alike (session 34's newcomer: 150 of 200 dropped)."""
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        assert pub.publish([pub.event("parent")])["accepted"] == 1
+        child = os.fork()
+        if child == 0:  # the child: says what it saw in its exit code, runs no test code
+            code = 3
+            try:
+                pub.publish([{"id": "x", "publisher_id": "P", "partition": 0, "timestamp": 1.0}])
+            except InvalidArgument as exc:
+                code = 0 if "made before this process forked" in str(exc) else 4
+            except BaseException:
+                code = 5
+            finally:
+                pub.close()  # the parent's: nothing to give back here
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert pub.publish([pub.event("after")])["accepted"] == 1  # the parent's is whole
 
 
 def test_topics_from_the_library_put_subscribe_and_get_in_order(
