@@ -71,14 +71,18 @@ def _check_kind(channel: str, registered: str | None, asked: str) -> None:
 def pick_broker(brokers: dict[str, str]) -> str:
     """The reachable broker with the fewest channels; ties go to the lowest broker id."""
     counts: list[tuple[int, str, str]] = []
+    silent: list[str] = []
     for name, uri in brokers.items():
+        broker_id = name[len(NS_BROKER_PREFIX) :]
         try:
             with make_proxy(uri, BROKER_CALL_TIMEOUT_S) as broker:
-                counts.append((broker.channel_count(), name[len(NS_BROKER_PREFIX) :], uri))
+                counts.append((broker.channel_count(), broker_id, uri))
         except Pyro5.errors.CommunicationError as exc:
             log.warning("broker %s is not answering: %s", name, exc)
+            silent.append(f"{broker_id}: {exc}")  # a refusal says why (busy, a limit)
     if not counts:
-        raise BrokerUnavailable("channel placement", "no broker is registered and answering")
+        said = "; ".join(silent) if silent else "none is registered"
+        raise BrokerUnavailable("channel placement", f"no broker answered ({said})")
     return min(counts)[2]
 
 

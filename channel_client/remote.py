@@ -48,13 +48,29 @@ class ClientOptions:
     make their connections with no spin, whatever this says."""
 
     def __post_init__(self) -> None:
+        """Each value checked as the client is made: a negative timeout or a port given
+        as text was taken and failed later, far from the mistake (session 34's newcomer)."""
         if not (isinstance(self.reply_spin_s, int | float) and 0 <= self.reply_spin_s < 1):
             raise InvalidArgument("reply_spin_s", "must be a number of seconds in [0, 1)")
+        if not (_is_number(self.timeout_s) and self.timeout_s > 0):
+            raise InvalidArgument(
+                "timeout_s", f"must be a number of seconds > 0, got {self.timeout_s!r}"
+            )
+        if not (type(self.ns_port) is int and 0 < self.ns_port < 65536):
+            raise InvalidArgument(
+                "ns_port", f"must be a port number (an int), got {self.ns_port!r}"
+            )
+        if not (type(self.attempts) is int and self.attempts >= 1):
+            raise InvalidArgument("attempts", f"must be a whole number >= 1, got {self.attempts!r}")
 
     @classmethod
     def from_args(cls, args: Any) -> ClientOptions:
         """From the flags of cli_common.add_ns_flags and add_client_flags."""
         return cls(args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def polling(timeout_s: float) -> Iterator[float]:

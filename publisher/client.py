@@ -228,6 +228,8 @@ class Publisher:
 
     @property
     def retries(self) -> int:
+        """Calls of this Publisher's own thread sent again after a broker did not answer
+        (its ``retry_for_s``)."""
         return self._remote.retries
 
     def channel_id_scope(self) -> IdScope:

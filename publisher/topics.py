@@ -115,4 +115,6 @@ class Putter:
         self.close()
 
     def close(self) -> None:
+        """Close the connections to every topic put to (a put journaled and not yet
+        confirmed stays journaled for ``resend_pending``)."""
         self._publishers.close()

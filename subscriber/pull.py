@@ -69,6 +69,7 @@ class PullClient:
         last = self.received.last_uid(topic)
         left = self._remote(topic).call("unsubscribe", self.subscriber_id, group, None, last)
         self.received.record(topic, None)
+        self._remotes.drop(topic)  # its connection, which the broker counts against us
         return left
 
     def get(self, topic: str, group: str | None = None) -> dict[str, Any]:
@@ -131,5 +132,7 @@ class PullClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connections and the journal; the subscriptions stay (``unsubscribe``
+        ends one)."""
         self._remotes.close()
         self.received.close()

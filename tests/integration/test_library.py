@@ -382,6 +382,27 @@ def test_a_queue_asked_for_where_a_topic_is_is_a_conflict(cluster: Cluster, tmp_
         assert pub.publish([pub.event("m")])["accepted"] == 1
 
 
+def test_topic_clients_over_many_topics_hold_a_bounded_number_of_connections(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Each kept a connection per topic it ever touched, for its whole life: a long-lived
+    client used up its user's share, or the whole broker (session 34's soak)."""
+    cluster.broker(extra=("--max-connections", "24"))
+    port = cluster.ns_port
+    with (
+        PullClient.open("r", ns_port=port, state_dir=tmp_path / "r", attempts=1) as reader,
+        Putter.open("w", ns_port=port, state_dir=tmp_path / "w", attempts=1) as writer,
+    ):
+        for n in range(30):
+            reader.subscribe(f"t{n}")
+            assert "stored on" in writer.put(f"t{n}", f"m{n}")
+        assert [reader.get(f"t{n}")["event"]["payload"] for n in range(30)] == [
+            f"m{n}" for n in range(30)
+        ]
+        for n in range(30):
+            assert reader.unsubscribe(f"t{n}") is True
+
+
 def test_topic_clients_told_not_to_spin_wait_for_their_replies_asleep(
     cluster: Cluster, tmp_path: Path
 ) -> None:

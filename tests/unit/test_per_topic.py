@@ -21,3 +21,28 @@ def test_one_client_per_topic_made_once_and_all_closed_once() -> None:
     clients.close()
     clients.close()
     assert sorted(closed) == ["client-a", "client-b"]
+
+
+def test_the_least_recently_used_past_the_bound_are_closed_and_made_again() -> None:
+    """One client per topic ever touched held a broker connection each, for the client's
+    whole life (session 34's soak: 60 connections for 30 topics)."""
+    made: list[str] = []
+    closed: list[str] = []
+
+    def make(topic: str, drops: int, create: bool) -> str:
+        made.append(topic)
+        return topic
+
+    clients = PerTopic(make, closed.append, max_open=2)
+    clients.get("a")
+    clients.get("b")
+    clients.get("a")  # used again: b is now the least recent
+    clients.get("c")
+    assert closed == ["b"]
+    clients.get("b")  # made again
+    assert (made, closed) == (["a", "b", "c", "b"], ["b", "a"])
+    clients.drop("c")
+    clients.drop("never")
+    assert closed == ["b", "a", "c"]
+    clients.close()
+    assert closed == ["b", "a", "c", "b"]

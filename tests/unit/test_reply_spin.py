@@ -229,3 +229,22 @@ def test_a_spin_bound_that_is_not_a_fraction_of_a_second_is_refused(bad: object)
     with pytest.raises(InvalidArgument, match="reply_spin_s"):
         ClientOptions("127.0.0.1", 9090, reply_spin_s=bad)  # type: ignore[arg-type]
     assert ClientOptions("127.0.0.1", 9090).reply_spin_s == CALLER_SPIN_S
+
+
+@pytest.mark.parametrize(
+    ("field", "overrides"),
+    [
+        ("timeout_s", {"timeout_s": -1}),
+        ("timeout_s", {"timeout_s": "10"}),
+        ("ns_port", {"ns_port": "9090"}),
+        ("ns_port", {"ns_port": 0}),
+        ("attempts", {"attempts": 0}),
+    ],
+)
+def test_a_client_option_is_checked_as_the_client_is_made(field: str, overrides: dict) -> None:
+    """A negative timeout or a port given as text was taken, and failed far from the
+    mistake (session 34's newcomer)."""
+    values = {"ns_host": "127.0.0.1", "ns_port": 9090} | overrides
+    with pytest.raises(InvalidArgument) as refused:
+        ClientOptions(**values)
+    assert refused.value.argument == field
