@@ -311,8 +311,12 @@ class Membership:
         if group != DEFAULT_GROUP and grp is not None and not grp.members and not keep_group:
             gone = self._core.drop_group(group)
             self._backup.group_dropped(group, gone)
-            log.info(
-                "%s: group %s dropped with %d events only it held", self._name, group, len(gone)
+            log.log(  # events nobody will process: an operator should hear of them
+                logging.WARNING if gone else logging.INFO,
+                "%s: group %s dropped with its last member, and %d events only it held",
+                self._name,
+                group,
+                len(gone),
             )
 
     # -- reading -------------------------------------------------------------------------

@@ -66,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait this long for a channel that does not exist yet, which another process "
         "creates, before giving up with exit code 2 (default 0: at once)",
     )
+    run.add_argument(
+        "--keep-subscription",
+        action="store_true",
+        help="stop without unsubscribing: the membership stays, and a restart with the same "
+        "--id goes on with it (for the only member of a group other than 'default', whose "
+        "unsubscribe drops the group and its backlog: a rolling restart). Its events wait "
+        "for it until it is declared dead (silent past the channel's --ack-timeout)",
+    )
     cc.add_bind_flags(run, "host", users=False)
     run.add_argument("--quiet", action="store_true", help="do not print a line per processed event")
     run.add_argument(
@@ -262,11 +270,12 @@ def run(args: argparse.Namespace) -> int:
         cc.exit_on_next_signal("events not acknowledged yet will be delivered again")
         log.info(
             "stopping subscriber %s after %d events: finishing the event in hand, then its "
-            "acks and unsubscribe (Ctrl-C again to quit at once)",
+            "acks and %s (Ctrl-C again to quit at once)",
             args.subscriber_id,
             subscriber.processed,
+            "keeping its subscription" if args.keep_subscription else "unsubscribe",
         )
-        subscriber.stop()
+        subscriber.stop(unsubscribe=not args.keep_subscription)
     return cc.EXIT_OK if failed is None else cc.fail(failed, cc.EXIT_ERROR)
 
 

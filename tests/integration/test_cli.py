@@ -256,3 +256,23 @@ def test_move_and_rebalance_say_what_is_wrong_on_brokers_that_cannot_move(
     dry = cluster.run(["-m", "channel_server", "rebalance", "--dry-run", *cluster.ns])
     assert dry.returncode == 2
     assert "rebalancing needs brokers sharing a database" in dry.stderr
+
+
+def test_a_group_s_only_subscriber_restarted_with_keep_subscription_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    """A clean stop unsubscribes, and the last member of a group other than 'default'
+    takes the group and its backlog with it: a rolling restart of a group's only worker
+    dropped what was published meanwhile (session 34's Jepsen probe). --keep-subscription
+    keeps the membership across the restart."""
+    cluster.broker("orders")
+    kept = ("--group", "billing", "--keep-subscription")
+    assert cluster.subscriber("orders", "b1", *kept).terminate() == 0
+    publish = [*cluster.ns, "--channel", "orders", "--id", "P", "--count", "5"]
+    assert cluster.run(["-m", "publisher", "publish", *publish]).returncode == 0
+    again = cluster.subscriber("orders", "b1", *kept)
+    assert len(cluster.wait_for_records("orders", ("b1",), 5)["b1"]) == 5
+    assert again.terminate() == 0
+    assert "billing" in channel_stats(cluster, "orders")["groups"]  # still subscribed
+    assert cluster.subscriber("orders", "b2", "--group", "other").terminate() == 0
+    assert "other" not in channel_stats(cluster, "orders")["groups"]  # unsubscribed
