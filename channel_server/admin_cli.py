@@ -1,5 +1,6 @@
 """The operator's commands of ``python -m channel_server``: ``list``, ``status``,
-``dead-letters`` and ``forget``, each asking a running broker (through the name server)."""
+``dead-letters``, ``forget`` and ``delete``, each asking a running broker (through the
+name server)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 import Pyro5.errors
 
 from channel_client import cli_common as cc
-from channel_client.lookup import resolve_channel
+from channel_client.lookup import broker_of_channel, resolve_channel
 from channel_server.errors import (
+    ChannelInUse,
     InvalidArgument,
     MemberActive,
     NotAuthorized,
@@ -88,6 +90,26 @@ def add_forget_command(sub: Any) -> None:
         help="remove an active member too, as if it unsubscribed: its partitions and the "
         "events it holds go to the others (a subscriber still running subscribes again, as "
         "a new member)",
+    )
+
+
+def add_delete_command(sub: Any) -> None:
+    delete = sub.add_parser(
+        "delete",
+        help="delete a channel or topic and everything stored for it (admin)",
+        description="Stop serving a channel and forget everything its broker stored for it: "
+        "events, groups, members, dead letters, the delivered-id window. Its name is free "
+        "again (a channel made later with it starts empty) and no longer counts against "
+        "--max-channels. A channel that still has members, events not acknowledged or dead "
+        "letters is refused (exit 4) unless --force. Exit 2 when there is no such channel.",
+    )
+    cc.add_ns_flags(delete)
+    delete.add_argument("channel", type=cc.plain_name, help="channel name")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="delete it even with members, events not acknowledged or dead letters: they "
+        "are dropped with it (running subscribers find it gone)",
     )
 
 
@@ -215,6 +237,21 @@ def forget_member(args: argparse.Namespace) -> int:
     except Pyro5.errors.CommunicationError as exc:
         return cc.fail(f"broker unavailable: {exc}", cc.EXIT_UNAVAILABLE)
     print(forget_summary(gone))
+    return cc.EXIT_OK
+
+
+def delete_channel(args: argparse.Namespace) -> int:
+    """The ``delete`` subcommand: exit 2 when there is no such channel, 4 when it holds
+    something and is not forced."""
+    with make_proxy(broker_of_channel(args.ns_host, args.ns_port, args.channel), 10.0) as b:
+        try:
+            held = b.delete_channel(args.channel, args.force)
+        except ChannelInUse as exc:
+            return cc.fail(f"{exc} (--force)", cc.EXIT_REFUSED)
+    print(
+        f"{args.channel} deleted, with {held['members']} members, {held['unacked']} events "
+        f"not acknowledged and {held['dead_letters']} dead letters"
+    )
     return cc.EXIT_OK
 
 

@@ -36,6 +36,7 @@ from channel_server.errors import (
     BrokerUnavailable,
     ChannelConflict,
     ChannelError,
+    ChannelInUse,
     FaultInjectionDisabled,
     InvalidArgument,
     LimitReached,
@@ -458,6 +459,29 @@ class Broker:
         self.store.release(name, epoch, handoff_to=to)
         log.info("channel %s handed over to broker %s (epoch %d)", name, to, epoch)
         return epoch
+
+    def delete_channel(self, name: str, force: bool = False) -> dict[str, int]:
+        """Stop serving a channel and forget everything stored for it (its name is free
+        again); returns what it held. Refused with ChannelInUse while it has members,
+        events not acknowledged or dead letters, unless ``force``. Without a delete, a
+        topic or channel made once counted against ``max_channels`` for good (session
+        34's soak and newcomer probes)."""
+        channel = self._hosted.get(name)
+        if channel is None:
+            raise UnknownChannel(name)
+        self._served().unregister(channel)  # no call starts on it now
+        held = channel.holding()
+        if any(held.values()) and not force:
+            self._served().register(channel, objectId=CHANNEL_OBJECT_PREFIX + name)
+            raise ChannelInUse(name, **held)
+        self._hosted.remove(name)
+        channel.close()
+        self._claims.give_up(name)
+        self.store.remove_channel(name)  # (fenced by its lease: before the lease goes)
+        if self.leases is not None:
+            self.leases.forget(name)
+        log.warning("channel %s deleted with what it held: %s", name, held)
+        return held
 
     def kill_queues(self, name: str) -> int:
         """The fault toggle of DESIGN §8, refused unless the broker allows fault injection."""

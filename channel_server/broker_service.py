@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import Pyro5.api
 
+from channel_server.boundary import check_flag
 from channel_server.core.records import ChannelKind
 from channel_server.errors import InvalidArgument
 from channel_server.events import IdScope
@@ -60,6 +61,12 @@ class BrokerService:
 
     def channel_count(self) -> int:
         return len(self._broker.channel_names())
+
+    def delete_channel(self, channel: str, force: bool = False) -> dict[str, int]:
+        """Delete a channel hosted here and everything stored for it (admin on its name);
+        see Broker.delete_channel."""
+        self._broker.access.require(Action.ADMIN, check_name("channel", channel))
+        return self._broker.delete_channel(channel, check_flag("force", force))
 
     def kill_queues(self, channel: str) -> int:
         """Empty a channel's in-memory queues (fault injection); returns events dropped."""

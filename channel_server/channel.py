@@ -359,6 +359,18 @@ class EventChannel:
         read must equal a count of the queues. Raises AssertionError naming the group."""
         self._upkeep.check_invariant()
 
+    def holding(self) -> dict[str, int]:
+        """What a delete would drop: its ``members``, ``unacked`` events and
+        ``dead_letters``."""
+        with self._state.lock:
+            core = self._state.core
+            members = sum(len(group.members) for group in core.groups.values())
+            return {
+                "members": members,
+                "unacked": core.unacked,
+                "dead_letters": len(core.dead_letters),
+            }
+
     def close(self) -> None:
         """Stop pushing and close the links to the push members."""
         self._upkeep.close()

@@ -1,7 +1,7 @@
 """``python -m channel_server``: run a broker, list channels.
 
 The parser is assembled here; ``serve``'s flags are in serve_flags, the operator's commands
-(``list``, ``status``, ``dead-letters``, ``forget``) in admin_cli."""
+(``list``, ``status``, ``dead-letters``, ``forget``, ``delete``) in admin_cli."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ import Pyro5.errors
 from channel_client import cli_common as cc
 from channel_server import config_file, cpu_pin, credentials
 from channel_server.admin_cli import (
+    add_delete_command,
     add_forget_command,
     add_inspect_commands,
     dead_letters,
+    delete_channel,
     forget_member,
     list_channels,
     show_status,
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     nameserver.add_argument("--users", type=Path, default=None, metavar="FILE", help="users file")
     add_users_command(sub)
     add_forget_command(sub)
+    add_delete_command(sub)
     add_move_commands(sub)
     return parser
 
@@ -181,6 +184,7 @@ COMMANDS = {
     "status": show_status,
     "dead-letters": dead_letters,
     "forget": forget_member,
+    "delete": delete_channel,
     "move": move_channel,
     "rebalance": rebalance,
     "nameserver": run_nameserver,

@@ -155,6 +155,27 @@ class ChannelConflict(ClientError):
         )
 
 
+class ChannelInUse(ClientError):
+    """``delete`` named a channel that still holds something (members, events not yet
+    acknowledged, dead letters) without ``force``: all of it would go with the channel."""
+
+    channel: str
+    members: int
+    unacked: int
+    dead_letters: int
+
+    def __init__(self, channel: str, members: int, unacked: int, dead_letters: int) -> None:
+        super().__init__(
+            f"channel {channel!r} still has {members} members, {unacked} events not "
+            f"acknowledged and {dead_letters} dead letters: stop its subscribers and let "
+            "them finish, or force it (everything it holds is dropped)",
+            channel=channel,
+            members=members,
+            unacked=unacked,
+            dead_letters=dead_letters,
+        )
+
+
 class FaultInjectionDisabled(ClientError):
     """A fault-injection call reached a broker started without --allow-fault-injection."""
 
@@ -331,6 +352,7 @@ ALL_ERRORS: tuple[type[ChannelError], ...] = (
     MemberActive,
     NotAuthorized,
     ChannelConflict,
+    ChannelInUse,
     FaultInjectionDisabled,
     CapacityError,
     QueueFull,

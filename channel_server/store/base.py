@@ -73,6 +73,12 @@ class Store(ABC):
         """Every channel saved, in creation order."""
 
     @abstractmethod
+    def remove_channel(self, channel: str) -> None:
+        """Forget a channel and everything stored for it (an admin deleted it): a channel
+        of its name made later starts empty. The sessions its lives claimed stay claimed,
+        so a later channel's sessions still pass them."""
+
+    @abstractmethod
     def save_group(self, channel: str, group: str, created_offset: int) -> None:
         """Remember a consumer group (idempotent: the first creation offset stays)."""
 

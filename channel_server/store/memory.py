@@ -63,6 +63,11 @@ class MemoryStore(Store):
         with self._lock:
             return list(self._channels.values())
 
+    def remove_channel(self, channel: str) -> None:
+        with self._lock:
+            self._channels.pop(channel, None)
+            self._data.pop(channel, None)
+
     def save_group(self, channel: str, group: str, created_offset: int) -> None:
         with self._lock:
             self._of(channel).groups.setdefault(group, created_offset)

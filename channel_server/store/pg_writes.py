@@ -7,6 +7,7 @@ it removes into ``delivered``, a trim moves the channel's ``window_start`` forwa
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -17,6 +18,8 @@ from channel_server.store.deferred import PendingWrites
 from channel_server.store.pg_schema import FENCE_CTE, decode_part, encode_part
 from channel_server.store.rows import GROUP_TABLES, loaded, pack, unpack
 
+CHANNEL_TABLES = ("events", "delivered", "acks", "groups", "members", "owners", "dead_letters")
+"""Every table with rows of a channel (by its id): what deleting a channel deletes."""
 EVENT_COLUMNS = "channel, ofs, id, publisher_id, part, ts, is_text, payload"
 APPEND = (
     FENCE_CTE + ", bump AS (UPDATE channels SET next_offset = GREATEST(next_offset, %(next)s) "
@@ -90,6 +93,8 @@ class PgWrites:
     _changes: dict[str, int]
     _stored: dict[str, int]
     _epochs: dict[str, int]
+    _ids: dict[str, int]
+    _lock: threading.Lock
     broker_id: str
 
     def _tx(
@@ -128,6 +133,17 @@ class PgWrites:
                 "INSERT INTO groups VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                 (cid, group, created_offset),
             )
+
+    def remove_channel(self, channel: str) -> None:
+        self._write_deferred()  # its deferred writes first, or they would outlive it
+        with self._tx(channel) as (cur, cid):  # fenced: only while its lease is ours
+            for table in CHANNEL_TABLES:
+                cur.execute(f"DELETE FROM {table} WHERE channel = %s", (cid,))
+            cur.execute("DELETE FROM channels WHERE id = %s", (cid,))
+            cur.execute("DELETE FROM channel_leases WHERE channel = %s", (channel,))
+        with self._lock:
+            for known in (self._ids, self._stored, self._epochs):
+                known.pop(channel, None)
 
     def remove_group(self, channel: str, group: str) -> None:
         self._write_deferred()  # its deferred acks first, or they would outlive it

@@ -103,6 +103,12 @@ into the delivered window. Longer keeps the journal's files longer, and a payloa
 queues made cold in memory until it moves."""
 
 
+CHANNEL_TABLES = ("groups", "acks", "members", "owners", "dead_letters")
+"""Tables whose rows name their channel: what deleting a channel deletes by name."""
+KEYED_TABLES = ("events", "delivered", "delivered_runs")
+"""Tables keyed by a channel's key base plus an offset: deleted by its key range."""
+
+
 class SQLiteStore(Store):
     durable = True
 
@@ -407,6 +413,22 @@ class SQLiteStore(Store):
             "SELECT name, kind, id_scope FROM channels WHERE kind IS NOT NULL ORDER BY id"
         )
         return [ChannelRecord(*row) for row in rows]
+
+    def remove_channel(self, channel: str) -> None:
+        self._write_deferred(move_all=True)  # its journaled events rows, its writes done
+        base = self._base(channel)
+        with self._tx() as db:
+            for table in CHANNEL_TABLES:
+                db.execute(f"DELETE FROM {table} WHERE channel = ?", (channel,))
+            for table in KEYED_TABLES:  # (keys base + offset: its own range)
+                db.execute(
+                    f"DELETE FROM {table} WHERE key BETWEEN ? AND ?", (base, base + OFFSET_MASK)
+                )
+            db.execute("DELETE FROM channels WHERE name = ?", (channel,))
+        with self._lock:
+            for known in (self._bases, self._stored, self._journaled_next):
+                known.pop(channel, None)
+            self._acked.discard(channel)
 
     def _base(self, channel: str) -> int:
         """The key base of a channel (its id << OFFSET_BITS), given an id on first use."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from channel_client.lookup import resolve_channel
-from channel_server.errors import InvalidArgument, InvalidEvent, LimitReached
+from channel_server.errors import InvalidArgument, InvalidEvent, LimitReached, UnknownChannel
 from channel_server.wire import broker_ns_name, locate_ns, make_proxy
 from tests.integration.conftest import channel_stats, publisher_for
 from tests.integration.procs import Cluster, logged, wait_until
@@ -187,3 +187,32 @@ def test_a_full_channel_is_waited_out_and_said_so(cluster: Cluster) -> None:
     assert publisher.popen.wait(30) == 0, publisher.output()
     assert "30 accepted, 0 duplicate, 0 refused" in publisher.output()
     assert len(cluster.wait_for_records("tiny", ("s1",), 30)["s1"]) == 30
+
+
+def test_a_deleted_channel_frees_its_place_and_stays_deleted(cluster: Cluster) -> None:
+    """Nothing deleted a channel: topics made once counted against --max-channels for
+    good, across restarts too (session 34's soak and newcomer probes)."""
+    extra = ("--max-channels", "2")
+    broker = cluster.broker("a", extra=extra)
+    broker_call(cluster, "create_channel", "b")
+    with pytest.raises(LimitReached):
+        broker_call(cluster, "create_channel", "c")
+    assert channel_call(cluster, "b", "subscribe", "p1")["mode"] == "pull"
+    assert publish(cluster, "b", "--count", "3").returncode == 0
+    delete = ["-m", "channel_server", "delete", *cluster.ns]
+    refused = cluster.run([*delete, "b"])
+    assert refused.returncode == 4, refused.stderr
+    assert "still has 1 members, 3 events not acknowledged" in refused.stderr
+    assert broker_call(cluster, "channels") == ["a", "b"]  # refused: still served
+    assert channel_stats(cluster, "b")["unacked"] == 3
+    done = cluster.run([*delete, "b", "--force"])
+    assert done.returncode == 0, done.stderr
+    assert "b deleted, with 1 members, 3 events not acknowledged" in done.stdout
+    assert broker_call(cluster, "create_channel", "c").startswith("PYRO:channel.c@")
+    assert cluster.run([*delete, "gone"]).returncode == 2
+    logged(broker, r"channel b deleted with what it held", 1)
+    broker.kill()
+    cluster.broker("a", extra=extra)
+    assert broker_call(cluster, "channels") == ["a", "c"]
+    with pytest.raises(UnknownChannel):
+        resolve_channel("127.0.0.1", cluster.ns_port, "b")

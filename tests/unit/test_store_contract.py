@@ -431,3 +431,39 @@ def test_deleted_events_keep_their_ids_however_scattered(store: Store) -> None:
     assert store.count("c") == 40 - len(gone)
     if store.durable:  # the memory store keeps no window
         assert {event_id for _, event_id, _ in snap.delivered} == {f"id-{i}" for i in range(40)}
+
+
+def test_a_removed_channel_is_forgotten_and_its_name_starts_empty(opener: Opener) -> None:
+    """An admin's delete: nothing of the channel is left (a topic made once counted
+    against --max-channels for good, session 34's soak), but the sessions its lives
+    claimed stay claimed."""
+    store = opener()
+    store.save_channel(ChannelRecord("c", "queue"))
+    store.save_channel(ChannelRecord("keep", "queue"))
+    store.append("c", [ev(0, 1.0), ev(1, 2.0), ev(2, 3.0)], 3, 5.0)
+    store.append("keep", [ev(0, 1.0)], 1, 5.0)
+    store.save_group("c", "g", 0)
+    store.ack("c", "g", [1])
+    store.save_owners("c", "g", {("pub", 0): "s1"})
+    store.save_member(MemberRecord("c", "g", "s1", "PYRO:x@127.0.0.1:9", 100))
+    store.add_dead_letters("c", [DeadLetterRecord("g", ev(2, 3.0), "boom")])
+    store.delete("c", [0])  # its id kept in the delivered window
+    claimed = store.claim_sessions("c", 5_000)
+    store.remove_channel("c")
+    _forgotten_but_keep(store)
+    again = opener()  # a restart
+    _forgotten_but_keep(again)
+    again.save_channel(ChannelRecord("c", "topic"))  # its name again: a new channel
+    assert again.claim_sessions("c", 1) > claimed
+    again.append("c", [ev(0, 1.0)], 1, 6.0)
+    assert [e.offset for e in again.load("c").events] == [0]
+    assert again.count("c") == 1
+
+
+def _forgotten_but_keep(store: Store) -> None:
+    assert store.channels() == [ChannelRecord("keep", "queue", "publisher")]
+    snap = store.load("c")
+    assert (snap.events, snap.groups, snap.acks, snap.members) == ([], {}, {}, [])
+    assert (snap.dead_letters, snap.delivered, snap.next_offset) == ([], [], 0)
+    assert snap.owners.get("g", {}) == {}
+    assert [e.offset for e in store.load("keep").events] == [0]
