@@ -29,6 +29,8 @@ fuzzes them on the standalone name server, every other caller on both."""
 NAMES = (*FUZZ_CHANNELS, "default", "f1", "f2", "b1", "pubsub.channel.fuzz", "pubsub.")
 """Names the broker and name servers know, for near-valid arguments."""
 DAEMONS = ("broker", "embedded-ns", "standalone-ns", "callback")
+BROKER_WIPES = frozenset({"delete_channel"})
+"""The broker's calls the owner may make that would delete the fuzzed channels."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def daemon(service: Service, which: str) -> Daemon:
     stack, ns_objects = service.stack, [NS_OBJECT, DAEMON_OBJECT]
     if which == "broker":
         objects = [f"channel.{c}" for c in FUZZ_CHANNELS] + [broker_ns_name("b1"), DAEMON_OBJECT]
-        target = _target(which, stack.broker_address, objects, service)
+        target = _target(which, stack.broker_address, objects, service, BROKER_WIPES)
         return Daemon(target, stack.broker, stack.probe.round)
     if which == "embedded-ns":
         address = ("127.0.0.1", stack.ns_port)
