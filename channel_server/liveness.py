@@ -12,7 +12,7 @@ import logging
 from Pyro5.callcontext import current_context
 
 from channel_server.channel_state import ChannelState, MemberKey
-from channel_server.core import health
+from channel_server.core import health, rebalance
 from channel_server.push import PushDelivery
 
 log = logging.getLogger("channel_server.channel")
@@ -51,6 +51,8 @@ class Liveness:
                 grp.deactivate(member_id, f"held an event over {cfg.handler_timeout_s:g} s")
             for member_id in health.idle_pullers(grp, now, cfg.pull_timeout_s):
                 grp.deactivate(member_id, f"no get for {cfg.pull_timeout_s:g} s")
+            if health.stalled(grp, now):
+                rebalance.around_stalls(grp)
             for member_id in health.silent(grp, now, cfg.ack_timeout_s):
                 self._push.probe((grp.name, member_id))
             for key in grp.sweep_idle(now, cfg.partition_idle_s):

@@ -108,7 +108,10 @@ def acknowledge(
     completed = len(finished) + len(failed)
     if busy_since is not None:
         member.window.observe(completed, now - busy_since)
-    member.busy_since = now if member.flights else None
+    if not member.flights:
+        member.busy_since = None
+    elif completed:  # progress: an ack that finished nothing (a push's empty answer) is none
+        member.busy_since = now
     outcome.deactivated = count_acks(group, member, outcome.missing, completed)
     if member.active and member.ready:
         group.touched.add(member_id)  # it has room again for what was waiting

@@ -30,6 +30,7 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
     member = group.members.get(member_id)
     if member is None or not member.active or now < member.retry_at:
         return None
+    member.check_stall(now)  # a long job in hand: nothing more behind it
     budget = member.room
     events: list[Event] = []
     emptied: list[PartitionKey] = []

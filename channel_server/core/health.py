@@ -89,6 +89,12 @@ def stuck(group: ConsumerGroup, now: float, after_s: float) -> list[str]:
     ]
 
 
+def stalled(group: ConsumerGroup, now: float) -> list[str]:
+    """Active members whose work in hand made no progress (no ack) for far longer than
+    their pace says an event takes (``Window.stalled``): a long job, marked so."""
+    return [m.member_id for m in group.members.values() if m.active and m.check_stall(now)]
+
+
 def idle_pullers(group: ConsumerGroup, now: float, after_s: float) -> list[str]:
     """Active pull members that have not called ``get`` for ``after_s``."""
     return [

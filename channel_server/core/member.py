@@ -32,6 +32,13 @@ class WindowPolicy:
     """Weight of the newest pace sample in the running average."""
 
 
+STALL_PACES = 10
+"""No ack for this many times a member's time per event: its work in hand is a long job."""
+STALL_FLOOR_S = 0.25
+"""...but never sooner than this: acks of quick events come every few ms (the subscriber
+sends them while a handler runs), not every few µs."""
+
+
 class Window:
     """Adapts what a member holds to its pace: a slow handler holds few events, so work
     queued behind it can still go to a member that is free (work is not trapped behind a
@@ -51,6 +58,16 @@ class Window:
         if self.per_event_s <= 0:
             return self.prefetch
         return max(1, min(self.prefetch, int(self._policy.hold_s / self.per_event_s)))
+
+    def stalled(self, quiet_s: float) -> bool:
+        """Whether ``quiet_s`` without an ack, while holding work, is far longer than its
+        pace says an event takes (at most ``hold_s``): what was pushed behind that job
+        waits for it, so nothing more should be."""
+        pace = self.per_event_s
+        limit = self._policy.hold_s
+        if pace is not None:
+            limit = max(STALL_FLOOR_S, min(limit, STALL_PACES * pace))
+        return quiet_s > limit
 
     def observe(self, completed: int, busy_s: float) -> None:
         """``completed`` events finished over ``busy_s`` seconds of holding work."""
@@ -164,6 +181,10 @@ class Member:
     last_seen: float = 0.0
     """Last sign of life: a push answered, an ack, a heartbeat, a ping or a get."""
     busy_since: float | None = None
+    stalled_on: float | None = None
+    """The ``busy_since`` of its work in hand when that was seen making no progress for a
+    window's time (a long job): no room while ``busy_since`` is still that (progress, or
+    nothing held, moves it on)."""
     retry_at: float = 0.0
     """No push before this (back-off after a failed one)."""
     transport_failures: int = 0
@@ -190,11 +211,28 @@ class Member:
     def in_flight(self) -> int:
         return len(self.flights)
 
+    def check_stall(self, now: float) -> bool:
+        """Whether its work in hand is stalled now (marked so: no room till it moves)."""
+        busy = self.busy_since
+        if busy is None or not self.flights:
+            return False
+        if self.stalled_on != busy and self.window.stalled(now - busy):
+            self.stalled_on = busy
+        return self.stalled
+
     @property
     def room(self) -> int:
         """How many more events it may be given now (besides those it owes): a member
-        never holds more than its window, counting events whose acks were lost."""
+        never holds more than its window, counting events whose acks were lost; none while
+        its work in hand is stalled (see ``stalled_on``)."""
+        if self.stalled:
+            return 0
         return self.window.limit() - len(self.flights) - self.owed
+
+    @property
+    def stalled(self) -> bool:
+        """Its work in hand was seen stalled (:meth:`check_stall`) and has not moved on."""
+        return self.stalled_on is not None and self.stalled_on == self.busy_since
 
     def load(self, partition_weight: int) -> int:
         return partition_weight * len(self.partitions) + self.queued + len(self.flights)

@@ -109,14 +109,17 @@ def _even(group: ConsumerGroup, active: list[Member]) -> bool:
 def steal(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
     """When ``member`` has nothing to do, give it the oldest ready partition of the busiest
     member that has other work in hand and no room to take it, if that leaves the stealer
-    owning no more. (A member with room gets its ready work pushed; moving a partition whose
-    push only lingers for an ack would split a run of events between members for nothing.)"""
+    owning no more (or the donor is stalled: it does none of its work now). (A member
+    with room gets its ready work pushed; moving a partition whose push only lingers for
+    an ack would split a run of events between members for nothing.)"""
     if not member.active or member.flights or member.ready or member.offloaded:
         return []
     best: tuple[PartitionQueue, Member] | None = None
     for donor in group.active_members():
-        if donor is member or len(donor.partitions) < len(member.partitions) + 1:
+        if donor is member:
             continue
+        if len(donor.partitions) < len(member.partitions) + 1 and not donor.stalled:
+            continue  # (a stalled one's ready work goes, whoever owns more)
         if not donor.flights and len(donor.ready) < 2:
             continue  # its only work: moving it would just move the wait
         if donor.room > 0:
@@ -129,6 +132,17 @@ def steal(group: ConsumerGroup, member: Member) -> list[PartitionKey]:
         return []
     group.move(best[0], member)
     return [best[0].key]
+
+
+def around_stalls(group: ConsumerGroup) -> list[PartitionKey]:
+    """Some members are stalled (see ``health.stalled``: nothing more is pushed to them
+    till they progress): each idle member takes one of their ready partitions. Their
+    windows, sized from past pace, took work behind a long job while another member sat
+    idle (session 34's newcomer: 16 short events waited out a 20 s job)."""
+    moved: list[PartitionKey] = []
+    for member in group.active_members():
+        moved += steal(group, member)
+    return moved
 
 
 def offload(group: ConsumerGroup, member_id: str) -> list[PartitionKey]:

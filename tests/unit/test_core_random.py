@@ -283,6 +283,8 @@ class Driver:
         mg = self.groups[group]
         mm, member = mg.members.get(member_id), grp.members.get(member_id)
         limit = member.window.limit() if member else 0
+        # a long job in hand closes the window: the core's judgement (unit-tested on its own)
+        stalled = member is not None and member.active and member.check_stall(self.now)
         owned = set(member.partitions) if member else set()
         pending, busy = self.pending_by_key(mg), self.busy_keys(mg)
         batch = grp.take_batch(member_id, self.now)
@@ -293,7 +295,7 @@ class Driver:
         ready = {key: pending[key] for key in owned if key in pending and key not in busy}
         held = {key: offs for key, (who, offs) in mg.held.items() if who == member_id}
         owed = sum(len(offs & mg.pending) for key, offs in held.items() if key in owned)
-        budget = limit - len(mm.flights) - owed
+        budget = 0 if stalled else limit - len(mm.flights) - owed
         got = len(batch.events) if batch else 0
         owed_ready = any(ev.offset in held.get(k, ()) for k, evs in ready.items() for ev in evs)
         if not ready or (budget <= 0 and not owed_ready):

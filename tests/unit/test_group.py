@@ -670,6 +670,52 @@ def test_offload_moves_movable_partitions_now_and_the_rest_as_they_free_up() -> 
     check_group(d.g)
 
 
+def test_a_stalled_member_is_given_nothing_more_and_an_idle_one_takes_its_ready_work() -> None:
+    """A member's window comes from its past pace: during a long job it kept taking the
+    work behind the job while another member sat idle (session 34's newcomer: 16 short
+    events waited out a 20 s job)."""
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    d.g.enqueue([make_event(0, partition=0)])  # -> a (a tie: the lowest id)
+    long_job = d.take("a")
+    d.g.enqueue([make_event(1, partition=1), make_event(2, partition=2)])  # P1 -> b, P2 -> a
+    assert (owners(d.g)[P1], owners(d.g)[P2]) == ("b", "a")
+    d.now += 0.9
+    assert health.stalled(d.g, d.now) == []  # pace unknown: a window's time (1 s) first
+    d.now += 0.2
+    assert health.stalled(d.g, d.now) == ["a"]
+    assert d.g.take_batch("a", d.now) is None  # nothing more behind the long job
+    assert not d.g.has_ready("a")  # (so no push task asks again and again)
+    d.ack(d.take("b"))  # b done with its own work: it takes a's ready partition
+    assert owners(d.g)[P2] == "b"
+    assert ids(d.take("b").events) == ["e2"]
+    d.ack(long_job)  # a progressed: it has room again
+    assert d.g.members["a"].room > 0
+    check_group(d.g)
+
+
+def test_a_stall_is_judged_by_the_member_s_own_pace() -> None:
+    d = Driver()
+    d.join("a")
+    d.join("b")
+    for n in range(3):  # a quick pace: 10 ms an event
+        d.g.enqueue([make_event(n, partition=0)])
+        batch = d.take("a")
+        d.now += 0.01
+        d.ack(batch)
+    d.g.enqueue([make_event(3, partition=0)])
+    long_job = d.take("a")
+    d.now += 0.2
+    assert health.stalled(d.g, d.now) == []  # 20 paces, under the floor: acks may be late
+    d.now += 0.1
+    assert health.stalled(d.g, d.now) == ["a"]
+    assert d.g.members["a"].room == 0
+    d.ack(long_job)
+    assert health.stalled(d.g, d.now) == [] and d.g.members["a"].room > 0  # it moved on
+    check_group(d.g)
+
+
 def test_offload_keeps_work_when_nobody_else_is_active() -> None:
     d = Driver()
     d.join("a")
