@@ -47,6 +47,7 @@ SAMPLES: dict[type[ChannelError], Callable[[], ChannelError]] = {
     errors.MemberActive: lambda: errors.MemberActive("sub-3", "default", "orders"),
     errors.NotAuthorized: lambda: errors.NotAuthorized("no credential", "publish", "orders"),
     errors.ChannelConflict: lambda: errors.ChannelConflict("orders", "ids", "channel", "publisher"),
+    errors.ChannelInUse: lambda: errors.ChannelInUse("orders", 2, 30, 1),
     errors.FaultInjectionDisabled: lambda: errors.FaultInjectionDisabled("kill_queues"),
     errors.CapacityError: lambda: errors.CapacityError("busy", retry_after_s=1.5),
     errors.QueueFull: lambda: errors.QueueFull(
@@ -74,6 +75,7 @@ EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
         "existing": "channel",
         "requested": "publisher",
     },
+    errors.ChannelInUse: {"channel": "orders", "members": 2, "unacked": 30, "dead_letters": 1},
     errors.FaultInjectionDisabled: {"call": "kill_queues"},
     errors.QueueFull: {
         "channel": "orders",
