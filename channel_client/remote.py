@@ -69,6 +69,14 @@ class ClientOptions:
         return cls(args.ns_host, args.ns_port, args.attempts, args.timeout, args.drop_replies)
 
 
+NOT_THE_OWNER = "the calling thread is not the owner of this proxy"
+"""How Pyro5 says a proxy was used by a thread other than its owner."""
+OTHER_THREAD = (
+    "this client belongs to the thread that first used it (a connection is one thread's): "
+    "make one per thread (a Publisher's submit() may be called from any thread)"
+)
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -174,6 +182,10 @@ class RemoteChannel:
                     self.retries += 1
                     self._log_retry(method, exc, attempt)
                     time.sleep(self._pause_s)  # client-side back-off between attempts
+            except Pyro5.errors.PyroError as exc:
+                if NOT_THE_OWNER in str(exc):
+                    raise InvalidArgument("thread", OTHER_THREAD) from None
+                raise
         if isinstance(last, StoreError):
             raise last
         raise BrokerUnavailable(

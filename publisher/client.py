@@ -406,10 +406,12 @@ class Publisher:
         run; logged as a warning when there are some). Raises ProcessingTimeout (a
         TimeoutError, with those counts) when work is left after ``timeout_s``, and
         BrokerUnavailable when the channel cannot be asked. Waits for what was submitted
-        to be sent first (within the same ``timeout_s``)."""
+        to be sent first (within the same ``timeout_s``). A ``close`` from another thread
+        ends it (ValueError) within a poll's pause."""
         self._check_open()
         counts: dict[str, int] = {}
         for _ in polling(self._flushed_within(timeout_s)):
+            self._check_open()  # closed meanwhile: it waited out its whole timeout
             counts = self._call("outstanding", self.publisher_id)
             if counts["outstanding"] == 0:
                 if counts["dead_letters"]:
@@ -460,7 +462,8 @@ class Publisher:
         (with the channel's hint) when ``wait_when_full``. ``after_batch(n)`` runs after
         the n-th batch. Once ``stop`` is set, the batch in hand is finished and the rest is
         not sent (``totals.stopped``). ``totals`` (when given) counts as it goes, so a
-        caller knows what was done before an error."""
+        caller knows what was done before an error. An InvalidEvent names the event's place
+        in ``events`` (and its id), not in its batch."""
         stop = stop or threading.Event()
         totals = PublishTotals() if totals is None else totals
         for calls, batch in enumerate(_chunks(_until(events, stop), batch_size), start=1):
@@ -469,6 +472,8 @@ class Publisher:
                 try:
                     totals.add(self.publish(pending))
                     pending = []
+                except InvalidEvent as bad:
+                    raise _in_input(bad, pending, batch, (calls - 1) * batch_size) from None
                 except QueueFull as full:
                     totals.add({"accepted": full.accepted, "duplicates": full.duplicates})
                     if not wait_when_full:
@@ -626,3 +631,20 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _in_input(
+    bad: InvalidEvent, sent: list[dict[str, Any]], batch: list[dict[str, Any]], before: int
+) -> InvalidEvent:
+    """``bad`` about an event of ``sent`` (``batch``, or what of it a full channel
+    refused), the batch that followed ``before`` events of the input, as about the input:
+    its index there, and its id. It named the index in what was sent only, so a caller of
+    publish_all could not tell where to go on (session 34's newcomer: 'event #50' for the
+    input's 550th)."""
+    if not 0 <= bad.index < len(sent):
+        return bad
+    event = sent[bad.index]
+    place = next(i for i, candidate in enumerate(batch) if candidate is event)
+    named = event.get("id") if isinstance(event, dict) else None
+    reason = bad.reason if named is None else f"{bad.reason} (event id {named!r})"
+    return InvalidEvent(bad.field, reason, before + place)

@@ -272,6 +272,34 @@ def test_a_payload_that_cannot_be_sent_is_refused_at_once_not_retried(cluster: C
         assert pub.publish([pub.event("after")])["accepted"] == 1  # the connection is fine
 
 
+def test_publish_all_names_a_bad_event_by_its_place_in_the_input(cluster: Cluster) -> None:
+    """It named the place in its batch ('event #10' for the input's 110th), and no id:
+    the caller could not tell where to go on (session 34's newcomer)."""
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        events = [pub.event(n) for n in range(120)]
+        events[110]["payload"] = object()
+        with pytest.raises(InvalidEvent) as refused:
+            pub.publish_all(iter(events), batch_size=50)
+    assert (refused.value.field, refused.value.index) == ("payload", 110)
+    assert f"event id {events[110]['id']!r}" in str(refused.value)
+
+
+def test_a_close_from_another_thread_ends_a_wait(cluster: Cluster) -> None:
+    """docs/api.md: close() may come from any thread; a wait in progress waited out its
+    whole timeout (session 34's newcomer: 40 s)."""
+    cluster.broker("jobs")
+    pub = Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None)
+    pub.publish([pub.event("nobody takes it")])
+    closer = threading.Timer(0.5, pub.close)
+    closer.start()
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="is closed"):
+        pub.wait(timeout_s=30)
+    assert time.monotonic() - started < 10
+    closer.join(5)
+
+
 def test_a_publisher_belongs_to_the_thread_that_first_publishes(cluster: Cluster) -> None:
     """docs/api.md: made in one thread, used by another (one Publisher per thread)."""
     cluster.broker("jobs")
@@ -281,6 +309,9 @@ def test_a_publisher_belongs_to_the_thread_that_first_publishes(cluster: Cluster
         worker.start()
         worker.join(10)
         assert [r["accepted"] for r in results] == [1]
+        with pytest.raises(InvalidArgument, match="make one per thread") as refused:
+            pub.publish([pub.event(2)])  # this thread's turn: the worker owns it now
+        assert refused.value.argument == "thread"  # (Pyro5 said: 'not the owner of this proxy')
 
 
 def test_a_publisher_made_before_a_fork_is_refused_in_the_child(cluster: Cluster) -> None:
