@@ -4,7 +4,8 @@ Events have ids ``evt-<row>``, a random publisher out of ``publishers`` (uniform
 Zipf-weighted with exponent ``zipf`` so a few publishers carry most events) and a random
 partition out of ``partitions``, timestamps in random order on a millisecond grid (so
 ties happen), and payloads of ``payload_size`` characters. A ``duplicates`` fraction of the
-rows repeat an earlier row's id with a fresh timestamp; an ``invalid`` fraction break one
+rows repeat an earlier row's id and publisher (one event, as a channel with ids unique per
+publisher counts them) with a fresh timestamp; an ``invalid`` fraction break one
 rule (bad publisher id, empty id, or no timestamp).
 """
 
@@ -75,9 +76,13 @@ def iter_events(config: GenerateConfig) -> Iterator[tuple[Any, ...]]:
         itertools.accumulate((rank + 1) ** -config.zipf for rank in range(config.publishers))
     )
     names = [f"pub-{n}" for n in range(config.publishers)]
+    publishers: list[str] = []  # of every row: a duplicate repeats its source's publisher
     for row in range(config.count):
         publisher = rnd.choices(names, cum_weights=weights)[0]
         source = rnd.randrange(row) if row and rnd.random() < config.duplicates else row
+        if config.duplicates:  # (kept only then: a reference per row)
+            publisher = publisher if source == row else publishers[source]
+            publishers.append(publisher)  # else 1 in `publishers` was one under --ids publisher
         event = [
             f"evt-{source}",
             publisher,

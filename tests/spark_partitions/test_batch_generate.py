@@ -53,3 +53,14 @@ def test_zipf_makes_the_first_publishers_carry_most_events():
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         GenerateConfig(**{"count": 1, **bad})
+
+
+def test_a_duplicate_repeats_its_source_s_publisher_too():
+    """It drew its publisher afresh, so under ids unique per publisher (the default) only
+    1 in ``publishers`` of the asked-for duplicates was one (session 34's newcomer)."""
+    rows = list(iter_events(GenerateConfig(count=2000, publishers=8, duplicates=0.2, seed=5)))
+    publishers: dict[str, set[str]] = {}
+    for row in rows:
+        publishers.setdefault(row[0], set()).add(row[1])
+    assert len(rows) - len(publishers) > 300  # about 20 % repeat an earlier id
+    assert all(len(named) == 1 for named in publishers.values())
