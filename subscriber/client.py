@@ -178,6 +178,9 @@ class Subscriber:
         the control thread takes those a long handler holds back (:meth:`release_held`)."""
         self._chunk_taken = 0
         """How many of ``_chunk`` the control thread took."""
+        self._stop_lock = threading.Lock()
+        """Serializes stops: a handler's runs on a thread of its own (:meth:`_stop_later`)
+        while the owner's ``with`` may stop it too."""
         self._chunk_lock = threading.Lock()
         """Guards handing ``_chunk`` over (replacing it, ``_chunk_taken``), by either
         thread, and the outbox adds that go with it."""
@@ -326,6 +329,10 @@ class Subscriber:
         if threading.current_thread() in self._threads.values():
             self._stop_later(unsubscribe)
             return
+        with self._stop_lock:
+            self._stop(unsubscribe)
+
+    def _stop(self, unsubscribe: bool) -> None:
         self._stopping.set()
         self._inbox.close()
         if self._busy_since is not None:
