@@ -66,6 +66,7 @@ __all__ = [
     "HOST_NAME",
     "Parser",
     "add_bind_flags",
+    "add_channel_command",
     "add_channel_flags",
     "add_client_command",
     "add_client_flags",
@@ -322,6 +323,16 @@ def add_client_command(
     add_id_flag(cmd, id_dest, "client id")
     add_ns_flags(cmd)
     add_client_flags(cmd)
+    return cmd
+
+
+def add_channel_command(
+    sub: Any, name: str, help_text: str, description: str
+) -> argparse.ArgumentParser:
+    """An operator's subcommand about one channel: the name-server flags and CHANNEL."""
+    cmd = sub.add_parser(name, help=help_text, description=description)
+    add_ns_flags(cmd)
+    cmd.add_argument("channel", type=plain_name, help="channel name")
     return cmd
 
 

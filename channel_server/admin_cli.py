@@ -70,18 +70,17 @@ def add_inspect_commands(sub: Any) -> None:
 
 
 def add_forget_command(sub: Any) -> None:
-    forget = sub.add_parser(
+    forget = cc.add_channel_command(
+        sub,
         "forget",
-        help="remove a member of a channel now (admin)",
-        description="Remove a member from its group now, with its subscription in the store. "
+        "remove a member of a channel now (admin)",
+        "Remove a member from its group now, with its subscription in the store. "
         "An inactive member (declared dead or timed out: 'NO' in status) holds nothing and "
         "goes at once; an active one is refused (exit 4) unless --force. The broker forgets "
         "inactive members by itself after --member-expiry. Forgetting the last member of a "
         "group other than default drops the group and its backlog, like an unsubscribe. "
         "Exit 5 when there is no such member.",
     )
-    cc.add_ns_flags(forget)
-    forget.add_argument("channel", type=cc.plain_name, help="channel name")
     forget.add_argument("member", type=cc.plain_name, help="the member's subscriber id")
     cc.add_group_flag(forget)
     forget.add_argument(
@@ -94,17 +93,16 @@ def add_forget_command(sub: Any) -> None:
 
 
 def add_delete_command(sub: Any) -> None:
-    delete = sub.add_parser(
+    delete = cc.add_channel_command(
+        sub,
         "delete",
-        help="delete a channel or topic and everything stored for it (admin)",
-        description="Stop serving a channel and forget everything its broker stored for it: "
+        "delete a channel or topic and everything stored for it (admin)",
+        "Stop serving a channel and forget everything its broker stored for it: "
         "events, groups, members, dead letters, the delivered-id window. Its name is free "
         "again (a channel made later with it starts empty) and no longer counts against "
         "--max-channels. A channel that still has members, events not acknowledged or dead "
         "letters is refused (exit 4) unless --force. Exit 2 when there is no such channel.",
     )
-    cc.add_ns_flags(delete)
-    delete.add_argument("channel", type=cc.plain_name, help="channel name")
     delete.add_argument(
         "--force",
         action="store_true",

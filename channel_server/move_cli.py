@@ -23,17 +23,16 @@ POLL_S = 0.2
 
 
 def add_move_commands(sub: Any) -> None:
-    move = sub.add_parser(
+    move = cc.add_channel_command(
+        sub,
         "move",
-        help="hand a channel to another broker of the same database (admin)",
-        description="Hand CHANNEL to broker --to, which shares the owner's PostgreSQL store "
+        "hand a channel to another broker of the same database (admin)",
+        "Hand CHANNEL to broker --to, which shares the owner's PostgreSQL store "
         "(--store): the owner stops serving it and releases its lease for the target, "
         "which restores it from the database and registers it in the name server. Events "
         "wait in the database meanwhile: none is lost or reordered; clients follow "
         "through the name server. Exit 3 when the move did not finish within --wait.",
     )
-    cc.add_ns_flags(move)
-    move.add_argument("channel", type=cc.plain_name, help="channel name")
     move.add_argument("--to", required=True, type=cc.plain_name, help="target broker id")
     move.add_argument("--wait", type=cc.positive_float, default=30.0, help="seconds (30)")
     rebalance = sub.add_parser(
