@@ -16,7 +16,6 @@ from channel_server.wire import (
     broker_tag,
     channel_ns_name,
     id_scope_tag,
-    kind_tag,
     locate_ns,
     make_proxy,
 )
@@ -45,8 +44,6 @@ def resolve_channel(
                 raise UnknownChannel(channel) from None
         else:
             _check_scope(channel, id_scope_tag(tags), id_scope)
-            if create:  # asked for by kind: a topic asked for as a queue routed nothing
-                _check_kind(channel, kind_tag(tags), kind)
             return str(uri)
         brokers = ns.list(prefix=NS_BROKER_PREFIX)
     broker_uri = pick_broker(brokers)
@@ -58,14 +55,6 @@ def _check_scope(channel: str, registered: str | None, asked: str | None) -> Non
     """A channel registered by a broker from before id scopes has no tag: not checked."""
     if asked is not None and registered is not None and registered != asked:
         raise ChannelConflict(channel, "ids", registered, asked)
-
-
-def _check_kind(channel: str, registered: str | None, asked: str) -> None:
-    """A queue asked for where a topic is (or the other way round) is a conflict, as a
-    scope is: it got the topic, whose publishes without subscribers were unrouted and
-    silently not kept (session 34's newcomer)."""
-    if registered is not None and registered != asked:
-        raise ChannelConflict(channel, "kind", registered, asked)
 
 
 def pick_broker(brokers: dict[str, str]) -> str:

@@ -48,11 +48,6 @@ def id_scope_tag(tags: Iterable[str]) -> str | None:
     return _tag(tags, IDS_TAG_PREFIX)
 
 
-def kind_tag(tags: Iterable[str]) -> str | None:
-    """The kind in a channel's name-server tags (``kind:<kind>``), if any."""
-    return _tag(tags, KIND_TAG_PREFIX)
-
-
 def _tag(tags: Iterable[str], prefix: str) -> str | None:
     return next((t[len(prefix) :] for t in tags if t.startswith(prefix)), None)
 

@@ -42,7 +42,6 @@ from channel_server.names import (
     channel_ns_name,
     check_name,
     id_scope_tag,
-    kind_tag,
 )
 
 # The wire's own helpers, and the names of channel_server.names (re-exported, so a client
@@ -68,7 +67,6 @@ __all__ = [
     "check_name",
     "closed_by_peer",
     "id_scope_tag",
-    "kind_tag",
     "locate_ns",
     "make_proxy",
     "register_errors",

@@ -171,6 +171,9 @@ class Publisher:
         """The most the state file held before this publisher reserved: a close never
         gives numbers back below it."""
         self._warned_duplicates = False
+        self._warned_unrouted = False
+        """Said once; a Putter sets it (not keeping a put nobody subscribed to is what a
+        topic does, and its line says so)."""
         attempts = 1 + int(retry_for_s / RETRY_PAUSE_S)
         self._options = ClientOptions(
             ns_host, ns_port, attempts, timeout_s, drop_replies, reply_spin_s
@@ -314,6 +317,8 @@ class Publisher:
             raise
         if events and len(summary["duplicates"]) == len(events):
             summary["warning"] = self._all_duplicates(summary["duplicates"])
+        elif summary.get("unrouted"):
+            summary["warning"] = self._unrouted(summary["unrouted"])
         return summary
 
     def _reserve(self) -> None:
@@ -377,6 +382,20 @@ class Publisher:
         """How long ``close`` lets the submissions in hand take: one send's retries."""
         options = self._options
         return options.attempts * (options.timeout_s + RETRY_PAUSE_S)
+
+    def _unrouted(self, count: int) -> str:
+        """Why events were not kept: the channel is a topic with no subscriber group. A
+        Publisher asked to create a queue got the topic of that name and said nothing
+        (session 34's newcomer); logged once per Publisher, unless it puts to topics."""
+        text = (
+            f"{count} events were not kept: {self.channel} is a topic and no subscriber was "
+            "subscribed (a topic keeps an event only for the groups that exist when it is "
+            "published)"
+        )
+        if not self._warned_unrouted:
+            self._warned_unrouted = True
+            log.warning("%s", text)
+        return text
 
     def _all_duplicates(self, ids: list[str]) -> str:
         """Why a batch of nothing but known ids delivers nothing, and what to do."""

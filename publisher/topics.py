@@ -36,7 +36,7 @@ class Putter:
 
     def _make(self, topic: str, drop_replies: int, _create: bool) -> Publisher:
         o = self.options
-        return Publisher(
+        publisher = Publisher(
             topic,
             self.publisher_id,
             ns_host=o.ns_host,
@@ -50,6 +50,8 @@ class Putter:
             drop_replies=drop_replies,
             reply_spin_s=o.reply_spin_s,
         )
+        publisher._warned_unrouted = True  # a put nobody subscribed to: its line says so
+        return publisher
 
     def _publisher(self, topic: str) -> Publisher:
         return self._publishers.get(topic)

@@ -18,7 +18,6 @@ from Pyro5.socketutil import SocketConnection
 from channel_client.reply_spin import SpinningConnection
 from channel_server.errors import (
     BrokerUnavailable,
-    ChannelConflict,
     InvalidArgument,
     InvalidEvent,
     ProcessingTimeout,
@@ -400,17 +399,26 @@ def test_a_pull_client_leaving_its_group_does_not_leave_its_last_message_to_anot
     assert got[3]["status"] == "empty"
 
 
-def test_a_queue_asked_for_where_a_topic_is_is_a_conflict(cluster: Cluster, tmp_path: Path) -> None:
-    """It got the topic, where its events went unrouted: accepted 0, not kept (session
-    34's newcomer)."""
+def test_events_a_topic_did_not_keep_are_said_so_once(
+    cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Publisher(create=True) where a topic of that name is gets the topic: with no
+    subscriber there, its events were not kept and nothing said so but a count
+    (session 34's newcomer)."""
     cluster.broker()
     with PullClient.open("r", ns_port=cluster.ns_port, state_dir=tmp_path) as reader:
-        reader.subscribe("news")  # a topic
-    with pytest.raises(ChannelConflict) as conflict:
-        Publisher("news", "P", ns_port=cluster.ns_port, create=True).publish([])
-    assert (conflict.value.setting, conflict.value.existing) == ("kind", "topic")
-    with Publisher("news", "P", ns_port=cluster.ns_port, create=True, kind="topic") as pub:
-        assert pub.publish([pub.event("m")])["accepted"] == 1
+        reader.subscribe("news")
+        reader.unsubscribe("news")  # a topic with no subscriber now
+    with (
+        caplog.at_level(logging.WARNING, logger="publisher.client"),
+        Publisher("news", "P", ns_port=cluster.ns_port, create=True) as pub,
+    ):
+        first = pub.publish([pub.event("m1")])
+        second = pub.publish([pub.event("m2")])
+    assert (first["accepted"], first["unrouted"]) == (0, 1)
+    assert "news is a topic and no subscriber was subscribed" in first["warning"]
+    assert "warning" in second
+    assert caplog.text.count("events were not kept") == 1  # logged once per Publisher
 
 
 def test_topic_clients_over_many_topics_hold_a_bounded_number_of_connections(
