@@ -203,7 +203,25 @@ class Publisher:
         self._closed = False
         self._forked = False
         """Made before this process forked (see :meth:`_check_process`)."""
-        _LIVE.add(self)
+        with _LIVE_LOCK:  # checked and added at once: two threads may make one each
+            if (other := self._sharing_its_sequence()) is not None:
+                self._remote.release()
+                raise InvalidArgument("publisher_id", _SAME_ID.format(p=other))
+            _LIVE.add(self)
+
+    def _sharing_its_sequence(self) -> Publisher | None:
+        """An open Publisher of this process numbering events from the same state file
+        for the same channel: both would give events the same ids, and the channel keep
+        one of each (session 34's newcomer: 8 Publishers of one id, 7 of 8 events dropped
+        as duplicates, only a warning said so)."""
+        if self.state_file is None:
+            return None  # a sequence in memory: starting over is the caller's choice
+        for other in _LIVE:
+            if other._closed or other._forked or other is self:
+                continue
+            if other.state_file == self.state_file and other.channel == self.channel:
+                return other
+        return None
 
     def _check_open(self) -> None:
         self._check_process()
@@ -641,7 +659,16 @@ def _chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[st
 
 
 _LIVE: weakref.WeakSet[Publisher] = weakref.WeakSet()
-"""The process's Publishers, marked in a child after a fork (``os.register_at_fork``)."""
+"""The process's Publishers: marked in a child after a fork (``os.register_at_fork``), and
+looked through for one numbering from the same sequence."""
+_LIVE_LOCK = threading.Lock()
+"""Guards adding to ``_LIVE`` with the check that comes with it."""
+_SAME_ID = (
+    "{p.publisher_id} is open already in this process on {p.channel}, numbering its events "
+    "from the same sequence ({p.state_file}): the two would give events the same ids, and "
+    "the channel keep one of each. Share that Publisher (submit() may be called from any "
+    "thread), close it first, or give each its own publisher id"
+)
 
 
 def _after_fork_in_child() -> None:

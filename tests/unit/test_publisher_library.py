@@ -3,7 +3,9 @@ a batch of nothing but duplicates, and wait's polling (a fake remote and a fake 
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -172,8 +174,11 @@ def test_ids_are_reserved_ahead_so_the_state_file_is_written_once_per_block(
 def test_a_run_that_dies_without_closing_skips_ids_and_reuses_none(
     fake: FakeRemote, tmp_path: Path
 ) -> None:
-    died = Publisher("c", "P", state_dir=tmp_path)
+    died: Publisher | None = Publisher("c", "P", state_dir=tmp_path)
+    assert died is not None
     died.publish([died.event(n) for n in range(3)])  # and no close: killed
+    died = None  # (its process gone: not an open Publisher of this one any more)
+    gc.collect()
     again = Publisher("c", "P", state_dir=tmp_path)
     assert again.event()["id"] == f"P-{4 + RESERVE_AHEAD}"
 
@@ -207,18 +212,43 @@ def test_a_closed_publisher_publishes_nothing_and_says_so(fake: FakeRemote, tmp_
     assert fake.calls == sent
 
 
-def test_a_close_gives_back_only_its_own_reservation(fake: FakeRemote, tmp_path: Path) -> None:
-    """Two runs of one publisher id at once: the first to close must not hand the
-    second's reserved numbers to a third."""
+def in_another_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What comes next acts as another process would: its own open Publishers (the
+    refusal of a second one sharing a sequence is per process)."""
+    monkeypatch.setattr(client, "_LIVE", weakref.WeakSet())
+
+
+def test_a_close_gives_back_only_its_own_reservation(
+    fake: FakeRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of one publisher id at once (two processes): the first to close must not
+    hand the second's reserved numbers to a third."""
     first = Publisher("c", "P", state_dir=tmp_path)
     first.publish([first.event()])  # P-1, reserves up to 2 + RESERVE_AHEAD
+    in_another_process(monkeypatch)
     second = Publisher("c", "P", state_dir=tmp_path)
     second.publish([second.event()])  # P-(2 + RESERVE_AHEAD), reserves a block more
     first.close()
+    in_another_process(monkeypatch)
     third = Publisher("c", "P", state_dir=tmp_path)
     assert third.event()["id"] == f"P-{3 + 2 * RESERVE_AHEAD}"
     second.close()  # gives back down to its own next id, never below the first's block
+    in_another_process(monkeypatch)
     assert Publisher("c", "P", state_dir=tmp_path).event()["id"] == f"P-{3 + RESERVE_AHEAD}"
+
+
+def test_a_second_open_publisher_of_one_sequence_in_a_process_is_refused(
+    fake: FakeRemote, tmp_path: Path
+) -> None:
+    """Both numbered events from the one state file: the channel kept one of each, and
+    only a warning said so (session 34's newcomer: 8 of one id, 7 of 8 events dropped)."""
+    first = Publisher("c", "P", state_dir=tmp_path)
+    with pytest.raises(InvalidArgument, match="P is open already in this process on c"):
+        Publisher("c", "P", state_dir=tmp_path)
+    Publisher("other", "P", state_dir=tmp_path).close()  # another channel: its own sequence
+    Publisher("c", "P", state_dir=None).close()  # a sequence in memory: the caller's choice
+    first.close()
+    Publisher("c", "P", state_dir=tmp_path).close()  # closed: free again
 
 
 def test_a_batch_of_only_duplicates_says_why_once(
