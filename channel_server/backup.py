@@ -135,17 +135,8 @@ class ChannelBackup:
         and a restart gave it to them all again (session 34's Jepsen probe: a topic's
         reader got a message twice). The pending delete of its row (and acks) goes first."""
         self.store.write_deferred_now()
-        replayed_to: dict[int, set[str]] = {}
-        for letter in letters:
-            replayed_to.setdefault(letter.event.offset, set()).add(letter.group)
-        for group in self._state.core.groups.values():
-            done = [
-                offset
-                for offset in self.store.offsets(restored)
-                if offset >= group.created_offset and group.name not in replayed_to[offset]
-            ]
-            if done:
-                self.store.ack(self._name, group.name, done)
+        for group, events in self._state.core.done_elsewhere(letters, restored).items():
+            self.store.ack(self._name, group, self.store.offsets(events))
 
     def trim(self) -> None:
         """Forget in the store the delivered ids the window forgot."""

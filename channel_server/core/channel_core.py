@@ -390,6 +390,25 @@ class ChannelCore:
             group.enqueue([letter.event])
         return chosen, restored
 
+    def done_elsewhere(
+        self, letters: list[DeadLetter], restored: list[Event]
+    ) -> dict[str, list[Event]]:
+        """Per group, the ``restored`` events (replayed after every group was done with
+        them) it was published to but is not replayed to: done with them still (their
+        acks went with their rows), as a restart must read it."""
+        replayed_to: dict[int, set[str]] = {}
+        for letter in letters:
+            replayed_to.setdefault(letter.event.offset, set()).add(letter.group)
+        done: dict[str, list[Event]] = {}
+        for group in self.groups.values():
+            if theirs := [
+                ev
+                for ev in restored
+                if ev.offset >= group.created_offset and group.name not in replayed_to[ev.offset]
+            ]:
+                done[group.name] = theirs
+        return done
+
     def _holders(self, event: Event) -> int:
         """How many groups hold ``event`` now, pending or in flight. ``groups_left`` cannot
         say: it has no entry for an event one group holds after a restart, nor for one no

@@ -16,9 +16,9 @@ from channel_server.events import Event, PartitionKey
 from channel_server.store.base import DeadLetterRecord, MemberRecord
 from channel_server.store.deferred import PendingWrites
 from channel_server.store.pg_schema import FENCE_CTE, decode_part, encode_part
-from channel_server.store.rows import GROUP_TABLES, loaded, pack, unpack
+from channel_server.store.rows import CHANNEL_TABLES, GROUP_TABLES, loaded, pack, unpack
 
-CHANNEL_TABLES = ("events", "delivered", "acks", "groups", "members", "owners", "dead_letters")
+CHANNEL_ROWS = ("events", "delivered", *CHANNEL_TABLES)
 """Every table with rows of a channel (by its id): what deleting a channel deletes."""
 EVENT_COLUMNS = "channel, ofs, id, publisher_id, part, ts, is_text, payload"
 APPEND = (
@@ -137,7 +137,7 @@ class PgWrites:
     def remove_channel(self, channel: str) -> None:
         self._write_deferred()  # its deferred writes first, or they would outlive it
         with self._tx(channel) as (cur, cid):  # fenced: only while its lease is ours
-            for table in CHANNEL_TABLES:
+            for table in CHANNEL_ROWS:
                 cur.execute(f"DELETE FROM {table} WHERE channel = %s", (cid,))
             cur.execute("DELETE FROM channels WHERE id = %s", (cid,))
             cur.execute("DELETE FROM channel_leases WHERE channel = %s", (channel,))

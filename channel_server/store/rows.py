@@ -17,6 +17,9 @@ import msgpack
 from channel_server.events import Event
 from channel_server.payloads import payload_size
 
+CHANNEL_TABLES = ("groups", "acks", "members", "owners", "dead_letters")
+"""Tables with rows per channel beside its events, the same in both stores: what deleting a
+channel deletes by its name (SQLite) or id (PostgreSQL)."""
 GROUP_TABLES = (("groups", "name"), ("acks", "grp"), ("owners", "grp"), ("dead_letters", "grp"))
 """(table, group column) of every table with rows per group, the same in both stores:
 what removing a group deletes."""

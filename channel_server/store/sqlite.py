@@ -49,7 +49,7 @@ from channel_server.store.journal import (
     segments,
 )
 from channel_server.store.journaled import JournaledEvents
-from channel_server.store.rows import GROUP_TABLES, event_fields
+from channel_server.store.rows import CHANNEL_TABLES, GROUP_TABLES, event_fields
 from channel_server.store.sqlite_files import (
     DB_FILE,
     LOCK_FILE,
@@ -103,8 +103,6 @@ into the delivered window. Longer keeps the journal's files longer, and a payloa
 queues made cold in memory until it moves."""
 
 
-CHANNEL_TABLES = ("groups", "acks", "members", "owners", "dead_letters")
-"""Tables whose rows name their channel: what deleting a channel deletes by name."""
 KEYED_TABLES = ("events", "delivered", "delivered_runs")
 """Tables keyed by a channel's key base plus an offset: deleted by its key range."""
 
