@@ -193,6 +193,11 @@ class DispatchPool:
                 log.exception("dispatch task %r failed", task)
 
 
+class NotSent(ConnectionError):
+    """A push failed before it went out (no connection, a failed ping, a busy or
+    aborted link): the member cannot have received it."""
+
+
 class MemberLink:
     """The broker's connection to one push member's callback object.
 
@@ -233,9 +238,11 @@ class MemberLink:
 
     def push(self, batch: Batch) -> tuple[Any, float]:
         """Hand a batch over; returns the reply and the round trip in seconds. Raises on
-        any failure (the caller counts it against the member)."""
+        any failure (the caller counts it against the member); :class:`NotSent` when it
+        failed before the push went out."""
         if not self._lock.acquire(timeout=self._push_timeout_s + self._ping_timeout_s):
-            raise TimeoutError(f"link to {self.callback} busy")
+            raise NotSent(f"link to {self.callback} busy")
+        sending = False
         try:
             if self._failed and not self.answers():
                 raise ConnectionError(f"{self.callback} does not answer a ping")
@@ -249,13 +256,16 @@ class MemberLink:
             if self._aborted:
                 raise ConnectionError(f"the session at {self.callback} is over")
             started = time.monotonic()
+            sending = True
             reply = self._deliver(self._proxy, batch)
             self._failed = False
             return reply, time.monotonic() - started
-        except Exception:
+        except Exception as exc:
             self._failed = True
             self._drop()
-            raise
+            if sending:
+                raise
+            raise NotSent(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self._lock.release()
 

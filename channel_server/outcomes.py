@@ -54,9 +54,10 @@ class Outcomes:
     def bury(
         self, grp: ConsumerGroup, member_id: str, session: int, seqs: range, faults: dict[str, str]
     ) -> None:
-        """A delivery to the member (its ``seqs``) holds events that cannot cross the wire
-        (uid -> why). They go to the dead-letter queue, not counted against the member;
-        the rest of the delivery goes back to be sent again."""
+        """A delivery to the member (its ``seqs``) holds events that cannot cross the wire,
+        or that killed the subscribers taking them (uid -> why). They go to the
+        dead-letter queue, not counted against the member; the rest of the delivery goes
+        back to be sent again."""
         outcome, retired = self._state.core.bury_unpushable(grp, member_id, session, seqs, faults)
         self._backup.outcome(grp.name, outcome, retired)
         for ev, error in outcome.dead:

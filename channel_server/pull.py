@@ -19,6 +19,7 @@ from typing import Any
 from channel_server.acking import Acking
 from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState, MemberSession
+from channel_server.core import poison
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.member import PULL_CALLBACK, Flight
 from channel_server.dispatch import wire_fault
@@ -62,7 +63,7 @@ class PullSide:
                 raise NotSubscribed(subscriber_id, state.name)
             self._backup.repair()
             flight = self._next(grp, subscriber_id, last_uid)
-            while flight is not None and (fault := wire_fault(_message(flight))):
+            while flight is not None and (fault := _fault(grp, flight)):
                 session = grp.members[subscriber_id].session
                 seqs = range(flight.seq, flight.seq + 1)
                 self._outcomes.bury(grp, subscriber_id, session, seqs, {flight.event.uid: fault})
@@ -133,6 +134,13 @@ class PullSide:
         if held:
             who = MemberSession(member_id, grp.name, grp.members[member_id].session)
             self._acking.settle(grp, who, held[0].seq, [last_uid], {}, now)
+
+
+def _fault(grp: ConsumerGroup, flight: Flight) -> str | None:
+    """Why a message is dead-lettered rather than handed out: it cannot cross the wire,
+    or subscribers died holding it (see :mod:`~channel_server.core.poison`)."""
+    lethal = poison.lethal(grp, [flight.event])
+    return lethal.get(flight.event.uid) or wire_fault(_message(flight))
 
 
 def _message(flight: Flight) -> dict[str, Any]:

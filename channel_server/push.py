@@ -45,13 +45,13 @@ import Pyro5.errors
 
 from channel_server import after_reply
 from channel_server.channel_state import ChannelState, MemberKey
-from channel_server.core import rebalance
+from channel_server.core import poison, rebalance
 from channel_server.core.arrivals import Arrivals
 from channel_server.core.group import ConsumerGroup
 from channel_server.core.health import Delay
 from channel_server.core.load import CpuLoad, CpuTimes, unknown_machine
 from channel_server.core.member import Batch, Member
-from channel_server.dispatch import DispatchPool, MemberLink, wire_fault
+from channel_server.dispatch import DispatchPool, MemberLink, NotSent, wire_fault
 from channel_server.log_throttle import Throttle
 from channel_server.outcomes import Outcomes
 
@@ -333,6 +333,10 @@ class PushDelivery:
             batch = grp.take_batch(member_id, now)
             if batch is None:
                 return None
+            if grp.suspects and (lethal := poison.lethal(grp, batch.events)):
+                self._outcomes.bury(grp, member_id, batch.session, batch.seqs, lethal)
+                self.changed()  # what waited behind it goes out at once
+                return None
             self._pushed[key] = (now, self._arrivals.count)
         try:
             reply, elapsed = link.push(batch)
@@ -415,7 +419,7 @@ class PushDelivery:
             now = self._state.now()
             if grp is None:
                 return None
-            gave_up = grp.push_failed(batch, now)
+            gave_up = grp.push_failed(batch, now, sent=not isinstance(error, NotSent))
             member = grp.members.get(batch.member_id)
             self.changed()
             retry_in = member.retry_at - now if member and member.active else None

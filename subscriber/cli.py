@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="inject a fault (repeatable): delay:P:SECONDS and long-delay:P:SECONDS (slow "
         "deliveries), slow:P:SECONDS (a long handler), crash-after:N, drop-acks:P, fail-on:ID, "
-        "fail-first:P (a first delivery fails, its retry works)",
+        "crash-on:ID (a hard exit whenever event ID reaches the handler), fail-first:P (a "
+        "first delivery fails, its retry works)",
     )
     run.add_argument(
         "--fault-seed", type=int, default=None, help="seed of the faults' random draws"

@@ -7,6 +7,9 @@
                    handler, before it runs, so N-1 events were processed
 ``drop-acks:P``    with probability P, process an event but leave it out of the reply
 ``fail-on:ID``     the handler fails on event ID every time (a poison event)
+``crash-on:ID``    hard exit (``os._exit``) whenever event ID reaches the handler (a poison
+                   event that kills its process: the broker dead-letters it after
+                   ``--max-crashes`` deaths with it alone)
 ``fail-first:P``   with probability P, the handler fails on an event's first delivery (a
                    transient failure: its retry succeeds, behind it the rest of its
                    partition waits)
@@ -25,10 +28,19 @@ from typing import Any
 log = logging.getLogger(__name__)
 CRASH_EXIT_CODE = 137
 """What a shell reports for a SIGKILLed process; crash-after uses it too."""
-KINDS = ("delay", "long-delay", "slow", "crash-after", "drop-acks", "fail-on", "fail-first")
+KINDS = (
+    "delay",
+    "long-delay",
+    "slow",
+    "crash-after",
+    "drop-acks",
+    "fail-on",
+    "crash-on",
+    "fail-first",
+)
 TIMED = ("delay", "long-delay", "slow")
 PROBABLE = ("drop-acks", "fail-first")
-AROUND_EVENTS = frozenset(("slow", "crash-after", "drop-acks", "fail-on", "fail-first"))
+AROUND_EVENTS = frozenset(("slow", "crash-after", "drop-acks", "fail-on", "crash-on", "fail-first"))
 """The kinds that act as an event is handled (the others act as a push arrives)."""
 
 
@@ -51,7 +63,7 @@ class FaultSpec:
             return f"crash-after:{self.count}"
         if self.kind in PROBABLE:
             return f"{self.kind}:{self.probability:g}"
-        return f"fail-on:{self.event_id}"
+        return f"{self.kind}:{self.event_id}"
 
 
 def parse_fault(text: str) -> FaultSpec:
@@ -70,9 +82,9 @@ def parse_fault(text: str) -> FaultSpec:
     if kind in PROBABLE:
         _arity(text, args, 1)
         return FaultSpec(kind, _probability(args[0]))
-    if kind == "fail-on":
+    if kind in ("fail-on", "crash-on"):
         if not rest:
-            raise ValueError("fail-on needs an event id: fail-on:ID")
+            raise ValueError(f"{kind} needs an event id: {kind}:ID")
         return FaultSpec(kind, event_id=rest)
     raise ValueError(f"unknown fault {kind!r}; one of {', '.join(KINDS)}")
 
@@ -129,7 +141,8 @@ class Faults:
         """Called when an event reaches the handler, before it runs: crashes, long jobs."""
         self.received += 1
         for spec in self.specs:
-            if spec.kind == "crash-after" and self.received >= spec.count:
+            crash_on = spec.kind == "crash-on" and event["id"] == spec.event_id
+            if crash_on or (spec.kind == "crash-after" and self.received >= spec.count):
                 log.warning("fault %s fired on %s: exiting now", spec, event["id"])
                 logging.shutdown()
                 self._exit(CRASH_EXIT_CODE)

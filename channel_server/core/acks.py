@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import repeat, takewhile
 from typing import TYPE_CHECKING
 
-from channel_server.core import rebalance
+from channel_server.core import poison, rebalance
 from channel_server.core.delivery import by_key, current, flights_in, give_back
 from channel_server.core.member import Flight, Member
 from channel_server.core.queues import PartitionQueue
@@ -97,6 +97,7 @@ def acknowledge(
     for flight in skipped:
         del member.flights[flight.event.uid]
     outcome.retried = [f.event for f in failed + untried + skipped]
+    poison.cleared(group, (f.event for f in failed))  # its subscriber lived through it
     outcome.done.extend(ack_owed(group, member, elsewhere))
     member.acked += len(outcome.done)
     group.ack_latency.observe_ages(now, map(EVENT_ACCEPTED_AT, outcome.done))
@@ -188,6 +189,7 @@ def ack_owed(group: ConsumerGroup, member: Member, acked: Iterable[str]) -> list
         member.queued -= len(done)
         member.owed -= sum(1 for ev in done if ev.offset in pq.held_back)
         wanted.difference_update(ev.uid for ev in done)
+        poison.cleared(group, done)
         unpin(group, pq, done)
         group.refresh(pq)
         found.extend(done)
@@ -221,6 +223,7 @@ def count_acks(group: ConsumerGroup, member: Member, missing: int, completed: in
 def finish(group: ConsumerGroup, member: Member, events: list[Event]) -> None:
     """Events done (acked or dead) in this group: out of their partitions for good."""
     group.held -= len(events)
+    poison.cleared(group, events)
     partitions, resolved = group.partitions, []
     for key, done in by_key(events).items():
         pq = partitions[key]

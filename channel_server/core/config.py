@@ -158,6 +158,18 @@ class ChannelConfig:
     )
     """Consecutive failed pushes before a member is inactive; handler failures before an
     event goes to the dead-letter queue."""
+    max_crashes: int = setting(
+        5,
+        "--max-crashes",
+        "non_negative_int",
+        "dead-letter an event after this many subscribers died or went silent while it was "
+        "the only event they held (a poison event); 0: never",
+    )
+    """Only a handler's failures (``max_attempts``) dead-letter an event, and a subscriber
+    killed by its handler is not one: a poison event went round the subscribers for ever
+    (session 34's newcomer: 214 crashes in 60 s). After a death the events its member held
+    go out alone, so a death is the event's own; this many and it is dead-lettered (see
+    :mod:`~channel_server.core.poison`). Counted in memory: a restart counts again."""
     max_dead_letters: int = setting(
         10_000,
         "--max-dead-letters",
@@ -339,4 +351,5 @@ class ChannelConfig:
             self.retry_backoff_s,
             self.delay_policy(),
             WindowPolicy(self.window_initial, self.window_hold_s),
+            max_crashes=self.max_crashes,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from channel_server.core import poison
 from channel_server.core.member import Batch, Flight, Member
 from channel_server.events import Event, PartitionKey
 
@@ -31,6 +32,8 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
     if member is None or not member.active or now < member.retry_at:
         return None
     member.check_stall(now)  # a long job in hand: nothing more behind it
+    if group.suspects and (suspect := poison.ready_suspect(group, member)) is not None:
+        return None if member.flights else _take_alone(group, member, suspect, now)
     budget = member.room
     events: list[Event] = []
     emptied: list[PartitionKey] = []
@@ -53,6 +56,15 @@ def take_batch(group: ConsumerGroup, member_id: str, now: float) -> Batch | None
     for key in emptied:
         del member.ready[key]
     return launch(group, member, events, now) if events else None
+
+
+def _take_alone(group: ConsumerGroup, member: Member, key: PartitionKey, now: float) -> Batch:
+    """A push of only the next event of the partition ``key``: a suspect of killing its
+    subscribers (see :mod:`~channel_server.core.poison`)."""
+    taken, fresh = group.partitions[key].take_head(group.warm)
+    del member.ready[key]
+    member.owed -= len(taken) - fresh
+    return launch(group, member, taken, now)
 
 
 def take_event(group: ConsumerGroup, member_id: str, uid: str, now: float) -> Batch | None:
@@ -105,15 +117,20 @@ def delivered(group: ConsumerGroup, batch: Batch, now: float) -> bool:
         return False
     member.seen(now)
     member.transport_failures = 0
+    member.answered_seq = max(member.answered_seq, batch.seqs[-1])
     return True
 
 
-def push_failed(group: ConsumerGroup, batch: Batch, now: float) -> bool:
+def push_failed(group: ConsumerGroup, batch: Batch, now: float, sent: bool = True) -> bool:
     """A push failed in transport: its events go back; the member retries after a
-    back-off. Returns True when this failure made the member inactive."""
+    back-off. ``sent``: the push went out (the member may have died of it; else the
+    connection or a ping failed first). Returns True when this failure made the member
+    inactive."""
     member = current(group, batch.member_id, batch.session)
     if member is None:
         return False
+    if sent:
+        poison.died_holding(group, member, answered=True)
     unfly(group, member, _flights_of(member, batch))
     return transport_failure(group, member, now, f"{len(batch.events)}-event push failed")
 

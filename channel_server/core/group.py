@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from channel_server.core import acks, delivery, group_membership
+from channel_server.core import acks, delivery, group_membership, poison
 from channel_server.core.acks import AckOutcome
 from channel_server.core.assignment import LeastLoaded
 from channel_server.core.delivery import by_key
@@ -49,6 +49,9 @@ class GroupPolicy:
     retry_backoff_s: float = 0.05
     delay: DelayPolicy = field(default_factory=DelayPolicy)
     window: WindowPolicy = field(default_factory=WindowPolicy)
+    max_crashes: int = 5
+    """Deaths of subscribers holding an event alone before it is dead-lettered (0:
+    never; see :mod:`~channel_server.core.poison`)."""
 
 
 class ConsumerGroup:
@@ -96,6 +99,9 @@ class ConsumerGroup:
         """Deliveries made so far of events that went back to a queue (offset -> count)."""
         self.handler_failures: dict[int, int] = {}
         """Handler failures so far of events not yet dead-lettered (offset -> count)."""
+        self.suspects: dict[int, int] = {}
+        """Events suspected of killing their subscribers (offset -> deaths counted while
+        held alone): they go out alone (see :mod:`~channel_server.core.poison`)."""
         self.nacked = self.redelivered = self.dead_lettered = 0
         """Totals of this life: handler failures reported, deliveries after the first
         (attempt > 1), events given up on (the dead-letter queue)."""
@@ -140,6 +146,8 @@ class ConsumerGroup:
         member = self.members.get(member_id)
         if member is None or not member.active or not member.ready:
             return False
+        if self.suspects and poison.ready_suspect(self, member) is not None:
+            return not member.flights  # a suspect goes alone, to a member holding nothing
         if member.room > 0:
             return True
         return member.owed > 0 and any(self.partitions[key].held_back for key in member.ready)
@@ -151,6 +159,8 @@ class ConsumerGroup:
         member = self.members.get(member_id)
         if member is None or not member.active or not member.ready:
             return None
+        if self.suspects and poison.ready_suspect(self, member) is not None:
+            return None  # it goes alone: nothing to fill
         budget, ready = member.room, 0
         if len(member.ready) >= budget:
             return None  # a ready partition holds an event at least: no need to count
@@ -348,9 +358,10 @@ class ConsumerGroup:
         """A push was answered. False when the batch is stale (its events moved on)."""
         return delivery.delivered(self, batch, now)
 
-    def push_failed(self, batch: Batch, now: float) -> bool:
-        """A push failed in transport. True when this failure made the member inactive."""
-        return delivery.push_failed(self, batch, now)
+    def push_failed(self, batch: Batch, now: float, sent: bool = True) -> bool:
+        """A push failed in transport (``sent``: after it went out). True when this
+        failure made the member inactive."""
+        return delivery.push_failed(self, batch, now, sent)
 
     def push_declined(self, batch: Batch, now: float, pause_s: float) -> None:
         """The member is leaving and took nothing (see delivery.push_declined)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from channel_server.core import delivery, rebalance
+from channel_server.core import delivery, poison, rebalance
 from channel_server.core.health import DelayTracker
 from channel_server.core.member import Member, Window
 
@@ -45,6 +45,7 @@ def join(
         )
         group.members[member_id] = member
     else:
+        poison.died_holding(group, member)  # its last life ended holding them
         delivery.unfly(group, member, list(member.flights.values()))
         pace = member.window.per_event_s
         member.callback, member.prefetch = callback, prefetch
@@ -53,7 +54,7 @@ def join(
         member.active, member.inactive_reason = True, ""
         member.transport_failures = member.ack_failures = 0
         member.offloaded, member.retry_at = False, 0.0
-    member.session, member.pull, member.next_seq = session, pull, 1
+    member.session, member.pull, member.next_seq, member.answered_seq = session, pull, 1, 0
     member.user, member.secret = user, secret
     member.seen(now)
     group.assign_unowned()
@@ -69,6 +70,7 @@ def deactivate(group: ConsumerGroup, member_id: str, reason: str) -> None:
     member = group.members[member_id]
     member.active, member.inactive_reason = False, reason
     group.deactivations.append((member_id, reason))
+    poison.died_holding(group, member)
     delivery.unfly(group, member, list(member.flights.values()))
     _release_partitions(group, member)
 

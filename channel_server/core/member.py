@@ -178,6 +178,9 @@ class Member:
     """Pending events back from it that it may have processed (a lost ack, a failed push):
     it still holds them, in a way, so they count against its window."""
     next_seq: int = 1
+    answered_seq: int = 0
+    """The last delivery of this session whose push was answered (pushes to a member go
+    one at a time): a flight past it may never have reached the member."""
     last_seen: float = 0.0
     """Last sign of life: a push answered, an ack, a heartbeat, a ping or a get."""
     busy_since: float | None = None

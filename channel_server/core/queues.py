@@ -187,6 +187,16 @@ class PartitionQueue:
         self._fly(batch)
         return batch, fresh
 
+    def take_head(self, warm: Warm = warm_nothing) -> tuple[list[Event], int]:
+        """Move only the oldest pending event into flight (a suspect of killing its
+        subscribers goes alone, held back or not). Returns it, and 1 if it was not held
+        back (as :meth:`take`)."""
+        batch = self._front(1)
+        warm(batch)
+        self._drop_front(len(batch))
+        self._fly(batch)
+        return batch, sum(1 for ev in batch if ev.offset not in self.held_back)
+
     def _fly(self, batch: list[Event]) -> None:
         """``batch`` (out of pending already) is in flight now, replacing what was (a ready
         partition has nothing in flight)."""

@@ -222,10 +222,12 @@ class Cluster:
             argv += ["--channel", channel]
         return self.start(name, argv, r"broker \S+ ready at", env)
 
-    def subscriber(self, channel: str, sub_id: str, *extra: str) -> Proc:
+    def subscriber(self, channel: str, sub_id: str, *extra: str, ready: bool = True) -> Proc:
+        """A push subscriber process; ``ready``: wait until it says so (one that may die
+        at once, of its first event, is not waited for)."""
         argv = ["-m", "subscriber", "run", *self.ns, "--channel", channel, "--id", sub_id]
         argv += ["--record", str(self.record_path(channel, sub_id)), *extra]
-        return self.start(sub_id, argv, rf"subscriber {re.escape(sub_id)} ready")
+        return self.start(sub_id, argv, rf"subscriber {re.escape(sub_id)} ready" if ready else None)
 
     def run(
         self, argv: list[str], timeout_s: float = 60.0, env: dict[str, str] | None = None

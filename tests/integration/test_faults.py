@@ -247,3 +247,45 @@ def _frozen_for_a_while(pid: int) -> Iterator[None]:
         yield
     finally:
         thaw.join()
+
+
+def test_a_poison_event_that_kills_its_subscribers_is_dead_lettered_and_the_rest_go_on(
+    cluster: Cluster,
+) -> None:
+    """A handler that kills its process on one event (os._exit, as a crash in native code
+    would): only a handler's failures dead-lettered an event, so the poison went round
+    the restarted subscribers for ever and what was pushed with it stalled (session 34's
+    newcomer: 214 crashes in 60 s). A supervisor restarts each crashed subscriber."""
+    broker = cluster.broker("px", extra=("--max-crashes", "2"))
+    crash = ("--fault", "crash-on:PUB-6")
+    subs = {s: cluster.subscriber("px", s, *crash) for s in ("s1", "s2")}
+    with publisher_for(cluster, "px") as pub:
+        events = [pub.event(f"e{i}", partition=i % 4, timestamp=1000.0 + i) for i in range(20)]
+        assert pub.publish(events)["accepted"] == 20
+    crashes = 0
+
+    def supervised() -> bool:
+        nonlocal crashes
+        for sub_id, proc in subs.items():
+            if not proc.alive:
+                assert proc.popen.wait(10) == 137
+                crashes += 1
+                subs[sub_id] = cluster.subscriber("px", sub_id, *crash, ready=False)
+        return channel_stats(cluster, "px")["dead_letters"] == 1
+
+    wait_until(supervised, 90.0, "the poison dead-lettered")
+    listing = cluster.run(["-m", "channel_server", "dead-letters", "px", *cluster.ns, "--json"])
+    assert listing.returncode == 0, listing.stderr
+    (letter,) = json.loads(listing.stdout)
+    assert letter["id"] == "PUB-6" and "--max-crashes 2" in letter["error"]
+    broker.wait_for(r"px: PUB-6 dead-lettered: 2 subscribers died")
+    assert 2 <= crashes <= 4  # one death may hold it with others; then two alone
+    wait_until(lambda: channel_stats(cluster, "px")["unacked"] == 0, 30.0, "the rest done")
+    got = cluster.records("px", "s1", "s2")
+    done = list(dict.fromkeys(ids(got["s1"]) + ids(got["s2"])))
+    assert sorted(done) == sorted(f"PUB-{n}" for n in range(1, 21) if n != 6)
+    for part in range(4):  # each partition in order, the poison's too without it
+        mine = [f"PUB-{n}" for n in range(1, 21) if (n - 1) % 4 == part and n != 6]
+        for sub_id in ("s1", "s2"):
+            seen = [i for i in dict.fromkeys(ids(got[sub_id])) if i in mine]
+            assert seen == sorted(seen, key=mine.index), f"{sub_id}: partition {part} order"

@@ -71,6 +71,7 @@ class MMember:
     retry_at: float = 0.0
     delivered: int = 0
     acked: int = 0
+    answered_seq: int = 0  # the last delivery whose push was answered
     flights: dict[str, MFlight] = field(default_factory=dict)  # by uid, in delivery order
 
     @property
@@ -92,6 +93,9 @@ class MGroup:
     held: dict[PartitionKey, tuple[str, set[int]]] = field(default_factory=dict)
     """Partition -> (owner, events back from it that it may have processed: a skipped ack,
     a failed push, a resumed session), until resolved."""
+    suspects: dict[int, int] = field(default_factory=dict)
+    """Events a member died holding -> deaths while it was all the member held (see
+    core/poison.py): they go out alone."""
 
 
 def view(member: Any) -> dict[str, Any]:
@@ -160,6 +164,27 @@ class Driver:
             owner, offs = mg.held.get(key, (holder, set()))
             mg.held[key] = (holder, (offs if owner == holder else set()) | {off})
 
+    def died(self, mg: MGroup, mm: MMember, answered: bool = False) -> None:
+        """A member died (declared dead, back in a new session, a push failed after it
+        went out) holding its flights: one held alone that reached it (``answered``, or
+        its push was) is charged a death; of several, the first of each partition is
+        suspect."""
+        offsets = [f.offset for f in mm.flights.values()]
+        if len(offsets) == 1:
+            (flight,) = mm.flights.values()
+            reached = answered or flight.seq <= mm.answered_seq
+            mg.suspects[offsets[0]] = mg.suspects.get(offsets[0], 0) + reached
+            return
+        firsts: dict[PartitionKey, int] = {}
+        for off in offsets:
+            firsts.setdefault(self.events[off].key, off)
+        for off in firsts.values():
+            mg.suspects.setdefault(off, 0)
+
+    def cleared(self, mg: MGroup, offsets: list[int]) -> None:
+        for off in offsets:
+            mg.suspects.pop(off, None)
+
     def resolved(self, mg: MGroup, offsets: list[int]) -> None:
         for pins in (mg.pins, mg.held):
             for _, offs in pins.values():
@@ -168,6 +193,8 @@ class Driver:
     def drop_member(self, mg: MGroup, member_id: str, leave: bool) -> None:
         """Deactivated or left: what it held goes back, its pins are released."""
         mm = mg.members[member_id]
+        if not leave:
+            self.died(mg, mm)
         self.put_back(mg, mm, list(mm.flights))
         mm.active = False
         mg.pins = {key: pin for key, pin in mg.pins.items() if pin[0] != member_id}
@@ -253,6 +280,7 @@ class Driver:
         old = mg.members.get(member_id)
         kept = set(grp.members[member_id].partitions) if old and old.active else set()
         if old:
+            self.died(mg, old)
             self.put_back(mg, old, list(old.flights), member_id if old.active else None)
         member = grp.join(member_id, f"cb-{member_id}", prefetch, self.core.new_session(), self.now)
         assert member.session == self.next_session, "join: not a new session"
@@ -297,6 +325,9 @@ class Driver:
         owed = sum(len(offs & mg.pending) for key, offs in held.items() if key in owned)
         budget = 0 if stalled else limit - len(mm.flights) - owed
         got = len(batch.events) if batch else 0
+        if any(evs[0].offset in mg.suspects for evs in ready.values()):
+            self.took_alone(group, member_id, mg, mm, ready, batch)
+            return
         owed_ready = any(ev.offset in held.get(k, ()) for k, evs in ready.items() for ev in evs)
         if not ready or (budget <= 0 and not owed_ready):
             assert batch is None, f"{group}/{member_id}: took {got} with no room"
@@ -325,6 +356,28 @@ class Driver:
         if fresh < budget:  # room left: everything ready was taken
             left = {k: len(evs) - len(by_key.get(k, [])) for k, evs in ready.items()}
             assert not any(left.values()), f"{group}/{member_id}: room left, {left} not taken"
+        self.launched(mg, mm, batch)
+
+    def took_alone(
+        self,
+        group: str,
+        member_id: str,
+        mg: MGroup,
+        mm: MMember,
+        ready: dict[PartitionKey, list[Event]],
+        batch: Batch | None,
+    ) -> None:
+        """A suspect is ready: it goes alone, to a member holding nothing."""
+        if mm.flights:
+            assert batch is None, f"{group}/{member_id}: a push while a suspect waits"
+            return
+        assert batch is not None and len(batch.events) == 1, f"{group}/{member_id}: not alone"
+        ev = batch.events[0]
+        assert ev.key in ready and ready[ev.key][0].offset == ev.offset, f"{ev.id}: not next"
+        assert ev.offset in mg.suspects, f"{ev.id}: alone, not a suspect"
+        self.launched(mg, mm, batch)
+
+    def launched(self, mg: MGroup, mm: MMember, batch: Batch) -> None:
         for i, (ev, attempt) in enumerate(zip(batch.events, batch.attempts, strict=True)):
             mg.deliveries[ev.offset] += 1
             assert attempt == mg.deliveries[ev.offset], f"{ev.id}: attempt {attempt}"
@@ -420,6 +473,7 @@ class Driver:
         assert outcome.dead == letters, "ack: dead-lettered"
         for _, offs in mg.held.values():  # failed handlers: nothing owed for those
             offs.difference_update(back[: len(back) - len(skipped_offsets)])
+        self.cleared(mg, back[: len(back) - len(skipped_offsets)])  # they lived through it
         for off in skipped_offsets:
             key = self.events[off].key
             owner, offs = mg.held.get(key, (member_id, set()))
@@ -467,6 +521,7 @@ class Driver:
         mg.done.update(done + dead)
         mg.dead.update(dead)
         self.resolved(mg, done + dead)
+        self.cleared(mg, done + dead)
         groups = self.groups.values()
         newly = {o for o in done + dead if all(o in g.done for g in groups if o in g.holds)}
         assert {ev.offset for ev in retired} == newly, "ack: retired"
@@ -496,9 +551,11 @@ class Driver:
         elif not failed:
             assert result is True, "delivered: a current batch called stale"
             mm.transport_failures = 0
+            mm.answered_seq = max(mm.answered_seq, b.first_seq + len(b.events) - 1)
         else:
             last = b.first_seq + len(b.events)
             sent = [i for i, f in mm.flights.items() if b.first_seq <= f.seq < last]
+            self.died(mg, mm, answered=True)  # the push went out: it may have killed it
             self.put_back(mg, mm, sent, b.member_id)
             assert result is self.transport_failure(mg, b.member_id), "push_failed: gave up"
         self.after_change()
@@ -580,6 +637,7 @@ class Driver:
             assert set(grp.members) == set(mg.members), f"restart: members of {name}"
             mg.deliveries.clear()
             mg.nacks.clear()
+            mg.suspects.clear()
             for member_id, mm in mg.members.items():
                 self.put_back(mg, mm, list(mm.flights))
                 sessions.append(grp.members[member_id].session)
@@ -638,6 +696,7 @@ class Driver:
                 owners[(name, key)] = (pq.owner, key in unmovable)
             owed = set(mg.pins) | set(mg.held)
             assert owed <= set(grp.partitions), f"{name}: a pinned partition dropped"
+            assert grp.suspects == mg.suspects, f"{name}: suspects {grp.suspects} != {mg.suspects}"
             letters = sorted(d.event.offset for d in core.dead_letters if d.group == name)
             assert letters == sorted(mg.dead), f"{name}: dead letters"
         for key, (old, was_unmovable) in self.prev_owners.items():
