@@ -219,13 +219,27 @@ class AppendOnlyFile:
         self.lines, self.appended = len(lines), 0
 
     def append(self, lines: list[str], *, sync: bool = False) -> None:
-        """Write ``lines`` and flush them (to the disk too with ``sync``: fsync)."""
+        """Write ``lines`` (to the disk too with ``sync``: fsync), all or none: a write
+        that fails (a full disk) is cut off the file and raised as a ``StoreError``.
+        Through the file descriptor, not a buffer: a line a failed flush left in a
+        buffer was written later (at the next append, or at exit) and then said received
+        a message its client never showed (session 35's storage probe)."""
         if self._file is None:
             raise ValueError(f"{self.path}: the file is closed")
-        self._file.write("".join(line + "\n" for line in lines))
-        self._file.flush()
-        if sync:
-            os.fsync(self._file.fileno())
+        fd = self._file.fileno()
+        data = memoryview("".join(line + "\n" for line in lines).encode())
+        end: int | None = None
+        try:
+            end = os.fstat(fd).st_size  # where these lines start (the file appends)
+            while data:
+                data = data[os.write(fd, data) :]
+            if sync:
+                os.fsync(fd)
+        except OSError as exc:
+            if end is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, end)  # no part of them left for the next lines to follow
+            raise StoreError(str(self.path), f"cannot write: {os_reason(exc)}") from None
         self.lines += len(lines)
         self.appended += len(lines)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState
-from channel_server.errors import QueueFull
+from channel_server.errors import QueueFull, StoreError
 from channel_server.events import Event, validate_batch, validate_packed
 from channel_server.log_throttle import Throttle
 from channel_server.push import PushDelivery
@@ -36,8 +36,9 @@ class Publishing:
         self._backup = backup
         self._push = push
         self._refusals = Throttle(log)
-        """A full channel's refusals, logged at most every 10 s: the operator learns of
-        them from the broker's log, not only from the publishers."""
+        """A full channel's refusals, and publishes the store could not write (a full
+        disk), logged at most every 10 s: the operator learns of them from the broker's
+        log, not only from the publishers."""
 
     def validate(self, batch: Any) -> list[Event]:
         """A published batch validated whole (InvalidEvent: nothing of it is kept)."""
@@ -55,7 +56,11 @@ class Publishing:
             now = state.now()
             outcome = state.core.prepare_valid(events, now)
             if outcome.accepted:
-                self._accept(outcome.accepted, now)
+                try:
+                    self._accept(outcome.accepted, now)
+                except StoreError as exc:  # the publisher is told; so is the operator
+                    self._refusals.error("store", "%s: publish refused: %s", state.name, exc)
+                    raise
             state.core.count_publish(len(events), outcome)
         if outcome.refused:
             cap, unit, flag = _CAPS[outcome.full_by]

@@ -34,6 +34,7 @@ from channel_server.errors import (
     InvalidEvent,
     ProcessingTimeout,
     QueueFull,
+    StoreError,
 )
 from channel_server.events import IdScope, Partition, pack_batch, validate_batch
 from channel_server.log_throttle import Throttle
@@ -287,9 +288,18 @@ class Publisher:
             with self._seq_lock:
                 if self.state is not None and self._reserved > self.next_seq:
                     reserved, self._reserved = self._reserved, self.next_seq
-                    self.state.release(self.channel, reserved, max(self.next_seq, self._floor))
+                    self._release(self.state, reserved)
         finally:
             self._remote.release()
+
+    def _release(self, state: PublisherState, reserved: int) -> None:
+        """Give back the numbers reserved and not used. A failure (a full disk) only
+        costs a gap in the ids, so it is logged, not raised from ``close``."""
+        try:
+            state.release(self.channel, reserved, max(self.next_seq, self._floor))
+        except StoreError as exc:
+            first, last = self.next_seq, reserved - 1
+            log.warning("%s: ids %d-%d stay reserved (%s)", self.publisher_id, first, last, exc)
 
     def event(
         self,

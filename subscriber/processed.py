@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from channel_client.statefile import AppendOnlyFile, malformed, private_dir, read_lines
+from channel_server.errors import StoreError
 
 log = logging.getLogger(__name__)
 DEFAULT_WINDOW = 100_000
@@ -104,7 +105,7 @@ class ProcessedIds:
                     self._file.append([json.dumps(i) for i in self._unwritten], sync=True)
                     if self._file.lines > COMPACT_FACTOR * self.window:
                         self._compact()
-            except OSError as exc:
+            except (OSError, StoreError) as exc:
                 if not self._rewrite_due:
                     log.error(
                         "processed-ID window %s not written (%s): acknowledging anyway; "

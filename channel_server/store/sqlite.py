@@ -56,6 +56,7 @@ from channel_server.store.sqlite_files import (
     open_db,
     take_dir_lock,
     tighten_wal_files,
+    unopened,
 )
 from channel_server.store.sqlite_reads import read_payloads, read_snapshot
 from channel_server.store.sqlite_sql import (
@@ -159,11 +160,7 @@ class SQLiteStore(Store):
             self._start_maintenance()
         except sqlite3.DatabaseError as exc:
             self._lock_file.close()
-            raise StoreError(
-                str(self.path),
-                f"cannot be opened ({exc}); it may be damaged. "
-                "Restore it from a backup or move it away to start empty",
-            ) from None
+            raise StoreError(str(self.path), unopened(exc, Path(data_dir))) from None
         except BaseException:
             self._lock_file.close()
             raise

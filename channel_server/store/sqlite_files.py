@@ -9,6 +9,7 @@ left by an older broker is tightened at start, with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -16,7 +17,12 @@ from pathlib import Path
 from typing import IO
 
 from channel_server.errors import StoreError
-from channel_server.private_files import open_private_append, private_dir, tighten_private
+from channel_server.private_files import (
+    open_private_append,
+    os_reason,
+    private_dir,
+    tighten_private,
+)
 from channel_server.store.sqlite_schema import SCHEMA, migrate
 from channel_server.store.sqlite_sql import CACHED_STATEMENTS
 
@@ -45,10 +51,48 @@ def take_dir_lock(data_dir: Path) -> IO[str]:
         holder = handle.read().strip() or "?"
         handle.close()
         raise StoreError(str(data_dir), f"in use by another broker (pid {holder})") from None
-    handle.truncate(0)
-    handle.write(str(os.getpid()))
-    handle.flush()
+    try:
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+    except OSError as exc:  # a full disk (session 35's storage probe: untyped, no path)
+        with contextlib.suppress(OSError):
+            handle.close()  # (it flushes again, and fails again, but closes)
+        raise StoreError(str(data_dir / LOCK_FILE), f"cannot write: {os_reason(exc)}") from None
     return handle
+
+
+NOT_DAMAGED = frozenset((sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN))
+"""Primary result codes of an open that failed for want of space, or of a file it could
+make (-wal, -shm): the file system's state, not the database's."""
+
+
+def unopened(exc: sqlite3.DatabaseError, data_dir: Path) -> str:
+    """Why the database could not be opened, and what to do: a full or read-only file
+    system is said as such. Saying "it may be damaged ... move it away to start empty"
+    of a healthy store on a full disk led to throwing its events away (session 35's
+    storage probe)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in NOT_DAMAGED:
+        try:
+            st = os.statvfs(data_dir)
+        except OSError:
+            st = None
+        if st is not None and st.f_flag & os.ST_RDONLY:
+            where = "its file system is read-only"
+        elif st is not None:
+            where = f"its file system has {st.f_bavail * st.f_frsize:,} bytes free"
+        else:
+            where = "its file system cannot be read"
+        return (
+            f"cannot be opened ({exc}); {where}. SQLite could not read or write its files (a "
+            "full disk, a quota, an I/O error): nothing says the database is damaged. Make "
+            "room or fix the file system and start the broker again; do not move it away"
+        )
+    return (
+        f"cannot be opened ({exc}); it may be damaged. "
+        "Restore it from a backup or move it away to start empty"
+    )
 
 
 def open_db(path: Path, synchronous: str, busy_timeout_s: float) -> sqlite3.Connection:

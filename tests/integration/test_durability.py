@@ -8,6 +8,8 @@ import signal
 
 import pytest
 
+from channel_server.errors import StoreError
+from channel_server.store.sqlite import SQLiteStore
 from subscriber import Subscriber
 from tests.integration.conftest import channel_stats, publisher_for
 from tests.integration.procs import Cluster, wait_until
@@ -157,6 +159,49 @@ def test_a_damaged_database_is_a_clear_start_up_error(cluster: Cluster) -> None:
     assert len(lines) == 1, result.stderr
     assert "cannot be opened" in lines[0]
     assert "move it away" in lines[0]
+
+
+FULL_DISK_SERVE = """
+import resource, runpy, sys
+limit = int(sys.argv[1])  # the bytes any file may have: no file grows past it
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+sys.argv = ["channel_server", *sys.argv[2:]]
+runpy.run_module("channel_server", run_name="__main__")
+"""
+
+
+def test_a_store_that_cannot_grow_is_not_called_damaged(cluster: Cluster) -> None:
+    """A healthy store on a full disk was "cannot be opened (disk I/O error); it may be
+    damaged ... move it away to start empty": following that advice threw every event
+    away (session 35's storage probe). A real write failure: the file size limit."""
+    data = cluster.data_dir("full")
+    SQLiteStore(data).close()  # a healthy store, with no -wal or -shm file yet
+    serve = ["serve", *cluster.ns, "--data-dir", str(data)]
+    result = cluster.run(["-c", FULL_DISK_SERVE, "64", *serve])
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "nothing says the database is damaged" in lines[0]
+    assert "do not move it away" in lines[0]
+    fresh = ["serve", *cluster.ns, "--data-dir", str(cluster.data_dir("fresh"))]
+    result = cluster.run(["-c", FULL_DISK_SERVE, "0", *fresh])  # not even the lock file
+    assert result.returncode == 3
+    assert "broker.lock: cannot write:" in result.stderr.strip().splitlines()[-1]
+
+
+def test_publishes_the_store_cannot_write_are_logged_by_the_broker(cluster: Cluster) -> None:
+    """Every publish was refused with a StoreError (a full disk, a data dir gone) and the
+    broker's log said nothing: the operator learned of it only from the clients
+    (session 35's storage probe). Files may not grow past 256 KiB here."""
+    limited = ["-c", FULL_DISK_SERVE, str(256 << 10), "serve", *cluster.ns]
+    argv = [*limited, "--data-dir", str(cluster.data_dir("full")), "--channel", "jobs"]
+    broker = cluster.start("broker", argv, r"broker \S+ ready at")
+    with publisher_for(cluster, "jobs", retry_for_s=0.0) as pub:
+        big = [pub.event("x" * 10_000) for _ in range(100)]  # 1 MB: past the limit
+        with pytest.raises(StoreError, match="journal write failed"):
+            pub.publish(big)
+        assert pub.publish([pub.event("small")])["accepted"] == 1  # room for that
+    broker.wait_for(r"ERROR .*jobs: publish refused: store .*journal write failed")
 
 
 def test_a_data_dir_in_use_is_refused(cluster: Cluster) -> None:

@@ -355,6 +355,85 @@ def test_topics_from_the_library_put_subscribe_and_get_in_order(
         assert reader.unsubscribe("news") is True
 
 
+FULL_AFTER_PUBLISH = """
+import resource, signal, sys
+from publisher import Putter
+from publisher.client import Publisher
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+stored = Publisher.publish
+
+
+def publish_then_fill(self, events, *args, **kwargs):
+    summary = stored(self, events, *args, **kwargs)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))  # the disk fills
+    return summary
+
+
+Publisher.publish = publish_then_fill
+with Putter.open("writer", ns_port=int(sys.argv[1]), state_dir=sys.argv[2]) as writer:
+    print(writer.put("news", "m0"))
+"""
+
+
+def test_a_put_stored_is_said_stored_when_its_journal_cannot_be_cleared(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The disk filled between the publish and clearing the put's journal: put raised
+    StoreError for a message the topic had stored, so a retry stored it twice (session
+    35's storage probe: 16 of 300 puts twice). A real write failure (RLIMIT_FSIZE), in a
+    child process; the put left journaled is sent again under its own id, stored once."""
+    cluster.broker()
+    with PullClient.open("reader", ns_port=cluster.ns_port, state_dir=tmp_path / "r") as reader:
+        reader.subscribe("news")
+        child = cluster.run(["-c", FULL_AFTER_PUBLISH, str(cluster.ns_port), str(tmp_path / "w")])
+        assert child.returncode == 0, child.stderr
+        assert "stored on news" in child.stdout, child.stdout
+        assert "its journal entry stays" in child.stderr
+        with Putter.open("writer", ns_port=cluster.ns_port, state_dir=tmp_path / "w") as writer:
+            assert "already stored" in (writer.resend_pending() or "")
+        got = [reader.get("news") for _ in range(2)]
+        assert [g.get("event", {}).get("payload") for g in got] == ["m0", None]
+
+
+FULL_AT_GET = """
+import resource, signal, sys
+from pathlib import Path
+from channel_server.errors import StoreError
+from subscriber import PullClient
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+with PullClient.open("reader", ns_port=int(sys.argv[1]), state_dir=sys.argv[2]) as reader:
+    print(reader.get("news")["event"]["payload"])
+    (journal,) = Path(sys.argv[2]).rglob("*.received")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (journal.stat().st_size, resource.RLIM_INFINITY))
+    try:
+        reader.get("news")
+    except StoreError as exc:
+        print("refused:", exc.reason)
+"""
+
+
+def test_a_get_whose_journal_write_fails_is_got_again_by_the_next_client(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The journal line of a message a failed flush left in a buffer was written at
+    close, and the next client's get acknowledged a message nobody showed: lost (session
+    35's storage probe, 3 of 3). A real write failure (RLIMIT_FSIZE) in a child."""
+    cluster.broker()
+    with PullClient.open("reader", ns_port=cluster.ns_port, state_dir=tmp_path) as reader:
+        reader.subscribe("news")
+    with Putter.open("writer", ns_port=cluster.ns_port, state_dir=tmp_path / "w") as writer:
+        for n in range(3):
+            writer.put("news", f"m{n}")
+    child = cluster.run(["-c", FULL_AT_GET, str(cluster.ns_port), str(tmp_path)])
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.splitlines() == ["m0", "refused: cannot write: File too large"]
+    with PullClient.open("reader", ns_port=cluster.ns_port, state_dir=tmp_path) as reader:
+        got = [reader.get("news") for _ in range(3)]
+    assert [g.get("event", {}).get("payload") for g in got] == ["m1", "m2", None]
+
+
 def test_a_bytes_payload_is_put_and_got_and_a_bad_one_refused(
     cluster: Cluster, tmp_path: Path
 ) -> None:
