@@ -53,6 +53,7 @@ from channel_server.store.rows import CHANNEL_TABLES, GROUP_TABLES, event_fields
 from channel_server.store.sqlite_files import (
     DB_FILE,
     LOCK_FILE,
+    FilesWatch,
     open_db,
     take_dir_lock,
     tighten_wal_files,
@@ -154,6 +155,10 @@ class SQLiteStore(Store):
             open_private_append(self.path).close()  # 0600 before SQLite makes it
             tighten_wal_files(self.path)
             self._db = open_db(self.path, synchronous.upper(), BUSY_TIMEOUT_S)
+            self._files = FilesWatch(self.path)
+            self._files_gone: str | None = None
+            """Why the store's files are not the ones it writes (set by each round):
+            publishes are refused meanwhile, and no journal segment is deleted."""
             self._journal = Journal(
                 Path(data_dir), sync=synchronous.upper() == "FULL", after=self._replay()
             )
@@ -212,8 +217,10 @@ class SQLiteStore(Store):
         rounds_per_checkpoint = max(1, round(CHECKPOINT_INTERVAL_S / DEFERRED_INTERVAL_S))
 
         def write(round_no: int) -> None:
+            intact = self._files_intact()  # each round: publishes may wait on it
             self._write_deferred()
-            if round_no % rounds_per_checkpoint == 0:
+            if not intact or round_no % rounds_per_checkpoint == 0:
+                # a WAL removed: its frames into the database at once, while that is there
                 checkpoints.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
         try:
@@ -295,7 +302,24 @@ class SQLiteStore(Store):
             with self._lock:
                 self._closed.extend(idle)
             raise
+        if not self._files_intact():
+            return  # the marks went where no name leads: a restart replays the segments
         self._delete_segments(idle)
+
+    def _files_intact(self) -> bool:
+        """Whether the database and its WAL are still the files written (logged when
+        that changes)."""
+        gone, was = self._files.missing(), self._files_gone
+        if gone and not was:
+            log.critical(
+                "%s: refusing publishes and keeping the journal's segments (what SQLite "
+                "writes there now would be lost at a crash); restart the broker",
+                gone,
+            )
+        elif was and not gone:
+            log.warning("the store's files are back (%s no longer holds)", was)
+        self._files_gone = gone
+        return gone is None
 
     def _delete(
         self,
@@ -478,6 +502,8 @@ class SQLiteStore(Store):
     ) -> None:
         if not events:
             return
+        if gone := self._files_gone:
+            raise StoreError(str(self.path), f"{gone}: refusing publishes; restart the broker")
         base = self._base(channel)
         if self._journaled.bytes > JOURNAL_MEMORY_BYTES:  # (read without the lock: a hint)
             self._append_rows(channel, base, events, next_offset, accepted_at)

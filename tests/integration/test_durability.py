@@ -204,6 +204,39 @@ def test_publishes_the_store_cannot_write_are_logged_by_the_broker(cluster: Clus
     broker.wait_for(r"ERROR .*jobs: publish refused: store .*journal write failed")
 
 
+def test_a_wal_removed_under_the_broker_stops_publishes_and_loses_nothing(
+    cluster: Cluster,
+) -> None:
+    """The -wal file deleted under a running broker: SQLite committed into a file no name
+    leads to, the store deleted the journal segments of those rows, and a SIGKILL lost
+    them, with nothing logged (session 35's storage probe: up to 1,440 events)."""
+    broker = cluster.broker("jobs")
+    accepted: list[str] = []
+    with publisher_for(cluster, "jobs", retry_for_s=0.0) as pub:
+        batch = [pub.event(n) for n in range(50)]
+        assert pub.publish(batch)["accepted"] == 50
+        accepted += [ev["id"] for ev in batch]
+        for suffix in ("-wal", "-shm"):
+            (cluster.data_dir("broker") / f"channels.sqlite{suffix}").unlink()
+
+        def refused() -> bool:
+            batch = [pub.event(n) for n in range(10)]
+            try:
+                pub.publish(batch)
+            except StoreError as exc:
+                return "removed under the broker" in str(exc)
+            accepted.extend(ev["id"] for ev in batch)
+            return False
+
+        wait_until(refused, 15.0, "publishes refused")
+    broker.wait_for(r"CRITICAL .*channels.sqlite-wal was removed under the broker")
+    broker.kill()
+    cluster.broker("jobs")
+    cluster.subscriber("jobs", "s1")
+    got = cluster.wait_for_records("jobs", ("s1",), len(accepted))["s1"]
+    assert sorted(r["id"] for r in got) == sorted(accepted)
+
+
 def test_a_data_dir_in_use_is_refused(cluster: Cluster) -> None:
     cluster.broker("x")
     other_ns = ["--ns-port", str(cluster.ns_port + 1)]
