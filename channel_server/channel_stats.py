@@ -141,6 +141,7 @@ def group_stats(grp: ConsumerGroup, now: float) -> dict[str, Any]:
         "nacked": grp.nacked,
         "redelivered": grp.redelivered,
         "dead_lettered": grp.dead_lettered,
+        "suspects": len(grp.suspects),
         "ack_latency_s": grp.ack_latency.to_dict(),
         "members": [
             member_stats(m, now) for m in sorted(grp.members.values(), key=lambda m: m.member_id)

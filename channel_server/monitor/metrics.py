@@ -72,6 +72,12 @@ GROUP_METRICS = (
     ("group_nacked_events", "counter", "Handler failures subscribers reported.", "nacked"),
     ("group_redelivered_events", "counter", "Deliveries at attempt 2 or later.", "redelivered"),
     ("group_dead_lettered_events", "counter", "Events given up on.", "dead_lettered"),
+    (
+        "group_suspect_events",
+        "gauge",
+        "Events a subscriber died holding: they go out alone (--max-crashes).",
+        "suspects",
+    ),
 )
 MEMBER_METRICS = (
     ("member_active", "gauge", "1 if the member is active, 0 if declared dead.", "active"),

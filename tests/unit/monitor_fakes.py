@@ -48,6 +48,7 @@ def group(backlog: int, members: list[dict[str, Any]], partitions: list[Any]) ->
         "nacked": 2,
         "redelivered": 3,
         "dead_lettered": 1,
+        "suspects": 2,
         "ack_latency_s": {"buckets": [[0.01, 5], ["+Inf", 6]], "count": 6, "sum": 0.5},
         "members": members,
         "partitions_total": len(partitions),

@@ -119,6 +119,7 @@ def test_group_counters_histograms_and_restore_time_are_exposed() -> None:
     assert values["pubsub_group_nacked_events_total", group] == 2
     assert values["pubsub_group_redelivered_events_total", group] == 3
     assert values["pubsub_group_dead_lettered_events_total", group] == 1
+    assert values["pubsub_group_suspect_events", group] == 2
     assert values["pubsub_group_ack_latency_seconds_bucket", (*group, ("le", "0.01"))] == 5
     assert values["pubsub_group_ack_latency_seconds_bucket", (*group, ("le", "+Inf"))] == 6
     assert values["pubsub_group_ack_latency_seconds_count", group] == 6
