@@ -184,8 +184,14 @@ def test_a_run_that_dies_without_closing_skips_ids_and_reuses_none(
 
 
 def test_a_close_that_cannot_write_its_state_still_lets_the_connection_go(
-    fake: FakeRemote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake: FakeRemote,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The ids reserved and not used cannot be given back (a full disk): that costs only a
+    gap in the ids, so it is logged; raising it from close (a with block's exit) hid
+    what the block did (session 35's storage probe)."""
     pub = Publisher("c", "P", state_dir=tmp_path)
     pub.publish([pub.event()])
 
@@ -193,9 +199,9 @@ def test_a_close_that_cannot_write_its_state_still_lets_the_connection_go(
         raise StoreError("state file", "disk full")
 
     monkeypatch.setattr(PublisherState, "release", broken)
-    with pytest.raises(StoreError):
-        pub.close()
+    pub.close()
     assert fake.calls[-1] == ("release", ())
+    assert "stay reserved (store state file: disk full)" in caplog.text
 
 
 def test_a_closed_publisher_publishes_nothing_and_says_so(fake: FakeRemote, tmp_path: Path) -> None:
