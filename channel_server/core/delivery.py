@@ -129,10 +129,15 @@ def push_failed(group: ConsumerGroup, batch: Batch, now: float, sent: bool = Tru
     member = current(group, batch.member_id, batch.session)
     if member is None:
         return False
+    flights = _flights_of(member, batch)
+    alone = len(flights) == len(member.flights) == 1
     if sent:
-        poison.died_holding(group, member, answered=True)
-    unfly(group, member, _flights_of(member, batch))
-    return transport_failure(group, member, now, f"{len(batch.events)}-event push failed")
+        member.maybe_killed_by = None  # it was alive when this went: no death before
+    unfly(group, member, flights)
+    gave_up = transport_failure(group, member, now, f"{len(batch.events)}-event push failed")
+    if sent and not gave_up:
+        poison.push_lost(group, member, flights, alone)
+    return gave_up
 
 
 def push_declined(group: ConsumerGroup, batch: Batch, now: float, pause_s: float) -> None:

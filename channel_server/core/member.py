@@ -181,6 +181,10 @@ class Member:
     answered_seq: int = 0
     """The last delivery of this session whose push was answered (pushes to a member go
     one at a time): a flight past it may never have reached the member."""
+    maybe_killed_by: int | None = None
+    """The offset of the one event a push held that failed once it went out, until a
+    sign of life: if the member turns out dead first (declared so, or back in a new
+    session), that death is the event's (see :mod:`~channel_server.core.poison`)."""
     last_seen: float = 0.0
     """Last sign of life: a push answered, an ack, a heartbeat, a ping or a get."""
     busy_since: float | None = None
@@ -242,3 +246,4 @@ class Member:
 
     def seen(self, now: float) -> None:
         self.last_seen = max(self.last_seen, now)
+        self.maybe_killed_by = None  # alive: whatever failed was not a death

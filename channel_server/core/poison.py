@@ -7,19 +7,28 @@ code, ``os._exit``, the OOM killer) or hangs it went round the subscribers for e
 the events pushed with it died with it each time (session 34's newcomer: 214 crashes in
 60 s, innocent partitions stalled).
 
-A member that dies holding events (declared dead, back in a new session, or a push
-failing after it went out) leaves the first of each partition it held *suspect*. A
-suspect goes out alone, to a member holding nothing, and nothing more goes to that member
-until it is resolved: a death then is the suspect's own, and is counted. Its ack, or a
-handler failure the subscriber lived through, clears it. An event counted ``max_crashes``
-deaths is dead-lettered when next taken, instead of going out again. The counts are in
-memory: a broker restart starts them again.
+A member that dies holding events (declared dead, or back in a new session) leaves every
+event it held *suspect*. A suspect goes out alone, to a member holding nothing, and
+nothing more goes to that member until it is resolved: a death then is the suspect's own,
+and is counted. Its ack, or a handler failure the subscriber lived through, clears it. An
+event counted ``max_crashes`` deaths is dead-lettered when next taken, instead of going
+out again. The counts are in memory: a broker restart starts them again.
 
-Only the first event of each partition is suspected: the events behind it in its
-partition did not run, and one before it already acknowledged is done. An event that
-ran without its ack arriving (the subscriber died just after) is suspected in place of
-the next: it goes alone once, is acknowledged (the subscriber's processed-ID window),
-and the poison behind it is suspected at the next death.
+Every event held is suspected, not only the first of each partition: a subscriber that
+ran events and died before their acks went out (fast handlers, acks sent in batches)
+would have them acknowledged one by one while the poison behind them went out in a
+batch again, and it took as many crashes as its place in its partition (session 35's
+probe: 35 crashes for a poison 40th in its partition, the events before it run 30
+times). The suspects cost a push each, once, after a death.
+
+A death counts only against an event the member held alone that had reached it (a push
+answered, or a get), and only once it is suspect: the first death it was in makes it
+suspect. A push that failed after it went out (the member may have died of it, or is only
+slow: a timeout) leaves its lone event to be counted if the member turns out dead before
+any sign of life: a push that went out after it shows it was alive then, and a member
+given up on for failed pushes alone is not known dead. A push to a process already dead,
+or a slow subscriber's timeouts, are no deaths (session 35's probe: innocent events
+dead-lettered both ways).
 """
 
 from __future__ import annotations
@@ -34,26 +43,37 @@ if TYPE_CHECKING:
     from channel_server.core.group import ConsumerGroup
 
 
-def died_holding(group: ConsumerGroup, member: Member, answered: bool = False) -> None:
-    """The member died (or may have) holding its flights: one it held alone, and that
-    reached it, is counted a death; of several, the first of each partition becomes
-    suspect. ``answered``: it reached it (the push that failed went out); else only a
-    push it answered did (or a get: a pull member's message is in the get's reply). A
-    push made to a process already dead reached nothing: the death is not its own."""
+def died_holding(group: ConsumerGroup, member: Member) -> None:
+    """The member died (declared dead, or back in a new session) holding its flights:
+    the death is counted against the one event it held alone, reached and suspect
+    already (or the lone event of a push that failed once sent, with no sign of life
+    since); every event it held becomes suspect."""
     held: list[Flight] = list(member.flights.values())
+    culprit, member.maybe_killed_by = member.maybe_killed_by, None
+    if len(held) == 1 and (member.pull or held[0].seq <= member.answered_seq):
+        culprit = held[0].event.offset
     suspects = group.suspects
-    if len(held) == 1:
-        flight = held[0]
-        offset = flight.event.offset
-        reached = answered or member.pull or flight.seq <= member.answered_seq
-        suspects[offset] = suspects.get(offset, 0) + reached
-        return
-    seen: set[PartitionKey] = set()
-    for flight in held:
-        ev = flight.event
-        if ev.key not in seen:
-            seen.add(ev.key)
-            suspects.setdefault(ev.offset, 0)
+    if culprit is not None:
+        suspects[culprit] = suspects[culprit] + 1 if culprit in suspects else 0
+    suspect(group, held)
+
+
+def push_lost(group: ConsumerGroup, member: Member, flights: list[Flight], alone: bool) -> None:
+    """A push of ``flights`` failed after it went out, and the member is not given up
+    on: it may have died of it, or be slow. One it held ``alone`` is counted if the
+    member turns out dead before any sign of life (:func:`died_holding`); several
+    become suspect."""
+    if alone:
+        member.maybe_killed_by = flights[0].event.offset
+    else:
+        suspect(group, flights)
+
+
+def suspect(group: ConsumerGroup, flights: Iterable[Flight]) -> None:
+    """These events go alone from now on (a death after counts)."""
+    suspects = group.suspects
+    for flight in flights:
+        suspects.setdefault(flight.event.offset, 0)
 
 
 def cleared(group: ConsumerGroup, events: Iterable[Event]) -> None:

@@ -72,6 +72,7 @@ class MMember:
     delivered: int = 0
     acked: int = 0
     answered_seq: int = 0  # the last delivery whose push was answered
+    maybe_killed_by: int | None = None  # a lone push failed once sent, no sign of life since
     flights: dict[str, MFlight] = field(default_factory=dict)  # by uid, in delivery order
 
     @property
@@ -164,22 +165,19 @@ class Driver:
             owner, offs = mg.held.get(key, (holder, set()))
             mg.held[key] = (holder, (offs if owner == holder else set()) | {off})
 
-    def died(self, mg: MGroup, mm: MMember, answered: bool = False) -> None:
-        """A member died (declared dead, back in a new session, a push failed after it
-        went out) holding its flights: one held alone that reached it (``answered``, or
-        its push was) is charged a death; of several, the first of each partition is
-        suspect."""
-        offsets = [f.offset for f in mm.flights.values()]
-        if len(offsets) == 1:
-            (flight,) = mm.flights.values()
-            reached = answered or flight.seq <= mm.answered_seq
-            mg.suspects[offsets[0]] = mg.suspects.get(offsets[0], 0) + reached
-            return
-        firsts: dict[PartitionKey, int] = {}
-        for off in offsets:
-            firsts.setdefault(self.events[off].key, off)
-        for off in firsts.values():
-            mg.suspects.setdefault(off, 0)
+    def died(self, mg: MGroup, mm: MMember) -> None:
+        """A member died (declared dead, back in a new session) holding its flights: the
+        one it held alone and that reached it (or the lone event of a push that failed
+        once sent, no sign of life since) is charged a death if suspect, else made
+        suspect; every event it held is suspect."""
+        culprit, mm.maybe_killed_by = mm.maybe_killed_by, None
+        flights = list(mm.flights.values())
+        if len(flights) == 1 and flights[0].seq <= mm.answered_seq:
+            culprit = flights[0].offset
+        if culprit is not None:
+            mg.suspects[culprit] = mg.suspects[culprit] + 1 if culprit in mg.suspects else 0
+        for flight in flights:
+            mg.suspects.setdefault(flight.offset, 0)
 
     def cleared(self, mg: MGroup, offsets: list[int]) -> None:
         for off in offsets:
@@ -449,6 +447,7 @@ class Driver:
                 self.settle(group, mg, mm, outcome, retired, done + owed, [])
             return
         assert not outcome.stale, f"{group}/{member_id}: a current ack called stale"
+        mm.maybe_killed_by = None  # a sign of life
         done, dead, back = [], [], []
         for event_id in acked:
             if (flight := mm.flights.pop(event_id, None)) is not None:
@@ -540,24 +539,37 @@ class Driver:
         """A batch handed out earlier was answered, or its push failed in transport."""
         if not self.history:
             return
-        b = self.history[index % len(self.history)]
+        recent = index % 2 == 0  # the last few pushes half the time: most are current
+        b = self.history[-1 - index % 3] if recent and len(self.history) > 2 else None
+        b = b or self.history[index % len(self.history)]
         grp, mg = self.core.groups[b.group], self.groups[b.group]
         mm = mg.members.get(b.member_id)
         live = mm is not None and mm.active and mm.session == b.session
         before = None if live else self.fingerprint()
-        result = grp.push_failed(b, self.now) if failed else grp.delivered(b, self.now)
+        sent = index % 3 != 0  # a failure after the push went out (else: before)
+        result = grp.push_failed(b, self.now, sent) if failed else grp.delivered(b, self.now)
         if mm is None or not live:
             assert result is False and self.fingerprint() == before, "a stale push changed state"
         elif not failed:
             assert result is True, "delivered: a current batch called stale"
             mm.transport_failures = 0
             mm.answered_seq = max(mm.answered_seq, b.first_seq + len(b.events) - 1)
+            mm.maybe_killed_by = None  # a sign of life
         else:
             last = b.first_seq + len(b.events)
-            sent = [i for i, f in mm.flights.items() if b.first_seq <= f.seq < last]
-            self.died(mg, mm, answered=True)  # the push went out: it may have killed it
-            self.put_back(mg, mm, sent, b.member_id)
-            assert result is self.transport_failure(mg, b.member_id), "push_failed: gave up"
+            pushed = [i for i, f in mm.flights.items() if b.first_seq <= f.seq < last]
+            offsets = [mm.flights[i].offset for i in pushed]
+            alone = len(pushed) == len(mm.flights) == 1
+            if sent:
+                mm.maybe_killed_by = None  # alive when it went
+            self.put_back(mg, mm, pushed, b.member_id)
+            gave_up = self.transport_failure(mg, b.member_id)
+            assert result is gave_up, "push_failed: gave up"
+            if sent and not gave_up and alone:
+                mm.maybe_killed_by = offsets[0]
+            elif sent and not gave_up:
+                for off in offsets:
+                    mg.suspects.setdefault(off, 0)
         self.after_change()
 
     def probe(self, group: str, member_id: str, answered: bool) -> None:
@@ -569,6 +581,7 @@ class Driver:
             grp.probe_answered(member_id, self.now)
             if mm:
                 mm.transport_failures = 0
+                mm.maybe_killed_by = None  # a sign of life
         else:
             gave_up = grp.probe_failed(member_id, self.now)
             want = self.transport_failure(mg, member_id) if mm and mm.active else False
@@ -680,6 +693,7 @@ class Driver:
                 flights = [(i, f.event.offset, f.attempt, f.seq) for i, f in m.flights.items()]
                 model = [(i, f.offset, f.attempt, f.seq) for i, f in mm.flights.items()]
                 assert flights == model, f"{name}/{member_id}: flights {flights} != {model}"
+                assert m.maybe_killed_by == mm.maybe_killed_by, f"{name}/{member_id}: culprit"
             mg.pins = {key: pin for key, pin in mg.pins.items() if pin[1]}
             mg.held = {key: pin for key, pin in mg.held.items() if pin[1]}
             unmovable = self.unmovable(mg)
