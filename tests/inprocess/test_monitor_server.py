@@ -339,8 +339,11 @@ def test_requests_one_after_another_are_never_refused_as_busy() -> None:
 
 def test_one_user_holds_at_most_half_of_the_request_threads() -> None:
     """Alice's POSTs whose bodies never came held every request thread, so the owner's
-    requests got 503s until they timed out (session 33's attacker probe, 5 of 5)."""
-    monitor = MonitorServer(dataclasses.replace(CONFIG, max_connections=4), handle())
+    requests got 503s until they timed out (session 33's attacker probe, 5 of 5). Her
+    POSTs are held for longer than the test takes: with the 1 s request timeout, a
+    loaded machine let them time out before a poll saw her refused (a CI run)."""
+    config = dataclasses.replace(CONFIG, max_connections=4, request_timeout_s=30.0)
+    monitor = MonitorServer(config, handle())
     monitor.start()
     alice = basic("alice", "alice-pw")
     held = [held_post(monitor, alice) for _ in range(2)]
