@@ -97,7 +97,6 @@ def acknowledge(
     for flight in skipped:
         del member.flights[flight.event.uid]
     outcome.retried = [f.event for f in failed + untried + skipped]
-    poison.cleared(group, (f.event for f in failed))  # its subscriber lived through it
     outcome.done.extend(ack_owed(group, member, elsewhere))
     member.acked += len(outcome.done)
     group.ack_latency.observe_ages(now, map(EVENT_ACCEPTED_AT, outcome.done))

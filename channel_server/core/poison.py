@@ -10,9 +10,11 @@ the events pushed with it died with it each time (session 34's newcomer: 214 cra
 A member that dies holding events (declared dead, or back in a new session) leaves every
 event it held *suspect*. A suspect goes out alone, to a member holding nothing, and
 nothing more goes to that member until it is resolved: a death then is the suspect's own,
-and is counted. Its ack, or a handler failure the subscriber lived through, clears it. An
-event counted ``max_crashes`` deaths is dead-lettered when next taken, instead of going
-out again. The counts are in memory: a broker restart starts them again.
+and is counted. Its ack (or its dead-lettering) clears it; a handler failure does not:
+retried, it goes alone again, so the suspects behind it in its partition do not go out in
+a batch behind a head no longer suspect. An event counted ``max_crashes`` deaths is
+dead-lettered when next taken, instead of going out again. The counts are in memory: a
+broker restart starts them again.
 
 Every event held is suspected, not only the first of each partition: a subscriber that
 ran events and died before their acks went out (fast handlers, acks sent in batches)
@@ -77,8 +79,8 @@ def suspect(group: ConsumerGroup, flights: Iterable[Flight]) -> None:
 
 
 def cleared(group: ConsumerGroup, events: Iterable[Event]) -> None:
-    """These events were acknowledged, failed in a handler that returned, or are gone:
-    none of them killed anyone."""
+    """These events are done with (acknowledged or dead-lettered): whatever killed a
+    subscriber, they go out no more."""
     suspects = group.suspects
     if suspects:
         for ev in events:

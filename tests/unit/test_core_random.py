@@ -472,7 +472,6 @@ class Driver:
         assert outcome.dead == letters, "ack: dead-lettered"
         for _, offs in mg.held.values():  # failed handlers: nothing owed for those
             offs.difference_update(back[: len(back) - len(skipped_offsets)])
-        self.cleared(mg, back[: len(back) - len(skipped_offsets)])  # they lived through it
         for off in skipped_offsets:
             key = self.events[off].key
             owner, offs = mg.held.get(key, (member_id, set()))
