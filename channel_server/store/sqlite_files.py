@@ -73,7 +73,7 @@ def unopened(exc: sqlite3.DatabaseError, data_dir: Path) -> str:
     of a healthy store on a full disk led to throwing its events away (session 35's
     storage probe)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None and code & 0xFF in NOT_DAMAGED:
+    if code is not None and (code & 0xFF) in NOT_DAMAGED:  # the primary result code
         try:
             st = os.statvfs(data_dir)
         except OSError:
