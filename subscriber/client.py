@@ -417,7 +417,14 @@ class Subscriber:
             done = self._outbox.answer(session, seq + len(events) - 1, offered)
             if done is not None:
                 self._processed.flush()  # on disk before the channel forgets these events
-                reply["acks"] = done.as_answer()
+                if caller_gave_up():  # it timed out while this push was taken in
+                    log.warning(
+                        "a push was answered after the channel gave up: its acks "
+                        "go on our own connection"
+                    )
+                    self._outbox.unanswered(done)
+                else:
+                    reply["acks"] = done.as_answer()
         return reply
 
     def read_request(self, request: str) -> bool:

@@ -238,8 +238,7 @@ class ChannelSession:
                 args.append(message.returned)
             reply = self._call("ack", *args)
             if reply is not None and reply.get("status") != "ok":
-                count = len(message.acked) + len(message.nacked) + len(message.returned)
-                log.info("acks of %d events of an ended session dropped", count)
+                log.info("acks of %d events of an ended session dropped", message.size)
                 self._check_standing = True
 
     def _heartbeat(self) -> None:

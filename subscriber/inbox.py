@@ -168,6 +168,11 @@ class AckMessage(msgspec.Struct, frozen=True, gc=False):
     """Events given back unhandled (:attr:`Outcome.returned`); sent only when some are,
     so a channel of a version before them reads every other message."""
 
+    @property
+    def size(self) -> int:
+        """The events it names."""
+        return len(self.acked) + len(self.nacked) + len(self.returned)
+
     def as_answer(self) -> dict[str, Any]:
         """The message as a push's reply carries it."""
         answer = {
@@ -202,6 +207,9 @@ class Outbox:
         range starts (the broker of another session may be older, and take no such say)."""
         self._covered = (-1, -1)
         """The newest session an ack message covered, and the last seq it covered."""
+        self._unanswered: list[AckMessage] = []
+        """Messages taken for a push's reply that the channel stopped waiting for: the
+        control thread sends them instead (next, before any other)."""
 
     def add(self, outcomes: list[Outcome], urgent: bool) -> None:
         """``urgent``: the worker has nothing more to do now (or held these long enough),
@@ -238,6 +246,14 @@ class Outbox:
                 if self._pending:
                     self._cond.notify()  # the control thread sends what is left
 
+    def unanswered(self, message: AckMessage) -> None:
+        """A message taken by :meth:`answer` whose push the channel gave up on (its reply
+        would be lost, and with it the acks): the control thread sends it at once. The
+        channel still takes them: the events went back held for this subscriber."""
+        with self._cond:
+            self._unanswered.append(message)
+            self._cond.notify()
+
     def _done_through(self, session: int, last_seq: int) -> bool:
         """Whether the outcomes through ``last_seq`` are in, or were sent already (the
         control thread took them before this push's thread began to wait)."""
@@ -252,6 +268,8 @@ class Outbox:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
+                if self._unanswered:
+                    return self._take_unanswered()
                 now = time.monotonic()
                 if (
                     self._pending
@@ -274,7 +292,8 @@ class Outbox:
     def count(self, session: int) -> int:
         """Outcomes of ``session`` not sent yet."""
         with self._cond:
-            return sum(1 for o in self._pending if o.session == session)
+            resent = sum(m.size for m in self._unanswered if m.session == session)
+            return resent + sum(1 for o in self._pending if o.session == session)
 
     def interrupt(self) -> None:
         """Make the current (or next) ``wait`` return at once."""
@@ -285,7 +304,11 @@ class Outbox:
 
     def drain(self) -> list[AckMessage]:
         with self._cond:
-            return self._take()
+            return self._take_unanswered() if self._unanswered else self._take()
+
+    def _take_unanswered(self) -> list[AckMessage]:
+        messages, self._unanswered = self._unanswered, []
+        return messages
 
     def _take(self) -> list[AckMessage]:
         """Up to ACK_BATCH_MAX outcomes, as one message per session, each covering its

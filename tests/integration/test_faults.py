@@ -290,3 +290,20 @@ def test_a_poison_event_that_kills_its_subscribers_is_dead_lettered_and_the_rest
         for sub_id in ("s1", "s2"):
             seen = [i for i in dict.fromkeys(ids(got[sub_id])) if i in mine]
             assert seen == sorted(seen, key=mine.index), f"{sub_id}: partition {part} order"
+
+
+def test_acks_of_a_push_answered_after_the_broker_gave_up_still_arrive(cluster: Cluster) -> None:
+    """A subscriber that takes every push in slower than ``--ack-timeout``: the acks in a
+    push's reply were lost with it, and the events went back held for it, so its later
+    pushes were all answered too late as well: an event never got acknowledged (session
+    35's probe: 20 of 20 after 60 s). The acks go on its own connection when the channel
+    gave up on their push."""
+    cluster.broker("late", extra=("--ack-timeout", "1"))
+    sub = cluster.subscriber("late", "s1", "--fault", "delay:1:1.3")
+    with publisher_for(cluster, "late") as pub:  # one: a push holds the whole backlog
+        assert pub.publish([pub.event("e0")])["accepted"] == 1
+    wait_until(lambda: channel_stats(cluster, "late")["unacked"] == 0, 60.0, "its ack")
+    assert channel_stats(cluster, "late")["dead_letters"] == 0
+    assert sub.count(r"a push was answered after the channel gave up") >= 1
+    got = ids(cluster.records("late", "s1")["s1"])
+    assert got == ["PUB-1"]  # run once: its redeliveries were acknowledged as processed

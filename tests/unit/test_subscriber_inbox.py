@@ -267,6 +267,22 @@ def test_an_answer_gives_up_after_its_wait_and_leaves_another_sessions_outcomes(
     assert [m.session for m in outbox.drain()] == [5, 6]
 
 
+def test_a_message_whose_push_was_given_up_on_is_sent_next_by_the_control_thread() -> None:
+    """Its reply would be lost with the acks in it: the control thread sends it first,
+    before outcomes that came after, and counts it as held until then."""
+    outbox = Outbox()
+    outbox.add(done(5, 1, 2), urgent=False)
+    message = outbox.answer(5, 2, 0.01)
+    assert message == AckMessage(5, 0, 2, ["p/1", "p/2"], {})
+    outbox.add(done(5, 3), urgent=True)
+    outbox.unanswered(message)
+    assert outbox.count(5) == 3
+    assert outbox.wait(0.0) == [message]
+    assert outbox.wait(0.0) == [AckMessage(5, 3, 3, ["p/3"], {})]
+    outbox.unanswered(message)
+    assert outbox.drain() == [message]  # a stop sends it too
+
+
 @pytest.mark.parametrize("offer", [5.0, None, 0, "5.0"])
 def test_a_push_is_answered_with_acks_only_when_the_channel_offers_a_wait(
     offer: Any, monkeypatch: pytest.MonkeyPatch
