@@ -13,7 +13,7 @@ from typing import Any
 
 from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState
-from channel_server.errors import QueueFull, StoreError
+from channel_server.errors import QUEUE_LIMITS, QueueFull, StoreError
 from channel_server.events import Event, validate_batch, validate_packed
 from channel_server.log_throttle import Throttle
 from channel_server.push import PushDelivery
@@ -21,11 +21,12 @@ from channel_server.push import PushDelivery
 log = logging.getLogger("channel_server.channel")
 
 _CAPS = {
-    "events": ("capacity", "events", "--capacity"),
-    "bytes": ("max_queued_bytes", "bytes", "--max-queued-bytes"),
-    "partitions": ("max_partition_queues", "partition sub-queues", "--max-partition-queues"),
+    "events": ("capacity", "--capacity"),
+    "bytes": ("max_queued_bytes", "--max-queued-bytes"),
+    "partitions": ("max_partition_queues", "--max-partition-queues"),
 }
-"""QueueFull's ``limit`` -> the configuration field that sets it, its unit and its flag."""
+"""QueueFull's ``limit`` -> the configuration field that sets it and its flag (its unit:
+``errors.QUEUE_LIMITS``)."""
 
 
 class Publishing:
@@ -63,14 +64,14 @@ class Publishing:
                     raise
             state.core.count_publish(len(events), outcome)
         if outcome.refused:
-            cap, unit, flag = _CAPS[outcome.full_by]
+            cap, flag = _CAPS[outcome.full_by]
             self._refusals.warning(
                 "full",
                 "%s: full: refused %d events (%d %s reached: %s)",
                 state.name,
                 len(outcome.refused),
                 getattr(config, cap),
-                unit,
+                QUEUE_LIMITS[outcome.full_by],
                 flag,
             )
             raise QueueFull(

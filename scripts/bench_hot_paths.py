@@ -21,7 +21,7 @@
                 outbox Outcome
   subscriber    a subscriber's worker on a push of 100 events: taken in, the handler (a
                 no-op) run on each, the outcomes in the outbox and their uids in the
-                processed-ID window (``Subscriber.take_in``, ``_handle``)
+                processed-ID window (``Subscriber._take_in``, ``_handle``)
 
 Each figure is the best of ``--repeat`` timings, in µs per event. Pure CPU in one thread:
 steadier than an end-to-end run on a shared machine, but it says nothing about threads,
@@ -101,7 +101,7 @@ def subscriber_worker(batch: list[dict[str, object]]) -> Callable[[], object]:
 
     def one_push() -> None:
         subscriber._processed = ProcessedIds()
-        subscriber.take_in(push)
+        subscriber._take_in(push)
         subscriber._handle(subscriber._inbox.take_all(0.0))
         subscriber._outbox.drain()
 

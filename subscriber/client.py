@@ -99,16 +99,16 @@ class _Receiver:
     @Pyro5.api.expose
     def deliver(self, delivery: dict[str, Any]) -> dict[str, Any]:
         """A push in the plain form (a broker older than this subscriber)."""
-        return self._subscriber.take_in(delivery)
+        return self._subscriber._take_in(delivery)
 
     @Pyro5.api.expose
     def deliver_packed(self, delivery: dict[str, Any]) -> dict[str, Any]:
         """A push whose events came as one msgpack byte string (``Batch.to_wire_packed``)."""
-        return self._subscriber.take_in(_unpacked(delivery))
+        return self._subscriber._take_in(_unpacked(delivery))
 
     @Pyro5.api.expose
     def ping(self) -> str:
-        self._subscriber.read_request("a ping")
+        self._subscriber._read_request("a ping")
         return self._subscriber.subscriber_id
 
 
@@ -175,7 +175,7 @@ class Subscriber:
         """The worker has events taken from the inbox in hand (not yet in the outbox)."""
         self._chunk: list[Outcome] = []
         """Outcomes of the chunk in hand not handed over yet: the worker appends to it;
-        the control thread takes those a long handler holds back (:meth:`release_held`)."""
+        the control thread takes those a long handler holds back (:meth:`_release_held`)."""
         self._chunk_taken = 0
         """How many of ``_chunk`` the control thread took."""
         self._stop_lock = threading.Lock()
@@ -234,7 +234,7 @@ class Subscriber:
             self._processed,
             self._stuck_s,
             self._holding,
-            self.release_held,
+            self._release_held,
         )
         self._serving.start()
         self._spawn("worker", self._work)
@@ -398,13 +398,13 @@ class Subscriber:
         return 0.0 if started is None else time.monotonic() - started
 
     # -- taking pushes in ----------------------------------------------------------------
-    def take_in(self, delivery: dict[str, Any]) -> dict[str, Any]:
+    def _take_in(self, delivery: dict[str, Any]) -> dict[str, Any]:
         """A push: queue its events for the worker; the reply says how many, and carries
         their acks when the worker finished them within the wait the push offered."""
         session, seq, events = _parse_delivery(delivery)
         if self._stopping.is_set():  # it will acknowledge what it did and unsubscribe
             return {"queued": 0, "leaving": True}
-        if self.read_request("a push"):  # its events may be another member's by now
+        if self._read_request("a push"):  # its events may be another member's by now
             raise InvalidArgument("session", "the push was read after the channel gave up")
         self._faults.on_arrival(events)
         try:
@@ -427,7 +427,7 @@ class Subscriber:
                     reply["acks"] = done.as_answer()
         return reply
 
-    def read_request(self, request: str) -> bool:
+    def _read_request(self, request: str) -> bool:
         """A push or ping was read: True when the channel had stopped waiting for its
         answer (a freeze kept it unread): the channel may have declared this subscriber
         dead, so no new event starts until it confirms our standing. Either way a thread
@@ -465,7 +465,7 @@ class Subscriber:
         known = self._processed.known(uids)
         handled: set[str] = set()
         failed: set[tuple[int, str, Any]] = set()
-        done = self._chunk  # (appended here; a long handler's are taken by release_held)
+        done = self._chunk  # (appended here; a long handler's are taken by _release_held)
         inbox = self._inbox
         now = first_at = time.monotonic()  # one clock reading per event: its end, the next's start
         for item, uid in zip(items, uids, strict=True):
@@ -503,7 +503,7 @@ class Subscriber:
             self._chunk, self._chunk_taken = [], 0
             self._send_on(fresh, urgent)
 
-    def release_held(self) -> None:
+    def _release_held(self) -> None:
         """For the control thread, while a handler has run over ACK_LINGER_S: hand over
         the outcomes of the events its chunk finished before it. They waited for it to end
         (session 33's Jepsen probe: an instant event's ack held 20 s behind the next job,

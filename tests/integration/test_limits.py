@@ -98,7 +98,9 @@ def test_channel_member_and_byte_caps_refuse_with_typed_errors(cluster: Cluster)
     assert stats["max_queued_bytes"] == 2 * MIB >= stats["queued_bytes"] > 2 * (MIB - 100)
     logged(broker, r"refused channel 'c': .*limit of 2 channels", 1)
     logged(broker, r"a: refused p2: .*limit of 1 members", 1)
-    logged(broker, r"a: full: refused 1 events \(2097152 bytes reached: --max-queued-bytes\)", 1)
+    logged(
+        broker, r"a: full: refused 1 events \(2097152 bytes queued reached: --max-queued-bytes\)", 1
+    )
 
 
 def test_partition_sub_queues_over_groups_are_capped_with_a_typed_refusal(

@@ -78,7 +78,7 @@ class OlderReceiver:
     def deliver(self, delivery: dict[str, Any]) -> dict[str, Any]:
         assert isinstance(delivery["events"], list)
         OlderReceiver.plain_pushes += 1
-        return self._subscriber.take_in(delivery)
+        return self._subscriber._take_in(delivery)
 
     @Pyro5.api.expose
     def ping(self) -> str:

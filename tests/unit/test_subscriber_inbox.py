@@ -293,7 +293,7 @@ def test_a_push_is_answered_with_acks_only_when_the_channel_offers_a_wait(
     try:
         events = [{"id": f"e{n}", "publisher_id": "P", "partition": 0} for n in range(3)]
         push: dict[str, Any] = {"session": 1, "seq": 7, "events": events}
-        reply = sub.take_in(push if offer is None else push | {"answer_s": offer})
+        reply = sub._take_in(push if offer is None else push | {"answer_s": offer})
     finally:
         sub._stopping.set()
         sub._inbox.close()

@@ -29,7 +29,7 @@ RETURNED = "(returned)"
 def handle(sub: Subscriber, events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     """Push ``events`` in one session and run the worker on them as one chunk; what the
     next ack will say of each: None (acked), the nack's error, or RETURNED."""
-    sub.take_in({"session": 1, "seq": 1, "events": events})
+    sub._take_in({"session": 1, "seq": 1, "events": events})
     sub._handle(sub._inbox.take_all(0.0))
     return [(o.uid, RETURNED if o.returned else o.error) for o in sub._outbox._pending]
 
@@ -150,7 +150,7 @@ def test_an_event_after_a_wait_for_standing_counts_its_time_from_the_wait() -> N
     sub = Subscriber("c", "s1", lambda ev: busy_since.append(sub._busy_since or 0.0))
     trusted = WatchedEvent()
     sub._session = SimpleNamespace(trusted=trusted)  # type: ignore[assignment]
-    sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
+    sub._take_in({"session": 1, "seq": 1, "events": [event("a")]})
     worker = threading.Thread(target=sub._handle, args=(sub._inbox.take_all(0.0),))
     worker.start()
     assert trusted.waited.wait(10.0), "the worker did not wait for its standing"
@@ -183,7 +183,7 @@ def test_an_idle_worker_sleeps_until_a_push_or_a_stop_wakes_it(
     worker = threading.Thread(target=sub._work)
     worker.start()
     try:
-        sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
+        sub._take_in({"session": 1, "seq": 1, "events": [event("a")]})
         assert handled.wait(30.0), "the push did not wake the worker"
     finally:
         sub.stop()
@@ -211,14 +211,14 @@ def test_after_a_gap_while_events_were_held_no_event_starts_before_a_standing_ch
     sub = Subscriber("c", "s1", lambda ev: ran.append(ev["id"]))
     standing = Standing()
     sub._session = standing  # type: ignore[assignment]
-    sub.take_in({"session": 1, "seq": 1, "events": [event("a")]})
+    sub._take_in({"session": 1, "seq": 1, "events": [event("a")]})
     sub._ran_at -= client.FREEZE_GAP_S + 0.1  # frozen with "a" queued
-    sub.read_request("a push")  # a push read after the freeze sees the gap first
+    sub._read_request("a push")  # a push read after the freeze sees the gap first
     assert not standing.trusted.is_set()
     idle = Subscriber("c", "s2", lambda ev: ran.append(ev["id"]))
     idle._session = Standing()  # type: ignore[assignment]
     idle._ran_at -= client.FREEZE_GAP_S + 0.1  # idle that long: nothing was held
-    idle.take_in({"session": 1, "seq": 1, "events": [event("b")]})
+    idle._take_in({"session": 1, "seq": 1, "events": [event("b")]})
     idle._handle(idle._inbox.take_all(0.0))
     assert ran == ["b"]
 
@@ -236,16 +236,16 @@ def test_what_a_chunk_finished_goes_on_while_a_long_handler_runs() -> None:
             assert release.wait(30.0)
 
     sub = Subscriber("c", "s1", handler)
-    sub.take_in({"session": 1, "seq": 1, "events": [event("a"), event("b", partition=1)]})
+    sub._take_in({"session": 1, "seq": 1, "events": [event("a"), event("b", partition=1)]})
     worker = threading.Thread(target=sub._handle, args=(sub._inbox.take_all(0.0),))
     worker.start()
     try:
         assert started.wait(30.0)
         wait_until(lambda: sub._stuck_s() >= client.ACK_LINGER_S, what="the long handler")
-        sub.release_held()
+        sub._release_held()
         assert [o.uid for o in sub._outbox._pending] == ["P/a"]  # b still runs
         assert sub._processed.known(["P/a"]) == {"P/a"}  # in the window before its ack
-        sub.release_held()  # nothing new: nothing sent twice
+        sub._release_held()  # nothing new: nothing sent twice
         assert [o.uid for o in sub._outbox._pending] == ["P/a"]
     finally:
         release.set()
