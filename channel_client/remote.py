@@ -2,7 +2,8 @@
 
 Each call is tried up to ``attempts`` times, ``pause_s`` apart, finding the channel again
 through the name server between tries (the broker may have restarted elsewhere; a channel
-that is unknown right after a lost connection is one whose broker is still restoring it).
+that is unknown once this client reached it, or right after a lost connection, is one
+whose broker is still restoring it).
 When it stays away the caller gets BrokerUnavailable saying so in one line. Retrying is safe:
 publishing is deduplicated by event id and ``get`` is idempotent for the same last id.
 """
@@ -144,6 +145,10 @@ class RemoteChannel:
         self._spin_s = options.reply_spin_s if awake else 0.0
         self._proxy: Pyro5.client.Proxy | None = None
         self.retries = 0
+        self._reached = False
+        """A call went through once: an unknown channel from now on is its broker
+        restarting (its names gone, the new one's not yet there), retried, not a
+        mistake."""
 
     def call(self, method: str, *args: Any) -> Any:
         """Call ``method`` remotely; errors of the service itself are raised at once, but
@@ -161,6 +166,7 @@ class RemoteChannel:
                     log.info(
                         "%s on %s went through after %d retries", method, self.channel, attempt - 1
                     )
+                self._reached = True
                 return result
             except (
                 Pyro5.errors.CommunicationError,
@@ -169,8 +175,8 @@ class RemoteChannel:
                 UnknownChannel,
                 StoreError,
             ) as exc:
-                if isinstance(exc, UnknownChannel) and last is None:
-                    raise  # unknown from the start; after a lost connection, a broker restarting
+                if isinstance(exc, UnknownChannel) and last is None and not self._reached:
+                    raise  # unknown from the start; once reached, its broker is restarting
                 if unsendable := _unsendable(exc):
                     raise unsendable from None  # no retry makes it sendable
                 if refusal := as_refusal(exc):
@@ -188,9 +194,8 @@ class RemoteChannel:
                 raise
         if isinstance(last, StoreError):
             raise last
-        raise BrokerUnavailable(
-            f"channel {self.channel}", f"no answer after {self._attempts} attempts ({last})"
-        )
+        tries = "1 attempt" if self._attempts == 1 else f"{self._attempts} attempts"
+        raise BrokerUnavailable(f"channel {self.channel}", f"no answer after {tries} ({last})")
 
     def claim(self) -> None:
         """Make the calling thread the owner of the proxy (made by another thread that

@@ -54,6 +54,9 @@ file is written (and synced) once per this many ids instead of before every batc
 each on this kind of machine: as much as a one-event publish). A publisher that dies
 without closing skips at most this many ids on its next run; none is ever reused."""
 RETRY_PAUSE_S = 0.2
+DEFAULT_RETRY_FOR_S = 30.0
+"""How long a call is retried through the name server by default: a broker restart (an
+upgrade, a crash) takes seconds, and a publisher should ride it out, as the CLI does."""
 STOP_CHECK_S = 0.2
 """How often ``submit_all`` looks at its stop event while it waits (for room, for sends)."""
 DEFAULT_PARTITIONS = 16
@@ -131,7 +134,7 @@ class Publisher:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         next_seq: int | None = None,
         state: PublisherState | None = None,
-        retry_for_s: float = 0.0,
+        retry_for_s: float = DEFAULT_RETRY_FOR_S,
         drop_replies: int = 0,
         reply_spin_s: float = CALLER_SPIN_S,
     ) -> None:
@@ -143,11 +146,11 @@ class Publisher:
         ``state_dir``: where the id sequence is kept (see StateDir.DEFAULT; None: in memory
         only, so ids start at 1 on every run and a re-run's are duplicates); ``next_seq``
         overrides the stored sequence; ``state``: an open PublisherState instead of
-        ``state_dir`` (the CLI shares one with its put journal); ``retry_for_s`` > 0
-        retries a batch through the name server for that long when the broker is
-        unreachable (safe: a batch that did arrive comes back duplicate); ``reply_spin_s``:
-        the longest ``publish`` waits for a quick reply awake, where that is seen to pay
-        (:mod:`~channel_client.reply_spin`; 0: never).
+        ``state_dir`` (the CLI shares one with its put journal); ``retry_for_s``: how
+        long a call is retried through the name server while the broker is unreachable
+        or restarting (safe: a batch that did arrive comes back duplicate; 0: one try);
+        ``reply_spin_s``: the longest ``publish`` waits for a quick reply awake, where that
+        is seen to pay (:mod:`~channel_client.reply_spin`; 0: never).
 
         Raises UnknownChannel (no such channel and not ``create``), BrokerUnavailable,
         InvalidArgument (a bad name or ``partitions``), StoreError (an unusable state

@@ -9,11 +9,10 @@ import argparse
 
 from channel_client import cli_common as cc
 from publisher.batch_file import DEFAULT_SPARK_THRESHOLD_ROWS, SparkMode
-from publisher.client import DEFAULT_PARTITIONS
+from publisher.client import DEFAULT_PARTITIONS, DEFAULT_RETRY_FOR_S
 
 DEFAULT_BATCH = 100
 DEFAULT_PAYLOAD = 100
-DEFAULT_RETRY_FOR_S = 30.0
 FILE_ONLY: tuple[str, ...] = ("spark", "spark_threshold", "subscribers", "master", "driver_host")
 """Flags (dests) of ``publish --file`` alone: refused with ``--count``, not ignored."""
 COUNT_ONLY: tuple[str, ...] = (

@@ -271,6 +271,30 @@ def test_a_payload_that_cannot_be_sent_is_refused_at_once_not_retried(cluster: C
         assert pub.publish([pub.event("after")])["accepted"] == 1  # the connection is fine
 
 
+def test_a_publisher_rides_out_a_restart_of_its_channel_s_broker(cluster: Cluster) -> None:
+    """A Publisher idle while its broker restarts (an upgrade: SIGTERM, start again on the
+    same data dir) found the channel unknown for a moment (the old broker's names gone,
+    the new one's not yet there) and raised UnknownChannel at once, whatever
+    ``retry_for_s`` said; and the library tried only once by default (session 36's
+    newcomer)."""
+    cluster.start("ns", ["-m", "channel_server", "nameserver", *cluster.ns], "ready at")
+    broker = cluster.broker("jobs")  # (the name server stays: the channel is unknown)
+    with Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub:
+        assert pub.publish([pub.event("before")])["accepted"] == 1
+        broker.terminate()
+
+        def restart_once_it_retries() -> None:
+            wait_until(lambda: pub.retries >= 1, 20.0, "the publish retried")
+            cluster.broker("jobs")
+
+        restarter = threading.Thread(target=restart_once_it_retries)
+        restarter.start()
+        try:
+            assert pub.publish([pub.event("after")])["accepted"] == 1
+        finally:
+            restarter.join(30.0)
+
+
 def test_publish_all_names_a_bad_event_by_its_place_in_the_input(cluster: Cluster) -> None:
     """It named the place in its batch ('event #10' for the input's 110th), and no id:
     the caller could not tell where to go on (session 34's newcomer)."""
