@@ -172,6 +172,9 @@ class Publisher:
         """The sequence this publisher recorded last: numbers below it are used or
         reserved (see RESERVE_AHEAD)."""
         self._floor = stored or 0
+        self._journaled = 0
+        """What a Putter's journal last recorded as this sequence (:meth:`journaled`): a
+        write of its own, not another process's."""
         """The most the state file held before this publisher reserved: a close never
         gives numbers back below it."""
         self._warned_duplicates = False
@@ -352,12 +355,21 @@ class Publisher:
             summary["warning"] = self._unrouted(summary["unrouted"])
         return summary
 
+    def journaled(self, next_seq: int) -> None:
+        """A Putter journaled a put of this Publisher's with the sequence at ``next_seq``
+        (in the state file, as a reservation is)."""
+        with self._seq_lock:
+            self._journaled = next_seq
+
     def _reserve(self) -> None:
         """Record the sequence ahead of the ids about to be sent (see RESERVE_AHEAD;
         under the sequence lock)."""
         if self.state is not None and self.next_seq > self._reserved:
             ahead = self.next_seq + RESERVE_AHEAD
-            self._floor = max(self._floor, self.state.reserve(self.channel, ahead))
+            before = self.state.reserve(self.channel, ahead)
+            if before > self._reserved and before != self._journaled:  # another process's
+                raise InvalidArgument("publisher_id", _OTHER_PROCESS.format(p=self, n=before))
+            self._floor = max(self._floor, before)
             self._reserved = ahead
 
     def submit(
@@ -681,6 +693,13 @@ _SAME_ID = (
     "from the same sequence ({p.state_file}): the two would give events the same ids, and "
     "the channel keep one of each. Share that Publisher (submit() may be called from any "
     "thread), close it first, or give each its own publisher id"
+)
+
+_OTHER_PROCESS = (
+    "{p.publisher_id} on {p.channel} is numbering its events in another process too: its "
+    "sequence ({p.state_file}) was taken up to {n} since this Publisher read it, so the "
+    "next ids here would repeat that process's, and the channel keep one of each. Give "
+    "each process its own publisher id (nothing of this batch was sent)"
 )
 
 

@@ -76,6 +76,7 @@ class Putter:
             event = publisher.event(message)
             validate_batch([event], max_payload_bytes=sys.maxsize)  # InvalidEvent, not kept
             self.state.journal_put(topic, event, publisher.next_seq, key)
+            publisher.journaled(publisher.next_seq)
         return self._send(publisher, topic, event, keep_journal=key is not None)
 
     def _send(
@@ -97,6 +98,7 @@ class Putter:
         again by ``resend_pending`` under its own id, and stored once."""
         try:
             self.state.journal_put(topic, None, next_seq)
+            self._publisher(topic).journaled(next_seq)
         except StoreError as exc:
             log.warning("%s stored on %s; its journal entry stays (%s)", event["id"], topic, exc)
 

@@ -24,8 +24,9 @@ from channel_server.errors import (
     UnknownChannel,
 )
 from publisher import DEFAULT_PARTITIONS, Publisher, Putter
+from publisher.client import RESERVE_AHEAD
 from subscriber import PullClient, Subscriber
-from tests.integration.conftest import Worker
+from tests.integration.conftest import Worker, channel_stats
 from tests.integration.procs import Cluster, free_port, wait_until
 
 pytestmark = pytest.mark.integration
@@ -293,6 +294,24 @@ def test_a_publisher_rides_out_a_restart_of_its_channel_s_broker(cluster: Cluste
             assert pub.publish([pub.event("after")])["accepted"] == 1
         finally:
             restarter.join(30.0)
+
+
+def test_a_publisher_id_numbering_in_another_process_is_refused_not_repeated(
+    cluster: Cluster,
+) -> None:
+    """Two processes publishing as one id (a web app's workers) read one sequence and gave
+    events the same ids: the channel kept one of each, and the rest were reported as
+    duplicates, never delivered (session 36's newcomer: 3 of 6 runs)."""
+    cluster.broker("jobs")
+    with Publisher("jobs", "P", ns_port=cluster.ns_port) as pub:  # the cluster's state dir
+        assert pub.publish([pub.event("here")])["accepted"] == 1
+        other = ["-m", "publisher", "publish", *cluster.ns, "--channel", "jobs", "--id", "P"]
+        elsewhere = cluster.run([*other, "--count", "5"])
+        assert elsewhere.returncode == 0, elsewhere.stderr  # it reserved the next numbers
+        events = [pub.event(n) for n in range(RESERVE_AHEAD + 1)]  # past what it reserved
+        with pytest.raises(InvalidArgument, match="numbering its events in another process"):
+            pub.publish(events)
+    assert channel_stats(cluster, "jobs")["duplicates"] == 0
 
 
 def test_publish_all_names_a_bad_event_by_its_place_in_the_input(cluster: Cluster) -> None:
