@@ -154,10 +154,11 @@ class EventChannel:
         return self._publishing.publish(events)
 
     @Pyro5.api.expose
-    def outstanding(self, publisher_id: str) -> dict[str, int]:
+    def outstanding(self, publisher_id: str) -> dict[str, Any]:
         """How much of ``publisher_id``'s accepted work is not done yet: ``outstanding``
         deliveries (``queued`` + ``in_flight``; 0: every event was acknowledged or
-        dead-lettered) and its ``dead_letters``. What ``Publisher.wait`` polls. Queues
+        dead-lettered), its ``dead_letters``, and ``unserved``: the groups whose share
+        waits with no active member (group -> queued). What ``Publisher.wait`` polls. Queues
         that lost events (kill_queues) are rebuilt first, so none is missed."""
         boundary.check_name("publisher_id", publisher_id)
         self._access.require(Action.PUBLISH, self._name)

@@ -282,7 +282,8 @@ class ProcessingTimeout(ChannelError, TimeoutError):
     (``Publisher.wait``). Also a builtin ``TimeoutError``, so ``except TimeoutError`` works.
 
     Attributes: ``channel``, ``publisher_id``, ``timeout_s``, ``outstanding`` (deliveries
-    still owed: ``queued`` + ``in_flight``) and ``dead_letters`` (its events given up on).
+    still owed: ``queued`` + ``in_flight``), ``dead_letters`` (its events given up on) and
+    ``unserved`` (group -> its events queued there with no active member to take them).
     """
 
     channel: str
@@ -292,6 +293,7 @@ class ProcessingTimeout(ChannelError, TimeoutError):
     queued: int
     in_flight: int
     dead_letters: int
+    unserved: dict[str, int]
 
     def __init__(
         self,
@@ -301,9 +303,18 @@ class ProcessingTimeout(ChannelError, TimeoutError):
         queued: int,
         in_flight: int,
         dead_letters: int = 0,
+        unserved: dict[str, int] | None = None,
     ) -> None:
         outstanding = queued + in_flight
+        unserved = dict(unserved or {})
         hint = "" if in_flight else "; none in flight: is a subscriber running?"
+        if unserved:
+            groups = ", ".join(f"{group!r} ({n})" for group, n in sorted(unserved.items()))
+            hint = (
+                f"; queued in groups with no subscriber: {groups}. Each group gets every "
+                "event, so a subscriber of another group does not take them: subscribe one "
+                "in each of these groups (group=None: the default group of a queue)"
+            )
         dead = f"; {dead_letters} dead-lettered" if dead_letters else ""
         super().__init__(
             f"{outstanding} events of publisher {publisher_id!r} on {channel!r} not processed "
@@ -315,6 +326,7 @@ class ProcessingTimeout(ChannelError, TimeoutError):
             queued=queued,
             in_flight=in_flight,
             dead_letters=dead_letters,
+            unserved=unserved,
         )
 
 

@@ -96,7 +96,7 @@ class Publishing:
         self._push.published(now)
         self._push.changed()
 
-    def outstanding(self, publisher_id: str) -> dict[str, int]:
+    def outstanding(self, publisher_id: str) -> dict[str, Any]:
         """See EventChannel.outstanding (the caller checked the permission)."""
         with self._state.lock:
             if self._backup.repair():

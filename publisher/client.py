@@ -457,7 +457,7 @@ class Publisher:
             log.warning("%s", text)
         return text
 
-    def wait(self, *, timeout_s: float) -> dict[str, int]:
+    def wait(self, *, timeout_s: float) -> dict[str, Any]:
         """Block until the channel has no work of this publisher id left: every event it
         accepted was acknowledged by each consumer group that must process it, or
         dead-lettered (a handler failed it ``max_attempts`` times). Asks the channel
@@ -471,7 +471,7 @@ class Publisher:
         to be sent first (within the same ``timeout_s``). A ``close`` from another thread
         ends it (ValueError) within a poll's pause."""
         self._check_open()
-        counts: dict[str, int] = {}
+        counts: dict[str, Any] = {}
         for _ in polling(self._flushed_within(timeout_s)):
             self._check_open()  # closed meanwhile: it waited out its whole timeout
             counts = self._call("outstanding", self.publisher_id)
@@ -493,6 +493,7 @@ class Publisher:
             counts["queued"],
             counts["in_flight"],
             counts["dead_letters"],
+            counts.get("unserved"),  # (a broker before session 36 does not say)
         )
 
     def dead_letters(self) -> list[dict[str, Any]]:

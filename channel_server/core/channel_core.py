@@ -157,16 +157,22 @@ class ChannelCore:
         """What ``publisher_id``'s accepted events still need: deliveries queued and in
         flight, summed over groups (an event two groups must process counts twice; a queue
         has one group), and how many of its events are dead letters. Zero outstanding
-        means each was acknowledged or dead-lettered. Sub-queues are per (publisher,
-        partition), so this walks partitions and the dead letters, never the events."""
+        means each was acknowledged or dead-lettered; ``unserved`` names the groups whose
+        share waits with no active member. Sub-queues are per (publisher, partition), so
+        this walks partitions and the dead letters, never the events."""
         queued = in_flight = 0
+        unserved: dict[str, int] = {}
         for group in self.groups.values():
+            waiting = 0
             for (publisher, _), pq in group.partitions.items():
                 if publisher == publisher_id:
-                    queued += len(pq.pending)
+                    waiting += len(pq.pending)
                     in_flight += len(pq.in_flight)
+            queued += waiting
+            if waiting and not any(m.active for m in group.members.values()):
+                unserved[group.name] = waiting
         dead = sum(1 for d in self.dead_letters if d.event.publisher_id == publisher_id)
-        return Outstanding(queued, in_flight, dead)
+        return Outstanding(queued, in_flight, dead, unserved)
 
     # -- publish -------------------------------------------------------------------------
     def prepare(self, raw_batch: Any) -> PublishOutcome:

@@ -63,17 +63,21 @@ class Outstanding:
     in_flight: int = 0
     dead_letters: int = 0
     """Its events in the dead-letter queue: given up on, so not outstanding."""
+    unserved: dict[str, int] = field(default_factory=dict)
+    """Groups holding some of the queued ones with no active member to take them (group
+    -> how many): each group gets every event, so those wait for a member of theirs."""
 
     @property
     def total(self) -> int:
         return self.queued + self.in_flight
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "outstanding": self.total,
             "queued": self.queued,
             "in_flight": self.in_flight,
             "dead_letters": self.dead_letters,
+            "unserved": dict(self.unserved),
         }
 
 

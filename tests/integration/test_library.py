@@ -48,7 +48,13 @@ def test_a_subscriber_creates_the_channel_and_wait_returns_when_all_is_done(
             done = pub.wait(timeout_s=20)
         # wait returned: every event was processed, none is left to arrive
         assert len(worker.events) == 2 * DEFAULT_PARTITIONS
-    assert done == {"outstanding": 0, "queued": 0, "in_flight": 0, "dead_letters": 0}
+    assert done == {
+        "outstanding": 0,
+        "queued": 0,
+        "in_flight": 0,
+        "dead_letters": 0,
+        "unserved": {},
+    }
     assert Counter(ev["partition"] for ev in worker.events) == {
         p: 2 for p in range(DEFAULT_PARTITIONS)
     }
@@ -116,7 +122,28 @@ def test_wait_raises_a_typed_timeout_when_nobody_processes(cluster: Cluster) -> 
     err = info.value
     assert isinstance(err, TimeoutError)
     assert (err.outstanding, err.queued, err.in_flight) == (3, 3, 0)
-    assert "is a subscriber running?" in str(err)
+    assert "queued in groups with no subscriber: 'default' (3)" in str(err)
+    assert err.unserved == {"default": 3}
+
+
+def test_wait_names_the_default_group_a_named_group_s_subscriber_leaves_behind(
+    cluster: Cluster,
+) -> None:
+    """A worker in a group of its own name on a queue processed every event, yet wait()
+    timed out asking whether a subscriber was running: the queue's default group kept its
+    share for nobody (session 36's newcomer)."""
+    cluster.broker()
+    worker = Worker()
+    with (
+        Subscriber("q", "w1", handler=worker, ns_port=cluster.ns_port, create=True, group="g"),
+        Publisher("q", "P", ns_port=cluster.ns_port) as pub,
+    ):
+        pub.publish([pub.event(n) for n in range(5)])
+        wait_until(lambda: len(worker.events) == 5, 20.0, "the worker's five")
+        with pytest.raises(ProcessingTimeout) as info:
+            pub.wait(timeout_s=0.3)
+    assert info.value.unserved == {"default": 5}
+    assert "a subscriber of another group does not take them" in str(info.value)
 
 
 def test_a_failed_event_is_not_overtaken_by_the_rest_of_its_partition(cluster: Cluster) -> None:

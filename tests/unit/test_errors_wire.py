@@ -97,6 +97,7 @@ EXPECTED_ATTRIBUTES: dict[type[ChannelError], dict[str, object]] = {
         "queued": 9,
         "in_flight": 3,
         "dead_letters": 2,
+        "unserved": {},
     },
     errors.StoreError: {"path": "/data/c.db", "reason": "database is locked"},
     errors.LeaseLost: {"channel": "orders", "what": "channel orders"},
@@ -125,6 +126,9 @@ def test_processing_timeout_says_what_is_left_and_why() -> None:
     )
     idle = errors.ProcessingTimeout("orders", "PUB", 1.5, 4, 0)
     assert str(idle).endswith("(4 queued, 0 in flight); none in flight: is a subscriber running?")
+    unserved = errors.ProcessingTimeout("orders", "PUB", 1.5, 4, 0, 0, {"default": 4})
+    assert "queued in groups with no subscriber: 'default' (4)." in str(unserved)
+    assert unserved.unserved == {"default": 4}
 
 
 def test_queue_full_message_and_attributes() -> None:

@@ -12,8 +12,9 @@ def test_a_publishers_events_are_queued_then_in_flight_then_done() -> None:
     core = ChannelCore("c", config())
     publish(core, [raw("a", partition=0), raw("b", partition=1), raw("c", partition=1)])
     publish(core, [raw("x", pub="other")])
-    assert core.outstanding("pub") == Outstanding(queued=3)
-    assert core.outstanding("other") == Outstanding(queued=1)
+    nobody = {DEFAULT_GROUP: 3}  # no member yet to take them
+    assert core.outstanding("pub") == Outstanding(queued=3, unserved=nobody)
+    assert core.outstanding("other") == Outstanding(queued=1, unserved={DEFAULT_GROUP: 1})
     assert core.outstanding("nobody") == Outstanding()
 
     group = core.groups[DEFAULT_GROUP]
@@ -44,6 +45,7 @@ def test_dead_letters_are_reported_not_outstanding() -> None:
         "queued": 0,
         "in_flight": 0,
         "dead_letters": 1,
+        "unserved": {},
     }
 
 
@@ -56,3 +58,4 @@ def test_each_group_that_must_process_an_event_counts() -> None:
     join(core.groups["g1"], "s1", 10)
     complete(core, core.groups["g1"], take(core.groups["g1"], "s1"), acked={"m"}, nacked={})
     assert core.outstanding("pub").total == 1
+    assert core.outstanding("pub").unserved == {"g2": 1}  # g1 has a member, g2 none
