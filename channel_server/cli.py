@@ -98,8 +98,10 @@ def serve(args: argparse.Namespace) -> int:
     dsn = store_dsn(args)
     if args.memory:
         store: Store = MemoryStore()
+        kept = "store memory (nothing kept)"
     else:
         data_dir = None if dsn else args.data_dir or Path(DEFAULT_DATA_DIR) / config.broker_id
+        kept = "store PostgreSQL" if data_dir is None else _data_dir_line(data_dir)
         try:
             store = (
                 PostgresStore(dsn, config.broker_id, PostgresConfig(lease_s=config.lease_s))
@@ -125,7 +127,7 @@ def serve(args: argparse.Namespace) -> int:
     print(
         f"broker {config.broker_id} ready at {broker.uri}; name server "
         f"{config.ns_host}:{ns.port} ({ns_kind}); channels: "
-        f"{', '.join(broker.channel_names()) or '-'}"
+        f"{', '.join(broker.channel_names()) or '-'}; {kept}"
         + (f"; http {broker.monitor.url}" if broker.monitor else ""),
         flush=True,
     )
@@ -190,6 +192,14 @@ COMMANDS = {
     "nameserver": run_nameserver,
     "users": run_users,
 }
+
+
+def _data_dir_line(data_dir: Path) -> str:
+    """Where the broker keeps its channels, whole (the default is relative to the
+    current directory: a broker started again from another one found none, and said
+    nothing of where it looked: session 36's newcomer)."""
+    new = "" if data_dir.exists() else " (new)"
+    return f"data dir {data_dir.resolve()}{new}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,3 +180,17 @@ def test_a_broker_runs_its_threads_on_one_cpu_unless_told_otherwise(cluster: Clu
     assert refused.stderr.strip().splitlines()[-1] == (
         f"error: --cpu: CPU 4096 is not one this process may use {allowed}"
     )
+
+
+def test_the_ready_line_says_where_the_channels_are_kept(cluster: Cluster) -> None:
+    """The default data dir is relative to the current directory: a broker started again
+    from another one found no channels, and nothing said where it had looked (session
+    36's newcomer). The ready line names the store, whole, and a new data dir as new."""
+    where = cluster.data_dir("broker")
+    first = cluster.broker("jobs")
+    assert f"channels: jobs; data dir {where.resolve()} (new)" in first.output()
+    first.terminate()
+    again = cluster.broker(name="broker")
+    assert again.output().rstrip().endswith(f"channels: jobs; data dir {where.resolve()}")
+    memory = cluster.broker(name="m", extra=("--memory", "--broker-id", "m"))
+    assert "channels: -; store memory (nothing kept)" in memory.output()
