@@ -13,11 +13,11 @@ from typing import Any
 from channel_client import cli_common as cc
 from channel_client.remote import ClientOptions
 from channel_client.scenario import ScenarioRunner, load_steps
-from channel_client.statefile import default_state_dir, state_path
+from channel_client.statefile import default_state_dir
 from channel_server.errors import NotSubscribed
 from subscriber.client import DEFAULT_CONNECT_TIMEOUT_S, Subscriber
 from subscriber.faults import Faults, FaultSpec, parse_fault
-from subscriber.processed import DEFAULT_WINDOW, ProcessedIds
+from subscriber.processed import DEFAULT_WINDOW, ProcessedIds, window_path
 from subscriber.pull import PullClient
 from subscriber.record import Recorder
 
@@ -214,12 +214,11 @@ def _fault_arg(text: str) -> FaultSpec:
 
 
 def _window_file(args: argparse.Namespace) -> Path | None:
-    """``processed-<channel>-<group>-<id>.txt`` in ``--state-dir`` (the names were checked
-    when parsed; state_path checks them again before anything is written)."""
+    """The window's file in ``--state-dir`` (the names were checked when parsed;
+    state_path checks them again before anything is written)."""
     if args.state_dir is None:
         return None
-    parts = ("processed", args.channel, args.group or "auto", args.subscriber_id)
-    return state_path(args.state_dir, *parts, suffix=".txt")
+    return window_path(args.state_dir, args.channel, args.group, args.subscriber_id)
 
 
 def make_handler(subscriber_id: str, quiet: bool) -> Any:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import secrets
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -54,7 +56,7 @@ from channel_server.wire import (
 from subscriber.control import ChannelSession, Identity
 from subscriber.faults import Faults
 from subscriber.inbox import ACK_LINGER_S, Inbox, Item, Outbox, Outcome, StaleSession
-from subscriber.processed import ProcessedIds
+from subscriber.processed import DEFAULT_WINDOW, ProcessedIds, window_path
 from subscriber.record import Recorder
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,7 @@ class Subscriber:
         recorder: Recorder | None = None,
         faults: Faults | None = None,
         processed: ProcessedIds | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         create: bool = False,
@@ -141,9 +144,11 @@ class Subscriber:
         how long ``start`` waits for a broker that does not answer yet; ``create``: host
         the channel (a queue) if nobody does yet, as ``Publisher(create=True)`` does;
         ``wait_for_channel_s``: how long ``start`` waits for a channel that does not exist
-        yet (someone else creates it) before it raises UnknownChannel (0: at once).
-        ``recorder``, ``faults`` and ``processed`` are the CLI's (record file, fault
-        toggles, a processed-ID window on disk)."""
+        yet (someone else creates it) before it raises UnknownChannel (0: at once);
+        ``state_dir``: keep the processed-ID window in a file there, so a restarted
+        subscriber acknowledges what it processed before without running the handler again
+        (None: in memory, for this run). ``recorder``, ``faults`` and ``processed`` are the
+        CLI's (record file, fault toggles, a processed-ID window of its own)."""
         self.channel = check_name("channel", channel)
         self.subscriber_id = check_name("subscriber_id", subscriber_id)
         self.group = None if group is None else check_name("group", group)
@@ -162,6 +167,9 @@ class Subscriber:
         self._bind = (host, port)
         self._recorder = recorder
         self._faults = faults or Faults([])
+        if processed is None and state_dir is not None:
+            where = window_path(Path(state_dir), self.channel, self.group, self.subscriber_id)
+            processed = ProcessedIds(DEFAULT_WINDOW, where)  # a malformed one: StoreError
         self._processed = processed if processed is not None else ProcessedIds()
         self._timeouts = (timeout_s, connect_timeout_s)
         self._create = create

@@ -25,7 +25,13 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
-from channel_client.statefile import AppendOnlyFile, malformed, private_dir, read_lines
+from channel_client.statefile import (
+    AppendOnlyFile,
+    malformed,
+    private_dir,
+    read_lines,
+    state_path,
+)
 from channel_server.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,14 @@ FORMAT_NAME = "pubsub-processed-ids"
 FORMAT_VERSION = 2
 HEADER = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
 """The first line of a window file (older versions wrote none)."""
+
+
+def window_path(state_dir: Path, channel: str, group: str | None, subscriber_id: str) -> Path:
+    """``processed-<channel>-<group>-<id>.txt`` in ``state_dir`` (``auto``: the channel's
+    choice of group), where a subscriber keeps its window across restarts."""
+    return state_path(
+        state_dir, "processed", channel, group or "auto", subscriber_id, suffix=".txt"
+    )
 
 
 class ProcessedIds:

@@ -26,6 +26,7 @@ from channel_server.errors import (
 from publisher import DEFAULT_PARTITIONS, Publisher, Putter
 from publisher.client import RESERVE_AHEAD
 from subscriber import PullClient, Subscriber
+from subscriber.processed import ProcessedIds, window_path
 from tests.integration.conftest import Worker, channel_stats
 from tests.integration.procs import Cluster, free_port, wait_until
 
@@ -339,6 +340,24 @@ def test_a_publisher_id_numbering_in_another_process_is_refused_not_repeated(
         with pytest.raises(InvalidArgument, match="numbering its events in another process"):
             pub.publish(events)
     assert channel_stats(cluster, "jobs")["duplicates"] == 0
+
+
+def test_a_library_subscriber_keeps_its_processed_ids_in_its_state_dir(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """``subscriber run --state-dir`` kept the window across restarts; the library's
+    Subscriber could only through the CLI's own ProcessedIds (session 36's newcomer)."""
+    cluster.broker("jobs")
+    worker = Worker()
+    with (
+        Subscriber("jobs", "w1", handler=worker, ns_port=cluster.ns_port, state_dir=tmp_path),
+        Publisher("jobs", "P", ns_port=cluster.ns_port, state_dir=None) as pub,
+    ):
+        pub.publish([pub.event(n) for n in range(3)])
+        pub.wait(timeout_s=20)
+    kept = ProcessedIds(path=window_path(tmp_path, "jobs", None, "w1"))
+    assert kept.known(["P/P-1", "P/P-2", "P/P-3"]) == {"P/P-1", "P/P-2", "P/P-3"}
+    kept.close()
 
 
 def test_publish_all_names_a_bad_event_by_its_place_in_the_input(cluster: Cluster) -> None:
