@@ -316,6 +316,18 @@ class EventChannel:
         absorbs = boundary.check_flag("absorbs", absorbs)
         return self._pull.get(subscriber_id, group, last_uid, absorbs)
 
+    @Pyro5.api.expose
+    def release(
+        self, subscriber_id: str, group: str | None = None, last_uid: str | None = None
+    ) -> None:
+        """A pull client closing: the last message it got (``last_uid``) is acknowledged
+        (on disk), and it is inactive until its next ``get``, so its group's other members
+        take its partitions now instead of after ``--pull-timeout``, and do not get that
+        message again. The subscription stays (``unsubscribe`` ends it)."""
+        boundary.check_name("subscriber_id", subscriber_id)
+        group = self._members.group_of(subscriber_id, group)
+        self._pull.release(subscriber_id, group, boundary.check_last_uid(last_uid))
+
     # -- visibility ----------------------------------------------------------------------
     @Pyro5.api.expose
     def stats(self) -> dict[str, Any]:

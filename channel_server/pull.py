@@ -21,7 +21,7 @@ from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState, MemberSession
 from channel_server.core import poison
 from channel_server.core.group import ConsumerGroup
-from channel_server.core.member import PULL_CALLBACK, Flight
+from channel_server.core.member import PULL_CALLBACK, PULL_CLOSED, Flight
 from channel_server.dispatch import wire_fault
 from channel_server.errors import NotSubscribed, SubscriberIdInUse
 from channel_server.membership import Membership
@@ -87,6 +87,22 @@ class PullSide:
             self._push.changed()
         self._backup.store.write_deferred_now()
 
+    def release(self, subscriber_id: str, group: str, last_uid: str | None) -> None:
+        """A pull client closing: its last message got is acknowledged (on disk), and it
+        is inactive until its next get, as after ``--pull-timeout`` with no get, so its
+        group's others take its partitions now (session 36's newcomer: a group's topic
+        waited 60 s for a closed client, then its last message went out again)."""
+        with self._state.lock:
+            grp = self._members.acting(group, subscriber_id)
+            member = grp.members[subscriber_id] if grp is not None else None
+            if grp is None or member is None or not member.pull or not member.active:
+                return
+            if last_uid is not None:
+                self._ack_last(grp, subscriber_id, last_uid, self._state.now())
+            grp.set_aside(subscriber_id, PULL_CLOSED)
+            self._push.changed()
+        self._backup.store.write_deferred_now()
+
     def _next(self, grp: ConsumerGroup, member_id: str, last_uid: str | None) -> Flight | None:
         """Acknowledge ``last_uid`` and hand out the next message, or the same one again
         when the client did not get it (a retried get). A member timed out for not
@@ -94,7 +110,9 @@ class PullSide:
         now = self._state.now()
         member = grp.members[member_id]
         if not member.active:
-            log.warning("%s: %s readmitted by a get", self._state.name, member_id)
+            closed = member.inactive_reason == PULL_CLOSED  # (routine: it closed)
+            level = logging.INFO if closed else logging.WARNING
+            log.log(level, "%s: %s readmitted by a get", self._state.name, member_id)
             grp.join(member_id, PULL_CALLBACK, 1, self._state.core.new_session(), now, pull=True)
         member = grp.members[member_id]
         member.seen(now)

@@ -21,6 +21,7 @@ from channel_client.per_topic import PerTopic
 from channel_client.remote import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, ClientOptions, RemoteChannel
 from channel_client.reply_spin import CALLER_SPIN_S
 from channel_client.statefile import StateFile, state_path
+from channel_server.errors import ChannelError
 from channel_server.events import event_uid
 from channel_server.private_files import default_state_dir
 from channel_server.wire import (
@@ -51,6 +52,8 @@ class PullClient:
         journal = state_path(state_dir, "subscriber", subscriber_id, suffix=".received")
         self.received = ReceivedJournal(journal)
         self._remotes = PerTopic(self._make, RemoteChannel.release, options.drop_replies)
+        self._groups: dict[str, str | None] = {}
+        """The group each topic was got from in this run (what ``close`` releases in)."""
 
     def _make(self, topic: str, drop_replies: int, create: bool) -> RemoteChannel:
         options = dataclasses.replace(self.options, drop_replies=drop_replies)
@@ -69,6 +72,7 @@ class PullClient:
         last = self.received.last_uid(topic)
         left = self._remote(topic).call("unsubscribe", self.subscriber_id, group, None, last)
         self.received.record(topic, None)
+        self._groups.pop(topic, None)  # nothing to release at close
         self._remotes.drop(topic)  # its connection, which the broker counts against us
         return left
 
@@ -78,6 +82,7 @@ class PullClient:
         wrote that ack hands it out again) is acknowledged by the next get and not shown:
         the channel is told this client absorbs such repeats, and spares a write per get."""
         last = self.received.last_uid(topic)
+        self._groups[topic] = group
         while True:
             reply = self._remote(topic).call("get", self.subscriber_id, last, group, True)
             if reply["status"] != "message":
@@ -132,7 +137,22 @@ class PullClient:
         self.close()
 
     def close(self) -> None:
-        """Close the connections and the journal; the subscriptions stay (``unsubscribe``
-        ends one)."""
-        self._remotes.close()
-        self.received.close()
+        """Tell each topic got from in this run that this client closed: the last message
+        got is acknowledged and the client is inactive until its next ``get``, so a
+        group's other members take its part now, not after ``--pull-timeout``, and do not
+        get that message again (session 36's newcomer). Then close the connections and
+        the journal; the subscriptions stay (``unsubscribe`` ends one). A broker that
+        cannot be told gets the ack from this id's next ``get``, as after a crash."""
+        try:
+            for topic, group in self._groups.items():
+                self._release(topic, group)
+        finally:
+            self._remotes.close()
+            self.received.close()
+
+    def _release(self, topic: str, group: str | None) -> None:
+        try:
+            last = self.received.last_uid(topic)
+            self._remote(topic).call("release", self.subscriber_id, group, last)
+        except (ChannelError, Pyro5.errors.PyroError) as exc:  # (an older broker: no call)
+            log.warning("could not tell %s that this client closed: %s", topic, exc)

@@ -335,6 +335,7 @@ class ConsumerGroup:
     # -- membership (functions of the group_membership module, bound as methods) ---------
     join = group_membership.join
     deactivate = group_membership.deactivate
+    set_aside = group_membership.set_aside
     leave = group_membership.leave
 
     def forget(self, member_id: str) -> None:

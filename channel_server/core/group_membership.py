@@ -75,6 +75,16 @@ def deactivate(group: ConsumerGroup, member_id: str, reason: str) -> None:
     _release_partitions(group, member)
 
 
+def set_aside(group: ConsumerGroup, member_id: str, reason: str) -> None:
+    """Take a member out of rotation that did not die (a pull client that closed): as
+    :func:`deactivate`, but what it still holds is not suspected of killing it."""
+    member = group.members[member_id]
+    member.active, member.inactive_reason = False, reason
+    group.deactivations.append((member_id, reason))
+    delivery.unfly(group, member, list(member.flights.values()))
+    _release_partitions(group, member)
+
+
 def leave(group: ConsumerGroup, member_id: str) -> None:
     """Unsubscribe: the member stopped processing, so what it held goes back to the
     head of its partitions at once, and the partitions to the others."""

@@ -19,6 +19,9 @@ from channel_server.events import Event, PartitionKey
 
 PULL_CALLBACK = ""
 """The callback of a pull member: it has none, it calls ``get``."""
+PULL_CLOSED = "closed: back with its next get"
+"""Why a pull member is inactive after its client closed (``release``): routine, not a
+failure, so logged as such."""
 
 
 @dataclass(frozen=True)

@@ -567,6 +567,29 @@ def test_a_pull_client_leaving_its_group_does_not_leave_its_last_message_to_anot
     assert got[3]["status"] == "empty"
 
 
+def test_a_pull_client_closing_in_its_group_does_not_hold_its_last_message(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A close left the message it had got unacknowledged: the group's topic (one
+    partition) waited the broker's --pull-timeout (60 s) for it, then another member got
+    it again (session 36's newcomer, 2 of 2). Its subscription stays."""
+    cluster.broker()
+    port = cluster.ns_port
+    with PullClient.open("b", ns_port=port, state_dir=tmp_path / "b") as b:
+        with PullClient.open("a", ns_port=port, state_dir=tmp_path / "a") as a:
+            a.subscribe("jobs", group="workers")
+            b.subscribe("jobs", group="workers")
+            with Putter.open("writer", ns_port=port, state_dir=tmp_path / "w") as writer:
+                for n in range(3):
+                    writer.put("jobs", f"m{n}")
+            assert a.get("jobs", group="workers")["event"]["payload"] == "m0"
+        got = [b.get("jobs", group="workers") for _ in range(3)]
+    assert [g["event"]["payload"] for g in got[:2]] == ["m1", "m2"]
+    assert got[2]["status"] == "empty"
+    with PullClient.open("a", ns_port=port, state_dir=tmp_path / "a") as again:
+        assert again.get("jobs", group="workers")["status"] == "empty"  # still a member
+
+
 def test_events_a_topic_did_not_keep_are_said_so_once(
     cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
