@@ -156,6 +156,7 @@ class RemoteChannel:
         a call that failed on the store changed nothing, and every call here may be
         repeated), and raised as itself when it lasts."""
         last: Exception | None = None
+        retry_until = float("inf")  # set at the first failure: the retries' time is bounded
         for attempt in range(1, self._attempts + 1):
             try:
                 proxy = self._connect()
@@ -184,6 +185,10 @@ class RemoteChannel:
                     raise refusal from None
                 last = exc
                 self.release()
+                if attempt == 1:  # (a pause of slack: quick failures make every attempt)
+                    retry_until = time.monotonic() + self._retry_window_s + self._pause_s
+                elif time.monotonic() >= retry_until:
+                    break  # attempts that each wait out a timeout: the window is what counts
                 if attempt < self._attempts:
                     self.retries += 1
                     self._log_retry(method, exc, attempt)
@@ -194,7 +199,7 @@ class RemoteChannel:
                 raise
         if isinstance(last, StoreError):
             raise last
-        tries = "1 attempt" if self._attempts == 1 else f"{self._attempts} attempts"
+        tries = "1 attempt" if attempt == 1 else f"{attempt} attempts"
         raise BrokerUnavailable(f"channel {self.channel}", f"no answer after {tries} ({last})")
 
     def claim(self) -> None:
@@ -203,10 +208,18 @@ class RemoteChannel:
         if self._proxy is not None:
             self._proxy._pyroClaimOwnership()
 
+    @property
+    def _retry_window_s(self) -> float:
+        """How long after a first failure new attempts may start: ``attempts`` that fail
+        at once take that long; attempts that wait out their timeouts (a link that holds
+        calls unanswered) stop when it is over, not after ``attempts`` of them (session
+        36's network probe: --retry-for 5 took 135 s)."""
+        return (self._attempts - 1) * self._pause_s
+
     def _log_retry(self, method: str, exc: Exception, attempt: int) -> None:
         """One warning when a call starts failing, not one per attempt."""
         if attempt == 1:
-            retry_for_s = (self._attempts - 1) * self._pause_s
+            retry_for_s = self._retry_window_s
             log.warning(
                 "%s on %s failed (%s); retrying for up to %.0f s",
                 method,

@@ -199,6 +199,8 @@ class Publisher:
         self._packing = _Packing(channel)
         """Whether batches go packed (both connections: an older broker takes lists)."""
         self._sender: tuple[SendPipeline, RemoteChannel] | None = None
+        self._sender_retries = 0
+        """Retries of the senders ended so far (``retries`` counts them too)."""
         """What ``submit`` sends through: made by its first call, with a connection of its
         own that only the pipeline's sender thread uses."""
         # The sequence lock. Guards next_seq, _reserved, _floor and the making of
@@ -256,9 +258,10 @@ class Publisher:
 
     @property
     def retries(self) -> int:
-        """Calls of this Publisher's own thread sent again after a broker did not answer
-        (its ``retry_for_s``)."""
-        return self._remote.retries
+        """Calls sent again after a broker did not answer (its ``retry_for_s``): those of
+        the caller's thread and those of ``submit``'s sender."""
+        sender = self._sender  # (read once: a close may end it meanwhile)
+        return self._remote.retries + self._sender_retries + (sender[1].retries if sender else 0)
 
     def channel_id_scope(self) -> IdScope:
         """Where the channel's event ids must be unique (``publisher`` or ``channel``), as
@@ -617,6 +620,7 @@ class Publisher:
             pipeline, remote = sender
             pipeline.close()
             remote.release()
+            self._sender_retries += remote.retries
 
 
 OLDER_BROKER_REFUSAL = "must be a list of events, got bytes"

@@ -6,6 +6,7 @@ after a lost connection, it is a broker still restoring its channels: retried.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,3 +80,23 @@ def test_a_channel_gone_with_its_connection_is_retried(ns: NameService) -> None:
         daemon.shutdown()
         loop.join(5.0)
         daemon.close()
+
+
+def test_retries_stop_when_their_window_is_over_not_after_every_attempt(
+    ns: NameService,
+) -> None:
+    """A broker whose link holds calls unanswered (a half-open connection): each attempt
+    waits out its timeout, and retrying counted attempts, not time (session 36's network
+    probe: --retry-for 5 took 135 s). Here a window of 1 s (11 attempts 0.1 s apart)
+    against attempts of 0.5 s each: a few attempts, not 11."""
+    silent = socket.create_server((HOST, 0))  # connects, never answers: nothing accepts
+    try:
+        uri = f"PYRO:channel.jobs@{HOST}:{silent.getsockname()[1]}"
+        ns.register(channel_ns_name("jobs"), uri, False, set())
+        options = ClientOptions(HOST, ns.port, attempts=11, timeout_s=0.5)
+        channel = RemoteChannel(options, "jobs", pause_s=0.1)
+        with pytest.raises(BrokerUnavailable, match=r"no answer after [2-4] attempts"):
+            channel.call("ping")
+        assert 1 <= channel.retries <= 3
+    finally:
+        silent.close()

@@ -365,3 +365,24 @@ def test_the_channel_id_scope_is_the_channels_own(
     fake.call = answer  # type: ignore[method-assign]
     with Publisher("c", "P", state_dir=None, id_scope=asked) as pub:
         assert pub.channel_id_scope() == scope
+
+
+def test_retries_count_the_submit_sender_s_own_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``publish --submit --json`` said 'retries': 0 after its sender retried six times
+    (session 36's network probe): only the caller's connection was counted."""
+    made: list[FakeRemote] = []
+
+    def connection(*args: Any, **kwargs: Any) -> FakeRemote:
+        made.append(FakeRemote())
+        return made[-1]
+
+    monkeypatch.setattr(client, "RemoteChannel", connection)
+    pub = Publisher("c", "P", state_dir=None)
+    pub.submit([pub.event(1)]).result(timeout=10)
+    own, sender = made
+    own.retries, sender.retries = 1, 3
+    assert pub.retries == 4
+    pub.close()
+    assert pub.retries == 4  # still counted once its sender ended
