@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 DEFAULT_ATTEMPTS = 5
 DEFAULT_PAUSE_S = 0.5
 DEFAULT_TIMEOUT_S = 10.0
+RETRY_SLACK_S = 1.0
+"""Added to a call's retry window (attempts x pause) before it stops new attempts: calls
+that fail at once make all their attempts, whatever their pauses add up to."""
 POLL_FIRST_S = 0.02
 POLL_MAX_S = 0.5
 DROPPABLE = frozenset({"publish", "get"})
@@ -185,8 +188,8 @@ class RemoteChannel:
                     raise refusal from None
                 last = exc
                 self.release()
-                if attempt == 1:  # (a pause of slack: quick failures make every attempt)
-                    retry_until = time.monotonic() + self._retry_window_s + self._pause_s
+                if attempt == 1:  # (slack: quick failures make every attempt)
+                    retry_until = time.monotonic() + self._retry_window_s + RETRY_SLACK_S
                 elif time.monotonic() >= retry_until:
                     break  # attempts that each wait out a timeout: the window is what counts
                 if attempt < self._attempts:

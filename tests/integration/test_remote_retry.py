@@ -87,16 +87,16 @@ def test_retries_stop_when_their_window_is_over_not_after_every_attempt(
 ) -> None:
     """A broker whose link holds calls unanswered (a half-open connection): each attempt
     waits out its timeout, and retrying counted attempts, not time (session 36's network
-    probe: --retry-for 5 took 135 s). Here a window of 1 s (11 attempts 0.1 s apart)
-    against attempts of 0.5 s each: a few attempts, not 11."""
+    probe: --retry-for 5 took 135 s). Here a window of 1 s (11 attempts 0.1 s apart, and
+    RETRY_SLACK_S) against attempts of 0.5 s each: a few attempts, not 11."""
     silent = socket.create_server((HOST, 0))  # connects, never answers: nothing accepts
     try:
         uri = f"PYRO:channel.jobs@{HOST}:{silent.getsockname()[1]}"
         ns.register(channel_ns_name("jobs"), uri, False, set())
         options = ClientOptions(HOST, ns.port, attempts=11, timeout_s=0.5)
         channel = RemoteChannel(options, "jobs", pause_s=0.1)
-        with pytest.raises(BrokerUnavailable, match=r"no answer after [2-4] attempts"):
+        with pytest.raises(BrokerUnavailable, match=r"no answer after [2-6] attempts"):
             channel.call("ping")
-        assert 1 <= channel.retries <= 3
+        assert 1 <= channel.retries <= 5
     finally:
         silent.close()
