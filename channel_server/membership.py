@@ -138,6 +138,7 @@ class Membership:
             "session": member.session,
             "heartbeat_s": self._state.config.heartbeat_s,
             "handler_timeout_s": self._state.config.handler_timeout_s,
+            "ack_timeout_s": self._state.config.ack_timeout_s,
             "partitions": [list(key) for key in partitions],
         }
 

@@ -534,11 +534,16 @@ class Subscriber:
             self._outbox.add(outcomes, urgent=urgent)
 
     def _trusted_now(self) -> bool:
-        """Trusted and not stopping, without waiting (nearly always: it is asked before
-        each event; else :meth:`_wait_trusted`)."""
+        """Trusted, our standing confirmed lately (ChannelSession.fresh) and not stopping,
+        without waiting (nearly always: it is asked before each event; else
+        :meth:`_wait_trusted`)."""
         self._ran(holding=True)
         session = self._session
-        return (session is None or session.trusted.is_set()) and not self._stopping.is_set()
+        if session is None:
+            return not self._stopping.is_set()
+        if not session.fresh():
+            session.distrust()  # no word lately: the control thread asks at once
+        return session.trusted.is_set() and not self._stopping.is_set()
 
     def _ran(self, holding: bool) -> None:
         """A thread of this process runs now: the worker before each event, a push or ping
@@ -558,8 +563,12 @@ class Subscriber:
         it is set nearly always, and a wait takes its lock."""
         while not self._stopping.is_set():
             session = self._session
-            if session is None or session.trusted.is_set() or session.trusted.wait(TRUST_WAIT_S):
+            if session is None:
                 return True
+            if session.trusted.is_set() or session.trusted.wait(TRUST_WAIT_S):
+                if session.fresh():
+                    return True
+                session.distrust()  # confirmed, but by a call sent too long ago
         return False
 
     def _process(self, item: Item, uid: str, seen: bool, started: float) -> Outcome | None:

@@ -35,6 +35,10 @@ a long GC pause, a paused VM): the channel may have declared it dead meanwhile."
 RECENT_IDS = 1000
 """Ids processed last that are acknowledged again after contact with the channel was lost
 and before leaving: acks that a broker crash kept from being written then still count."""
+FENCE_SHARE = 0.5
+"""Of the channel's ack timeout, how long a confirmation of our standing lasts: the
+channel declares a member dead only after a push or ping to it went unanswered that long
+(some slack for a push sent before our confirmation arrived, and for clock rates)."""
 HELD_CHECK_S = 0.05
 """While a handler runs, the control thread looks this often for events its chunk finished
 before it, so their acks wait for no long job (a wake every 50 ms, only while one runs)."""
@@ -92,6 +96,12 @@ class ChannelSession:
         """Set once the first subscribe answered (``info``) or failed (``error``)."""
         self.error: BaseException | None = None
         self._heartbeat_s = DEFAULT_HEARTBEAT_S
+        self._fence_s = float("inf")
+        """How long a confirmation of our standing lasts (half the channel's ack timeout;
+        none from a channel that does not say it)."""
+        self._confirmed_at = float("-inf")
+        """When the latest call whose answer confirmed our standing was sent (this
+        process's monotonic clock)."""
         self.handler_timeout_s = float("inf")
         """The channel's handler timeout: how long a stop waits for the handler in hand."""
         self._finishing = threading.Event()
@@ -164,7 +174,25 @@ class ChannelSession:
             self._call("ack", who.subscriber_id, self.group, self.session or 0, 0, recent, {})
 
     def _until_heartbeat(self) -> float:
-        return self._last_contact + self._heartbeat_s - time.monotonic()
+        """Every ``heartbeat_s`` without a call, and before our standing's confirmation
+        runs out (at half the fence), so that a worker rarely has to wait for one."""
+        due = self._last_contact + self._heartbeat_s
+        if self._fence_s < float("inf"):
+            due = min(due, self._confirmed_at + self._fence_s / 2)
+        return due - time.monotonic()
+
+    def fresh(self) -> bool:
+        """Whether a call sent less than the fence ago confirmed our standing, so the
+        channel cannot have declared us dead and handed our events on yet: it does so only
+        after its ack timeout without an answer, counted from after that call arrived.
+        A push read on a link slower than that is stale by then, whether or not its
+        caller's closing could be seen (session 36's network probe: a push delayed 3 s
+        against --ack-timeout 1 ran after its events had gone to another subscriber).
+        The worker starts no event while it is not: it asks first (``distrust``)."""
+        return time.monotonic() - self._confirmed_at < self._fence_s
+
+    def _confirmed(self, sent_at: float) -> None:
+        self._confirmed_at = max(self._confirmed_at, sent_at)
 
     # -- subscribing ---------------------------------------------------------------------
     def _first_subscribe(self) -> bool:
@@ -207,6 +235,7 @@ class ChannelSession:
 
     def _subscribe(self) -> None:
         who = self._who
+        sent_at = time.monotonic()
         info = self._channel().call(
             "subscribe",
             who.subscriber_id,
@@ -218,6 +247,10 @@ class ChannelSession:
         self.info, self.group, self.session = info, info["group"], info["session"]
         self._heartbeat_s = info.get("heartbeat_s", DEFAULT_HEARTBEAT_S)
         self.handler_timeout_s = info.get("handler_timeout_s", float("inf"))
+        ack_timeout_s = info.get("ack_timeout_s")  # (a channel before session 36: none)
+        if isinstance(ack_timeout_s, int | float) and ack_timeout_s > 0:
+            self._fence_s = ack_timeout_s * FENCE_SHARE
+        self._confirmed_at = sent_at  # a new session: the older ones' confirmations end
         self._inbox.adopt(self.session)
         self._contact()
         self.trusted.set()
@@ -236,7 +269,14 @@ class ChannelSession:
                 args.append(message.from_seq or 0)  # that takes acks in push replies)
             if message.returned:
                 args.append(message.returned)
+            sent_at = time.monotonic()
             reply = self._call("ack", *args)
+            if (
+                reply is not None
+                and reply.get("status") == "ok"
+                and message.session == self.session
+            ):
+                self._confirmed(sent_at)
             if reply is not None and reply.get("status") != "ok":
                 log.info("acks of %d events of an ended session dropped", message.size)
                 self._check_standing = True
@@ -245,13 +285,17 @@ class ChannelSession:
         self._check_standing = False
         session = self.session or 0
         holding = self._holding(session)
+        sent_at = time.monotonic()
         reply = self._call("heartbeat", self._who.subscriber_id, self.group, session, holding)
         if reply is None:
             return
         status = reply.get("status")
+        if status == "active":  # still ours: confirmed
+            self._confirmed(sent_at)
         if status == "moved" and reply.get("callback") == self._who.callback:
             log.info("the channel resumed this subscriber in session %s", reply["session"])
             self.session = reply["session"]
+            self._confirmed_at = sent_at
             self._inbox.adopt(self.session)
         elif status in ("moved", "inactive", "unknown") and not self._rejoin(status, reply):
             self._inbox.end(session)  # the channel handed its events on: none is ours now

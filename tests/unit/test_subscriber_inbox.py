@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from channel_server.errors import LimitReached, NotAuthorized
+from subscriber import control
 from subscriber import inbox as inbox_module
 from subscriber.client import Subscriber
 from subscriber.control import ChannelSession, Identity
@@ -303,3 +304,54 @@ def test_a_push_is_answered_with_acks_only_when_the_channel_offers_a_wait(
         assert reply == {"queued": 3, "acks": acks}
     else:
         assert reply == {"queued": 3}
+
+
+class _SlowLink(_Channel):
+    """A channel whose answers come ``delay_s`` (a fake clock's) after the call was sent,
+    each heartbeat answered ``status``."""
+
+    def __init__(self, clock: list[float], delay_s: float, status: str = "active") -> None:
+        super().__init__()
+        self.clock, self.delay_s, self.status = clock, delay_s, status
+
+    def call(self, method: str, *args: Any) -> dict[str, Any]:
+        super().call(method, *args)
+        self.clock[0] += self.delay_s
+        if method == "subscribe":
+            return {"group": "g", "session": 1, "heartbeat_s": 2.0, "ack_timeout_s": 1.0}
+        return {"status": self.status}
+
+
+@pytest.mark.parametrize(("delay_s", "fresh"), [(0.1, True), (0.6, False)])
+def test_our_standing_is_fresh_only_if_confirmed_by_a_call_sent_within_the_fence(
+    monkeypatch: pytest.MonkeyPatch, delay_s: float, fresh: bool
+) -> None:
+    """A push read on a link slower than the ack timeout is stale whether or not the
+    broker's closing arrived before it (session 36's network probe): a confirmation
+    counts from when its call was sent, and lasts half the channel's ack timeout."""
+    clock = [100.0]
+    monkeypatch.setattr(control.time, "monotonic", lambda: clock[0])
+    session = channel_session(Outbox())
+    session._remote = _SlowLink(clock, delay_s)  # type: ignore[assignment]
+    session._subscribe()
+    assert session.fresh() is fresh  # the fence: 0.5 s of the 1 s ack timeout
+    clock[0] += 0.5
+    assert not session.fresh()  # nothing since
+    session._heartbeat()
+    assert session.fresh() is fresh
+
+
+def test_a_heartbeat_that_says_we_were_dropped_confirms_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(control.time, "monotonic", lambda: clock[0])
+    session = channel_session(Outbox())
+    link = _SlowLink(clock, 0.0)
+    session._remote = link  # type: ignore[assignment]
+    session._subscribe()
+    clock[0] += 0.6
+    link.status = "unknown"
+    session._rejoin = lambda status, reply: False  # type: ignore[method-assign]
+    session._heartbeat()
+    assert not session.fresh()

@@ -149,7 +149,9 @@ def test_an_event_after_a_wait_for_standing_counts_its_time_from_the_wait() -> N
     busy_since: list[float] = []
     sub = Subscriber("c", "s1", lambda ev: busy_since.append(sub._busy_since or 0.0))
     trusted = WatchedEvent()
-    sub._session = SimpleNamespace(trusted=trusted)  # type: ignore[assignment]
+    sub._session = SimpleNamespace(  # type: ignore[assignment]
+        trusted=trusted, fresh=lambda: True, distrust=trusted.clear
+    )
     sub._take_in({"session": 1, "seq": 1, "events": [event("a")]})
     worker = threading.Thread(target=sub._handle, args=(sub._inbox.take_all(0.0),))
     worker.start()
@@ -198,9 +200,17 @@ class Standing:
     def __init__(self) -> None:
         self.trusted = threading.Event()
         self.trusted.set()
+        self.confirmed = threading.Event()
+        """Our standing confirmed lately (ChannelSession.fresh)."""
+        self.confirmed.set()
+        self.distrusted = threading.Event()
+
+    def fresh(self) -> bool:
+        return self.confirmed.is_set()
 
     def distrust(self) -> None:
         self.trusted.clear()
+        self.distrusted.set()
 
 
 def test_after_a_gap_while_events_were_held_no_event_starts_before_a_standing_check() -> None:
@@ -251,3 +261,30 @@ def test_what_a_chunk_finished_goes_on_while_a_long_handler_runs() -> None:
         release.set()
         worker.join(30.0)
     assert [o.uid for o in sub._outbox._pending] == ["P/a", "P/b"]
+
+
+def test_no_event_starts_while_our_standing_is_not_confirmed_lately() -> None:
+    """A push read on a link slower than the channel's ack timeout ran after the channel
+    had handed its events to another subscriber (session 36's network probe): no call
+    confirmed our standing for half that timeout, so the worker asks first, and a
+    confirmation by a call sent too long ago (trusted again, still not fresh) is not
+    enough."""
+    ran: list[str] = []
+    sub = Subscriber("c", "s1", lambda ev: ran.append(ev["id"]))
+    standing = Standing()
+    standing.confirmed.clear()  # the last confirmation is older than the fence
+    sub._session = standing  # type: ignore[assignment]
+    sub._take_in({"session": 1, "seq": 1, "events": [event("a")]})
+    worker = threading.Thread(target=sub._handle, args=(sub._inbox.take_all(0.0),))
+    worker.start()
+    try:
+        assert standing.distrusted.wait(10.0), "the worker did not ask for its standing"
+        standing.distrusted.clear()
+        standing.trusted.set()  # answered, but by a call sent too long ago
+        assert standing.distrusted.wait(10.0), "a stale confirmation was taken"
+        assert ran == []
+        standing.confirmed.set()
+        standing.trusted.set()
+    finally:
+        worker.join(10.0)
+    assert ran == ["a"]
