@@ -67,12 +67,8 @@ def join(
 def deactivate(group: ConsumerGroup, member_id: str, reason: str) -> None:
     """Take a member out of rotation (declared dead); what it held and its partitions
     move to the least-loaded others, in order. It comes back by joining again."""
-    member = group.members[member_id]
-    member.active, member.inactive_reason = False, reason
-    group.deactivations.append((member_id, reason))
-    poison.died_holding(group, member)
-    delivery.unfly(group, member, list(member.flights.values()))
-    _release_partitions(group, member)
+    poison.died_holding(group, group.members[member_id])
+    set_aside(group, member_id, reason)
 
 
 def set_aside(group: ConsumerGroup, member_id: str, reason: str) -> None:
