@@ -544,6 +544,15 @@ def test_a_bytes_payload_is_put_and_got_and_a_bad_one_refused(
         assert reader.get("raw")["status"] == "empty"
 
 
+def two_workers_and_four_puts(a: PullClient, b: PullClient, port: int, tmp_path: Path) -> None:
+    """Clients ``a`` and ``b`` in group ``workers`` of topic ``jobs``, messages m0..m3."""
+    a.subscribe("jobs", group="workers")
+    b.subscribe("jobs", group="workers")
+    with Putter.open("writer", ns_port=port, state_dir=tmp_path / "w") as writer:
+        for n in range(4):
+            writer.put("jobs", f"m{n}")
+
+
 def test_a_pull_client_leaving_its_group_does_not_leave_its_last_message_to_another(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -555,11 +564,7 @@ def test_a_pull_client_leaving_its_group_does_not_leave_its_last_message_to_anot
         PullClient.open("a", ns_port=port, state_dir=tmp_path / "a") as a,
         PullClient.open("b", ns_port=port, state_dir=tmp_path / "b") as b,
     ):
-        a.subscribe("jobs", group="workers")
-        b.subscribe("jobs", group="workers")
-        with Putter.open("writer", ns_port=port, state_dir=tmp_path / "w") as writer:
-            for n in range(4):
-                writer.put("jobs", f"m{n}")
+        two_workers_and_four_puts(a, b, port, tmp_path)
         assert a.get("jobs", group="workers")["event"]["payload"] == "m0"
         assert a.unsubscribe("jobs", group="workers") is True
         got = [b.get("jobs", group="workers") for _ in range(4)]
@@ -577,15 +582,11 @@ def test_a_pull_client_closing_in_its_group_does_not_hold_its_last_message(
     port = cluster.ns_port
     with PullClient.open("b", ns_port=port, state_dir=tmp_path / "b") as b:
         with PullClient.open("a", ns_port=port, state_dir=tmp_path / "a") as a:
-            a.subscribe("jobs", group="workers")
-            b.subscribe("jobs", group="workers")
-            with Putter.open("writer", ns_port=port, state_dir=tmp_path / "w") as writer:
-                for n in range(3):
-                    writer.put("jobs", f"m{n}")
+            two_workers_and_four_puts(a, b, port, tmp_path)
             assert a.get("jobs", group="workers")["event"]["payload"] == "m0"
-        got = [b.get("jobs", group="workers") for _ in range(3)]
-    assert [g["event"]["payload"] for g in got[:2]] == ["m1", "m2"]
-    assert got[2]["status"] == "empty"
+        got = [b.get("jobs", group="workers") for _ in range(4)]
+    assert [g["event"]["payload"] for g in got[:3]] == ["m1", "m2", "m3"]
+    assert got[3]["status"] == "empty"
     with PullClient.open("a", ns_port=port, state_dir=tmp_path / "a") as again:
         assert again.get("jobs", group="workers")["status"] == "empty"  # still a member
 
