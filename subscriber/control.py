@@ -35,6 +35,8 @@ a long GC pause, a paused VM): the channel may have declared it dead meanwhile."
 RECENT_IDS = 1000
 """Ids processed last that are acknowledged again after contact with the channel was lost
 and before leaving: acks that a broker crash kept from being written then still count."""
+STANDING_GAP_S = 0.2
+"""The least time between a call and a standing check asked for after it."""
 FENCE_SHARE = 0.5
 """Of the channel's ack timeout, how long a confirmation of our standing lasts: the
 channel declares a member dead only after a push or ping to it went unanswered that long
@@ -134,6 +136,10 @@ class ChannelSession:
     def _serve(self) -> None:
         while not self._finishing.is_set():
             wait_s = max(0.0, self._until_heartbeat())
+            if self._check_standing:  # asked for: soon
+                wait_s = min(
+                    wait_s, max(0.0, self._last_contact + STANDING_GAP_S - time.monotonic())
+                )
             if self._stuck_s() > 0:  # a handler runs: what finished before it goes on
                 self._release_held()
                 wait_s = min(wait_s, HELD_CHECK_S)
@@ -146,7 +152,7 @@ class ChannelSession:
                 self._check_standing = True
             if outcomes:
                 self._send(outcomes)
-            elif self._check_standing or self._until_heartbeat() <= 0:
+            elif self._standing_due() or self._until_heartbeat() <= 0:
                 self._heartbeat()
             if self._recent_due:
                 self._recent_due = False
@@ -174,12 +180,16 @@ class ChannelSession:
             self._call("ack", who.subscriber_id, self.group, self.session or 0, 0, recent, {})
 
     def _until_heartbeat(self) -> float:
-        """Every ``heartbeat_s`` without a call, and before our standing's confirmation
-        runs out (at half the fence), so that a worker rarely has to wait for one."""
-        due = self._last_contact + self._heartbeat_s
-        if self._fence_s < float("inf"):
-            due = min(due, self._confirmed_at + self._fence_s / 2)
-        return due - time.monotonic()
+        """Every ``heartbeat_s`` without a call, or half the fence if that is shorter: a
+        confirmation of our standing (a call answered) then comes before the last one runs
+        out, so that a worker rarely has to wait for one."""
+        return self._last_contact + min(self._heartbeat_s, self._fence_s / 2) - time.monotonic()
+
+    def _standing_due(self) -> bool:
+        """A standing check was asked for (a freeze, a worker whose confirmation ran out),
+        and the last call is STANDING_GAP_S old: one refused, or answered by a call
+        sent too long ago, is not asked again in a tight loop."""
+        return self._check_standing and time.monotonic() - self._last_contact >= STANDING_GAP_S
 
     def fresh(self) -> bool:
         """Whether a call sent less than the fence ago confirmed our standing, so the

@@ -355,3 +355,23 @@ def test_a_heartbeat_that_says_we_were_dropped_confirms_nothing(
     session._rejoin = lambda status, reply: False  # type: ignore[method-assign]
     session._heartbeat()
     assert not session.fresh()
+
+
+def test_heartbeats_come_before_a_confirmation_runs_out_and_checks_are_paced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A heartbeat is due half a fence after the last call (the channel's ack timeout 1 s:
+    the fence 0.5 s, a heartbeat 0.25 s after), and a standing check asked for right after
+    a call waits STANDING_GAP_S: one answered by a stale confirmation, or refused, is not
+    asked again in a tight loop."""
+    clock = [100.0]
+    monkeypatch.setattr(control.time, "monotonic", lambda: clock[0])
+    session = channel_session(Outbox())
+    session._remote = _SlowLink(clock, 0.0)  # type: ignore[assignment]
+    session._subscribe()
+    session._contact()
+    assert session._until_heartbeat() == pytest.approx(0.25)
+    session._check_standing = True
+    assert not session._standing_due()
+    clock[0] += control.STANDING_GAP_S
+    assert session._standing_due()
