@@ -239,14 +239,23 @@ def test_a_publish_retried_past_a_frozen_broker_counts_what_its_first_try_stored
 @contextlib.contextmanager
 def _frozen_for_a_while(pid: int) -> Iterator[None]:
     """The process SIGSTOPped for longer than a 1 s call timeout (a first try's reply is
-    lost), then SIGCONTinued while the body runs."""
+    lost), then SIGCONTinued while the body runs. The body starts once the process is
+    stopped: a signal is not a stop, and a call sent in between was answered at once (a
+    CI run at cb76106: no retry)."""
     os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: _state(pid) == "T", 10.0, "the process stopped")
     thaw = threading.Timer(3.0, os.kill, (pid, signal.SIGCONT))
     thaw.start()
     try:
         yield
     finally:
         thaw.join()
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (``T``: stopped)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_a_poison_event_that_kills_its_subscribers_is_dead_lettered_and_the_rest_go_on(
