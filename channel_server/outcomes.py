@@ -14,7 +14,6 @@ from channel_server.backup import ChannelBackup
 from channel_server.channel_state import ChannelState, MemberKey
 from channel_server.core import rebalance
 from channel_server.core.group import AckOutcome, ConsumerGroup
-from channel_server.core.member import PULL_CLOSED
 
 log = logging.getLogger("channel_server.channel")
 
@@ -33,8 +32,7 @@ class Outcomes:
         touched: list[MemberKey] = []
         for grp in self._state.core.groups.values():
             for member_id, reason in grp.deactivations:
-                level = logging.INFO if reason == PULL_CLOSED else logging.WARNING
-                log.log(level, "%s: %s marked inactive (%s)", name, member_id, reason)
+                log.warning("%s: %s marked inactive (%s)", name, member_id, reason)
             grp.deactivations.clear()
             for member_id, moved, why in grp.offloads:
                 log.log(

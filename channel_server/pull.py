@@ -101,6 +101,7 @@ class PullSide:
                 self._ack_last(grp, subscriber_id, last_uid, self._state.now())
             grp.set_aside(subscriber_id, PULL_CLOSED)
             self._push.changed()
+        log.info("%s: %s closed: set aside until its next get", self._state.name, subscriber_id)
         self._backup.store.write_deferred_now()
 
     def _next(self, grp: ConsumerGroup, member_id: str, last_uid: str | None) -> Flight | None:

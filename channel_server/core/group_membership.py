@@ -68,15 +68,16 @@ def deactivate(group: ConsumerGroup, member_id: str, reason: str) -> None:
     """Take a member out of rotation (declared dead); what it held and its partitions
     move to the least-loaded others, in order. It comes back by joining again."""
     poison.died_holding(group, group.members[member_id])
+    group.deactivations.append((member_id, reason))
     set_aside(group, member_id, reason)
 
 
 def set_aside(group: ConsumerGroup, member_id: str, reason: str) -> None:
     """Take a member out of rotation that did not die (a pull client that closed): as
-    :func:`deactivate`, but what it still holds is not suspected of killing it."""
+    :func:`deactivate`, but what it still holds is not suspected of killing it, and the
+    caller says so in its own words (no failure is logged)."""
     member = group.members[member_id]
     member.active, member.inactive_reason = False, reason
-    group.deactivations.append((member_id, reason))
     delivery.unfly(group, member, list(member.flights.values()))
     _release_partitions(group, member)
 
